@@ -1,0 +1,211 @@
+"""ClassAd plumbing: the one place that turns text and dicts into ads and back.
+
+Hooks speak the "old" ClassAd format: one `Name = expression` per line.
+Two ads travel together separated by a line `-----` (job ad, then slot ad).
+Ads are stored in Redis as msgpack-friendly dicts where literals are plain
+values and anything else stays an expression: `{"$expr": "<text>"}`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import classad2
+
+from fetchwork.errors import AdError
+
+SEPARATOR = "-----"
+EXPR_KEY = "$expr"
+_ATTR_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=(.*)\Z", re.S)
+_LAYOUT_RE = re.compile(r"\s*\n\s*")
+_LITERALS = (bool, int, float, str)
+
+
+def parse_ad(text: str, source: str | None = None) -> classad2.ClassAd:
+    """Parse old-format ad text (`Name = expr` per line) into a ClassAd.
+
+    Blank lines and `#` comments are skipped; a later attribute of the same
+    name wins. Text starting with `[` is taken as one new-format ad. Anything
+    else raises AdError naming the line.
+    """
+    stripped = text.strip()
+    if stripped.startswith("["):
+        return _parse_new(stripped, source)
+    ad = classad2.ClassAd()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _ATTR_RE.match(line)
+        if not match:
+            raise AdError(f"expected 'Name = expression', got {_clip(line)!r}", number, source)
+        name, expr_text = match.group(1), match.group(2).strip()
+        if not expr_text:
+            raise AdError(f"attribute {name} has no value", number, source)
+        ad[name] = parse_expr(expr_text, line=number, source=source)
+    return ad
+
+
+def _parse_new(text: str, source: str | None) -> classad2.ClassAd:
+    try:
+        parsed = classad2.ExprTree(text).eval()
+    except Exception as exc:
+        raise AdError(f"not a ClassAd: {exc}".strip(), None, source) from exc
+    if not isinstance(parsed, classad2.ClassAd):
+        raise AdError("text starting with '[' is not a ClassAd", None, source)
+    return parsed
+
+
+def _clip(line: str, limit: int = 80) -> str:
+    return line if len(line) <= limit else line[:limit] + "..."
+
+
+def parse_expr(text: str, line: int | None = None, source: str | None = None) -> Any:
+    """Parse one expression; literals come back as Python values, the rest as ExprTree."""
+    try:
+        expr = classad2.ExprTree(text)
+    except Exception as exc:
+        raise AdError(f"not a ClassAd expression: {_clip(text)!r}", line, source) from exc
+    holder = classad2.ClassAd()
+    holder["x"] = expr
+    value = holder["x"]
+    return value if isinstance(value, _LITERALS) else expr
+
+
+def format_ad(ad: classad2.ClassAd | Mapping[str, Any]) -> str:
+    """Old-format text of an ad, one `Name = expr` per line, newline-terminated."""
+    if not isinstance(ad, classad2.ClassAd):
+        ad = from_dict(ad)
+    lines = []
+    for name in ad.keys():
+        lines.append(f"{name} = {unparse(ad.lookup(name))}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def unparse(expr: classad2.ExprTree) -> str:
+    """ClassAd text of one expression on one line.
+
+    String literals use the new ClassAd escapes (`\\n`, `\\\\`, `\\"`), which
+    `parse_ad` reads back; a value never spans lines.
+    """
+    # str() escapes every newline inside a string literal, so the line breaks
+    # left are layout (lists and nested ads) and can be folded away.
+    return _LAYOUT_RE.sub(" ", str(expr)).strip()
+
+
+def join_pair(first: classad2.ClassAd | Mapping[str, Any],
+              second: classad2.ClassAd | Mapping[str, Any] | None) -> str:
+    """`first`, a `-----` line, `second`: the job-ad/slot-ad framing hooks read."""
+    text = format_ad(first) + SEPARATOR + "\n"
+    if second is not None:
+        text += format_ad(second)
+    return text
+
+
+def split_pair(text: str, source: str | None = None
+               ) -> tuple[classad2.ClassAd, classad2.ClassAd | None]:
+    """Inverse of `join_pair`; the second ad is None when there is no separator."""
+    lines = text.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        if line.strip() == SEPARATOR:
+            first = parse_ad("".join(lines[:index]), source)
+            second_text = "".join(["\n"] * (index + 1) + lines[index + 1:])
+            return first, parse_ad(second_text, source)
+    return parse_ad(text, source), None
+
+
+def evaluate(expr: str | classad2.ExprTree, my: classad2.ClassAd | None = None,
+             target: classad2.ClassAd | None = None) -> Any:
+    """Evaluate `expr` with MY = `my` and TARGET = `target`.
+
+    Returns a Python value, or classad2.Value.Undefined / Value.Error.
+    """
+    if isinstance(expr, str):
+        expr = parse_expr(expr)
+        if not isinstance(expr, classad2.ExprTree):
+            return expr
+    if not isinstance(expr, classad2.ExprTree):
+        return expr
+    try:
+        return expr.eval(my, target)
+    except Exception as exc:
+        raise AdError(f"cannot evaluate {unparse(expr)}: {exc}") from exc
+
+
+def evaluate_attr(ad: classad2.ClassAd, name: str,
+                  target: classad2.ClassAd | None = None) -> Any:
+    """Evaluate attribute `name` of `ad` (MY = ad); Value.Undefined when absent."""
+    if name not in ad:
+        return classad2.Value.Undefined
+    return evaluate(ad.lookup(name), ad, target)
+
+
+def as_bool(value: Any, default: bool = False) -> bool:
+    """A ClassAd result as a boolean: numbers are non-zero; undefined/error give `default`."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0
+    return default
+
+
+def as_number(value: Any, default: float | None = None) -> float | None:
+    """A ClassAd result as a number (booleans are 0/1); anything else gives `default`."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    return default
+
+
+def to_dict(ad: classad2.ClassAd) -> dict[str, Any]:
+    """A msgpack-friendly dict: literals as values, expressions as {"$expr": text}."""
+    out: dict[str, Any] = {}
+    for name in ad.keys():
+        value = ad[name]
+        if isinstance(value, _LITERALS):
+            out[name] = value
+        else:
+            out[name] = {EXPR_KEY: unparse(ad.lookup(name))}
+    return out
+
+
+def from_dict(data: Mapping[str, Any]) -> classad2.ClassAd:
+    """Inverse of `to_dict`; also accepts plain values (lists become ClassAd lists)."""
+    ad = classad2.ClassAd()
+    for name, value in data.items():
+        ad[name] = _value_to_expr(name, value)
+    return ad
+
+
+def _value_to_expr(name: str, value: Any) -> Any:
+    if isinstance(value, Mapping):
+        if set(value) == {EXPR_KEY}:
+            return parse_expr(str(value[EXPR_KEY]), source=f"attribute {name}")
+        raise AdError(f"attribute {name}: a nested mapping must be {{'{EXPR_KEY}': text}}")
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if value is None:
+        return classad2.ExprTree("undefined")
+    if isinstance(value, list | tuple):
+        items = ", ".join(unparse(_as_tree(_value_to_expr(name, item))) for item in value)
+        return classad2.ExprTree("{" + items + "}")
+    if isinstance(value, _LITERALS):
+        return value
+    raise AdError(f"attribute {name}: cannot store a {type(value).__name__} in an ad")
+
+
+def _as_tree(value: Any) -> classad2.ExprTree:
+    if isinstance(value, classad2.ExprTree):
+        return value
+    holder = classad2.ClassAd()
+    holder["x"] = value
+    return holder.lookup("x")
+
+
+def ads_equal(a: classad2.ClassAd, b: classad2.ClassAd) -> bool:
+    """Same attribute names (case-insensitive) and the same expression text."""
+    if {k.lower() for k in a.keys()} != {k.lower() for k in b.keys()}:
+        return False
+    return all(unparse(a.lookup(k)) == unparse(b.lookup(k)) for k in a.keys())

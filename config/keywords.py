@@ -1,0 +1,59 @@
+"""The job-hook knobs: which keyword a slot uses and what each hook is.
+
+`SLOT<N>_JOB_HOOK_KEYWORD` falls back to `STARTD_JOB_HOOK_KEYWORD`; a hook is
+`<KEYWORD>_HOOK_<NAME>`, with optional `<KEYWORD>_HOOK_<NAME>_ARGS` and
+`<KEYWORD>_HOOK_<NAME>_TIMEOUT`. Where a keyword sets no timeout, the default
+is `HOOK_TIMEOUT_<NAME>` from defaults.conf (HTCondor has no timeout for the
+fetch and prepare hooks; a hung hook there would stop a slot forever).
+"""
+
+from __future__ import annotations
+
+from fetchwork.config.loader import Config
+
+FETCH_WORK = "FETCH_WORK"
+REPLY_FETCH = "REPLY_FETCH"
+EVICT_CLAIM = "EVICT_CLAIM"
+PREPARE_JOB = "PREPARE_JOB"
+UPDATE_JOB_INFO = "UPDATE_JOB_INFO"
+JOB_EXIT = "JOB_EXIT"
+HOOK_NAMES = (FETCH_WORK, REPLY_FETCH, EVICT_CLAIM, PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT)
+
+
+def _nonempty(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def slot_keyword(config: Config, slot_id: int) -> str | None:
+    """The hook keyword of slot `slot_id` (1-based), or None when it has none."""
+    return (_nonempty(config.get(f"SLOT{slot_id}_JOB_HOOK_KEYWORD"))
+            or _nonempty(config.get("STARTD_JOB_HOOK_KEYWORD")))
+
+
+def starter_keyword(config: Config, job_hook_keyword: str | None) -> str | None:
+    """`STARTER_JOB_HOOK_KEYWORD` when set, else the job ad's `HookKeyword`."""
+    return _nonempty(config.get("STARTER_JOB_HOOK_KEYWORD")) or _nonempty(job_hook_keyword)
+
+
+def hook_value(config: Config, keyword: str | None, hook: str) -> str | None:
+    """`<KEYWORD>_HOOK_<hook>`: a program path or `python:module:function`, or None."""
+    if not keyword:
+        return None
+    return _nonempty(config.get(f"{keyword}_HOOK_{hook}"))
+
+
+def hook_args(config: Config, keyword: str | None, hook: str) -> str | None:
+    """`<KEYWORD>_HOOK_<hook>_ARGS`, the extra arguments (HTCondor argument syntax)."""
+    if not keyword:
+        return None
+    return _nonempty(config.get(f"{keyword}_HOOK_{hook}_ARGS"))
+
+
+def hook_timeout_s(config: Config, keyword: str | None, hook: str) -> float:
+    """`<KEYWORD>_HOOK_<hook>_TIMEOUT`, else `HOOK_TIMEOUT_<hook>` (seconds)."""
+    if keyword and _nonempty(config.get(f"{keyword}_HOOK_{hook}_TIMEOUT")):
+        return config.get_duration_s(f"{keyword}_HOOK_{hook}_TIMEOUT")
+    return config.get_duration_s(f"HOOK_TIMEOUT_{hook}", 60.0)

@@ -1,0 +1,212 @@
+"""Where configuration comes from, and the typed view of it (`Config`).
+
+Sources, each overriding the one before:
+
+1. detected facts: `DETECTED_CPUS`, `DETECTED_MEMORY` (MB), `HOSTNAME`,
+   `FULL_HOSTNAME`, `OPSYS`, `ARCH` (as HTCondor provides them);
+2. the packaged `defaults.conf`, which names every knob fetchwork reads;
+3. the file named by `FETCHWORK_CONFIG`, else `/etc/fetchwork/fetchwork.conf`
+   when it exists;
+4. the environment: `FETCHWORK_<X>` for knobs whose own name starts with
+   `FETCHWORK_` (so `FETCHWORK_BROKER=redis://...` works as users expect),
+   then `_FETCHWORK_<NAME>` for any knob, as HTCondor's `_CONDOR_<NAME>`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
+
+import classad2
+import psutil
+
+from fetchwork.config import convert
+from fetchwork.config.language import Definition, define, expand, lookup, parse
+from fetchwork.errors import ConfigError, UndefinedKnobError
+
+DEFAULTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "defaults.conf")
+SYSTEM_CONFIG = "/etc/fetchwork/fetchwork.conf"
+CONFIG_ENV = "FETCHWORK_CONFIG"
+OVERRIDE_PREFIX = "_FETCHWORK_"
+DETECTED = "<detected>"
+ENVIRONMENT = "<environment>"
+T = TypeVar("T")
+
+
+def detected_definitions() -> list[Definition]:
+    """Facts about this machine, available as macros and to the startd."""
+    hostname = socket.gethostname()
+    try:
+        full = socket.getfqdn()
+    except OSError:  # pragma: no cover - resolver trouble
+        full = hostname
+    facts = {
+        "DETECTED_CPUS": str(os.cpu_count() or 1),
+        "DETECTED_CORES": str(psutil.cpu_count(logical=False) or os.cpu_count() or 1),
+        "DETECTED_MEMORY": str(psutil.virtual_memory().total // (1024 * 1024)),
+        "HOSTNAME": hostname.split(".")[0],
+        "FULL_HOSTNAME": full,
+        "OPSYS": platform.system().upper(),
+        "ARCH": platform.machine().upper(),
+    }
+    return [Definition(name, value, DETECTED, None) for name, value in facts.items()]
+
+
+def _read_file(path: str, required: bool) -> tuple[str, str] | None:
+    if not required and not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return handle.read(), path
+
+
+class Config:
+    """The merged configuration: expanded lookups and typed accessors."""
+
+    def __init__(self, definitions: Mapping[str, Definition],
+                 environ: Mapping[str, str] | None = None):
+        self._defined = dict(definitions)
+        self._environ = dict(os.environ if environ is None else environ)
+
+    # -- building ---------------------------------------------------------
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str] | None = None,
+             config_file: str | None = None, use_defaults: bool = True) -> Config:
+        """Read every source in order. `config_file` overrides `FETCHWORK_CONFIG`."""
+        env = dict(os.environ if environ is None else environ)
+        defined: dict[str, Definition] = {}
+        for definition in detected_definitions():
+            define(defined, definition)
+        if use_defaults:
+            found = _read_file(DEFAULTS_FILE, True)
+            assert found is not None
+            parse(found[0], found[1], defined, _read_file)
+        path = config_file if config_file is not None else env.get(CONFIG_ENV) or None
+        if path is not None:
+            try:
+                found = _read_file(path, True)
+            except OSError as exc:
+                raise ConfigError(f"cannot read the configuration file: {exc.strerror} "
+                                  f"(set {CONFIG_ENV} to a readable file)", path) from exc
+            assert found is not None
+            parse(found[0], found[1], defined, _read_file)
+        elif os.path.exists(SYSTEM_CONFIG):
+            found = _read_file(SYSTEM_CONFIG, True)
+            assert found is not None
+            parse(found[0], found[1], defined, _read_file)
+        for name, value in sorted(env.items()):
+            if name.startswith("FETCHWORK_") and name != CONFIG_ENV:
+                define(defined, Definition(name, value, f"{ENVIRONMENT} {name}", None))
+        for name, value in sorted(env.items()):
+            if name.startswith(OVERRIDE_PREFIX) and len(name) > len(OVERRIDE_PREFIX):
+                knob = name[len(OVERRIDE_PREFIX):]
+                define(defined, Definition(knob, value, f"{ENVIRONMENT} {name}", None))
+        return cls(defined, env)
+
+    @classmethod
+    def from_text(cls, text: str, source: str = "<text>",
+                  environ: Mapping[str, str] | None = None) -> Config:
+        """A configuration from one text alone (no defaults, no files): for tools and tests."""
+        defined: dict[str, Definition] = {}
+        parse(text, source, defined, _read_file)
+        return cls(defined, environ if environ is not None else {})
+
+    def with_values(self, **values: object) -> Config:
+        """A copy with some knobs set (source `<override>`)."""
+        defined = dict(self._defined)
+        for name, value in values.items():
+            define(defined, Definition(name, str(value), "<override>", None))
+        return Config(defined, self._environ)
+
+    # -- plain lookups ----------------------------------------------------
+
+    def __contains__(self, name: str) -> bool:
+        return name.lower() in self._defined
+
+    def where(self, name: str) -> Definition | None:
+        """The definition in force for `name` (file, line, raw text), or None."""
+        return self._defined.get(name.lower())
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The expanded value, or `default` when nothing defines `name`."""
+        try:
+            return lookup(name, self._defined, self._environ)
+        except UndefinedKnobError:
+            return default
+
+    def require(self, name: str) -> str:
+        """The expanded value; UndefinedKnobError when nothing defines `name`."""
+        return lookup(name, self._defined, self._environ)
+
+    def expand(self, text: str) -> str:
+        """Expand macros in arbitrary text against this configuration."""
+        return expand(text, self._defined, self._environ)
+
+    def items(self) -> Iterator[tuple[Definition, str]]:
+        """Every definition in force, sorted by name, with its expanded value."""
+        for key in sorted(self._defined):
+            definition = self._defined[key]
+            try:
+                value = lookup(key, self._defined, self._environ)
+            except ConfigError as exc:
+                value = f"<error: {exc}>"
+            yield definition, value
+
+    # -- typed lookups ----------------------------------------------------
+
+    def _typed(self, name: str, convert_fn: Callable[[str], T], default: T | None) -> T:
+        text = self.get(name)
+        if text is None or not text.strip():
+            if default is not None:
+                return default
+            definition = self.where(name)
+            if definition is None:
+                raise UndefinedKnobError(f"{name} is not defined")
+            raise ConfigError(f"{name} is empty", definition.source, definition.line)
+        try:
+            return convert_fn(text)
+        except ValueError as exc:
+            definition = self.where(name)
+            assert definition is not None
+            raise ConfigError(f"{name}: {exc}", definition.source, definition.line) from exc
+
+    def get_int(self, name: str, default: int | None = None) -> int:
+        return self._typed(name, convert.to_int, default)
+
+    def get_float(self, name: str, default: float | None = None) -> float:
+        return self._typed(name, convert.to_float, default)
+
+    def get_bool(self, name: str, default: bool | None = None) -> bool:
+        return self._typed(name, convert.to_bool, default)
+
+    def get_duration_s(self, name: str, default: float | None = None) -> float:
+        return self._typed(name, convert.to_duration_s, default)
+
+    def get_expr(self, name: str, default: str | None = None) -> classad2.ExprTree:
+        """A ClassAd expression knob, parsed; `default` is expression text."""
+        fallback = convert.to_expr(default) if default is not None else None
+        return self._typed(name, convert.to_expr, fallback)
+
+    def get_list(self, name: str) -> list[str]:
+        return convert.to_list(self.get(name) or "")
+
+
+_current: Config | None = None
+
+
+def get_config() -> Config:
+    """The process's configuration, loaded on first use."""
+    global _current
+    if _current is None:
+        _current = Config.load()
+    return _current
+
+
+def reload_config() -> Config:
+    """Read every source again (SIGHUP); on error the previous configuration stays."""
+    global _current
+    _current = Config.load()
+    return _current

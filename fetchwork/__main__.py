@@ -1,0 +1,3 @@
+from fetchwork.cli import main
+
+main()

@@ -1,0 +1,45 @@
+"""The exception hierarchy: one root, one subclass per kind of failure.
+
+Errors from redis, psutil and the OS are translated into these once, at the
+boundary where they happen, with a message that says what to do.
+"""
+
+
+class FetchworkError(Exception):
+    """Root of every error fetchwork raises on purpose."""
+
+
+class ConfigError(FetchworkError):
+    """The configuration is malformed or a knob has an unusable value."""
+
+    def __init__(self, message: str, source: str | None = None, line: int | None = None):
+        self.source = source
+        self.line = line
+        where = ""
+        if source is not None:
+            where = f"{source}:{line}: " if line is not None else f"{source}: "
+        super().__init__(f"{where}{message}")
+
+
+class UndefinedKnobError(ConfigError):
+    """A configuration knob was asked for but no source defines it."""
+
+
+class AdError(FetchworkError):
+    """ClassAd text or an expression could not be parsed or converted."""
+
+    def __init__(self, message: str, line: int | None = None, source: str | None = None):
+        self.line = line
+        self.source = source
+        where = ""
+        if source is not None:
+            where = f"{source}:"
+        if line is not None:
+            where += f"line {line}: "
+        elif where:
+            where += " "
+        super().__init__(f"{where}{message}")
+
+
+class RedisUnavailableError(FetchworkError):
+    """The broker's Redis could not be reached or started."""

@@ -1,0 +1,1 @@
+"""fetchwork.hooks"""
