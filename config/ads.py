@@ -70,6 +70,8 @@ def parse_expr(text: str, line: int | None = None, source: str | None = None) ->
     holder = classad2.ClassAd()
     holder["x"] = expr
     value = holder["x"]
+    if isinstance(value, classad2.Value):
+        return expr
     return value if isinstance(value, _LITERALS) else expr
 
 
@@ -79,7 +81,7 @@ def format_ad(ad: classad2.ClassAd | Mapping[str, Any]) -> str:
         ad = from_dict(ad)
     lines = []
     for name in ad.keys():
-        lines.append(f"{name} = {unparse(ad.lookup(name))}")
+        lines.append(f"{name} = {attr_text(ad, name)}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -92,6 +94,24 @@ def unparse(expr: classad2.ExprTree) -> str:
     # str() escapes every newline inside a string literal, so the line breaks
     # left are layout (lists and nested ads) and can be folded away.
     return _LAYOUT_RE.sub(" ", str(expr)).strip()
+
+
+def attr_text(ad: classad2.ClassAd, name: str) -> str:
+    """The text of attribute `name`; a real literal keeps every digit (repr)."""
+    value = ad[name]
+    if isinstance(value, float):
+        return _real_text(value)
+    return unparse(ad.lookup(name))
+
+
+def _real_text(value: float) -> str:
+    # The library prints reals with 16 significant digits, which loses the
+    # last bit of some doubles; repr() is the shortest exact form.
+    if value != value:
+        return 'real("NaN")'
+    if value in (float("inf"), float("-inf")):
+        return ('-' if value < 0 else '') + 'real("INF")'
+    return repr(value)
 
 
 def join_pair(first: classad2.ClassAd | Mapping[str, Any],
@@ -143,6 +163,8 @@ def evaluate_attr(ad: classad2.ClassAd, name: str,
 
 def as_bool(value: Any, default: bool = False) -> bool:
     """A ClassAd result as a boolean: numbers are non-zero; undefined/error give `default`."""
+    if isinstance(value, classad2.Value):  # an IntEnum: must be checked before int
+        return default
     if isinstance(value, bool):
         return value
     if isinstance(value, int | float):
@@ -152,6 +174,8 @@ def as_bool(value: Any, default: bool = False) -> bool:
 
 def as_number(value: Any, default: float | None = None) -> float | None:
     """A ClassAd result as a number (booleans are 0/1); anything else gives `default`."""
+    if isinstance(value, classad2.Value):
+        return default
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, int | float):
@@ -164,7 +188,9 @@ def to_dict(ad: classad2.ClassAd) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ad.keys():
         value = ad[name]
-        if isinstance(value, _LITERALS):
+        if isinstance(value, classad2.Value):  # undefined/error: an IntEnum, not a literal
+            out[name] = {EXPR_KEY: unparse(ad.lookup(name))}
+        elif isinstance(value, _LITERALS):
             out[name] = value
         else:
             out[name] = {EXPR_KEY: unparse(ad.lookup(name))}
@@ -208,4 +234,4 @@ def ads_equal(a: classad2.ClassAd, b: classad2.ClassAd) -> bool:
     """Same attribute names (case-insensitive) and the same expression text."""
     if {k.lower() for k in a.keys()} != {k.lower() for k in b.keys()}:
         return False
-    return all(unparse(a.lookup(k)) == unparse(b.lookup(k)) for k in a.keys())
+    return all(attr_text(a, k) == attr_text(b, k) for k in a.keys())

@@ -26,9 +26,12 @@ _DURATION_UNITS_S = {
 def _evaluate_literal(text: str) -> object:
     """Evaluate `text` as a constant ClassAd expression (HTCondor allows `4 * 1024`)."""
     try:
-        return classad2.ExprTree(text).eval()
+        value = classad2.ExprTree(text).eval()
     except Exception as exc:  # classad2 raises its own exception type
         raise ValueError(f"{text!r} is not a valid expression") from exc
+    if isinstance(value, classad2.Value):  # undefined or error (an IntEnum: check first)
+        raise ValueError(f"{text!r} does not evaluate to a value ({value.name})")
+    return value
 
 
 def to_int(text: str) -> int:
@@ -38,7 +41,10 @@ def to_int(text: str) -> int:
         return int(text, 0)
     except ValueError:
         pass
-    value = _evaluate_literal(text) if text else None
+    try:
+        value = _evaluate_literal(text) if text else None
+    except ValueError:
+        value = None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"expected an integer, got {text!r}")
     if isinstance(value, float) and not value.is_integer():
@@ -53,7 +59,10 @@ def to_float(text: str) -> float:
         return float(text)
     except ValueError:
         pass
-    value = _evaluate_literal(text) if text else None
+    try:
+        value = _evaluate_literal(text) if text else None
+    except ValueError:
+        value = None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"expected a number, got {text!r}")
     return float(value)
@@ -66,7 +75,10 @@ def to_bool(text: str) -> bool:
         return True
     if word in _FALSE:
         return False
-    value = _evaluate_literal(text) if word else None
+    try:
+        value = _evaluate_literal(text) if word else None
+    except ValueError:
+        value = None
     if isinstance(value, bool):
         return value
     raise ValueError(f"expected true or false, got {text!r}")

@@ -52,7 +52,10 @@ def logical_lines(text: str, source: str) -> Iterator[tuple[int, str]]:
     """
     pending: list[str] = []
     start = 0
-    for number, physical in enumerate(text.splitlines(), start=1):
+    # Only "\n" (and "\r\n") end lines; str.splitlines would also split
+    # on form feeds and other separators that may sit inside a value.
+    for number, physical in enumerate(text.split("\n"), start=1):
+        physical = physical.removesuffix("\r")
         stripped = physical.strip()
         if stripped.startswith("#") or (not stripped and not pending):
             continue

@@ -22,9 +22,9 @@ from typing import TypeVar
 
 import classad2
 import psutil
-
 from fetchwork.config import convert
 from fetchwork.config.language import Definition, define, expand, lookup, parse
+
 from fetchwork.errors import ConfigError, UndefinedKnobError
 
 DEFAULTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "defaults.conf")

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 # Only components whose commands work are listed.
 COMMAND_MODULES = [
     "fetchwork.config.cli",
+    "fetchwork.broker.redis_cli",
 ]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -66,3 +67,7 @@ def main(ctx: click.Context, verbose: int) -> None:
 for _module_name in COMMAND_MODULES:
     for _command in importlib.import_module(_module_name).COMMANDS:
         main.add_command(_command)
+
+
+if __name__ == "__main__":
+    main()

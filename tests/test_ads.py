@@ -1,0 +1,160 @@
+"""ClassAd plumbing: hook text, the `-----` pair, evaluation, and stored dicts."""
+
+from __future__ import annotations
+
+import classad2
+import msgpack
+import pytest
+from fetchwork.config import ads
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fetchwork.errors import AdError
+
+DELAY = 'ifThenElse(State == "Claimed" && Activity == "Idle", 0, 300)'
+
+_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True).filter(
+    lambda name: name.lower() not in {"true", "false", "undefined", "error", "is", "isnt",
+                                      "parent", "my", "target", "super"})
+_strings = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                   max_size=40)
+_literals = st.one_of(
+    st.integers(min_value=-(2**62), max_value=2**62),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    _strings,
+)
+_expressions = st.sampled_from([
+    DELAY, "TARGET.Memory >= MY.RequestMemory && TARGET.Cpus >= 1",
+    "RequestMemory * 1024", '{ 1, 2, "three" }', '[ a = 1; b = "x" ]', "undefined",
+    'regexp("^slot[0-9]+", Name)', "Owner =?= \"alice\" || JobPrio > 5",
+    'strcat("a\\nb", "\\\\")',
+]).map(classad2.ExprTree)
+
+
+def _ads(values):
+    return st.dictionaries(_names, values, max_size=12).map(
+        lambda attrs: _build({k.lower(): (k, v) for k, v in attrs.items()}))
+
+
+def _build(unique):
+    ad = classad2.ClassAd()
+    for name, value in unique.values():
+        ad[name] = value
+    return ad
+
+
+@settings(max_examples=200)
+@given(ad=_ads(st.one_of(_literals, _expressions)))
+def test_printed_ads_parse_back_equal(ad):
+    assert ads.parse_ad(ads.format_ad(ad)) == ad
+
+
+@settings(max_examples=200)
+@given(ad=_ads(st.one_of(_literals, _expressions)))
+def test_dicts_round_trip_through_msgpack_keeping_expressions(ad):
+    stored = msgpack.unpackb(msgpack.packb(ads.to_dict(ad)), raw=False)
+    back = ads.from_dict(stored)
+    assert back == ad
+    for name in ad.keys():
+        assert isinstance(back[name], classad2.ExprTree) == isinstance(ad[name],
+                                                                        classad2.ExprTree)
+
+
+@given(job=_ads(_literals), slot=_ads(_literals))
+def test_pairs_split_into_the_ads_joined(job, slot):
+    first, second = ads.split_pair(ads.join_pair(job, slot))
+    assert first == job and second == slot
+
+
+def test_an_expression_stays_an_expression():
+    ad = ads.parse_ad(f"FetchWorkDelay = {DELAY}\nMemory = 2048\n")
+    stored = ads.to_dict(ad)
+    assert stored["Memory"] == 2048
+    assert stored["FetchWorkDelay"] == {"$expr": ads.unparse(ad.lookup("FetchWorkDelay"))}
+    back = ads.from_dict(stored)
+    slot = classad2.ClassAd({"State": "Claimed", "Activity": "Idle"})
+    assert ads.evaluate(back.lookup("FetchWorkDelay"), slot) == 0
+    slot["Activity"] = "Busy"
+    assert ads.evaluate(back.lookup("FetchWorkDelay"), slot) == 300
+
+
+def test_the_pair_uses_a_dash_line():
+    text = ads.join_pair({"Cmd": "/bin/true"}, {"Name": "slot1@host"})
+    assert text == 'Cmd = "/bin/true"\n-----\nName = "slot1@host"\n'
+
+
+def test_split_without_separator_gives_one_ad():
+    first, second = ads.split_pair('Cmd = "/bin/true"\n')
+    assert first["Cmd"] == "/bin/true" and second is None
+
+
+def test_comments_and_blank_lines_in_hook_output_are_fine():
+    ad = ads.parse_ad('\n# from the hook\nCmd = "/bin/echo"\n\n  Args = "hi"\n')
+    assert ad["Cmd"] == "/bin/echo" and ad["Args"] == "hi"
+
+
+def test_a_later_attribute_wins_case_insensitively():
+    ad = ads.parse_ad("JobPrio = 1\njobprio = 2\n")
+    assert ad["JobPrio"] == 2 and len(ad) == 1
+
+
+def test_new_format_text_is_accepted():
+    ad = ads.parse_ad('[ Cmd = "/bin/true"; Memory = 10 ]')
+    assert ad["Cmd"] == "/bin/true" and ad["Memory"] == 10
+
+
+@pytest.mark.parametrize("text,line,message", [
+    ("Cmd = \"/bin/true\"\nthis is not an attribute\n", 2, "expected 'Name = expression'"),
+    ("A = 1\nB = 1 +\n", 2, "not a ClassAd expression"),
+    ("A =\n", 1, "attribute A has no value"),
+    ("\n\n3x = 1\n", 3, "expected 'Name = expression'"),
+])
+def test_bad_text_names_the_line(text, line, message):
+    with pytest.raises(AdError, match=rf"line {line}: {message}") as caught:
+        ads.parse_ad(text, source="fetch hook")
+    assert caught.value.line == line
+    assert str(caught.value).startswith("fetch hook:")
+
+
+def test_bad_new_format_is_an_error():
+    with pytest.raises(AdError):
+        ads.parse_ad("[ A = ")
+
+
+def test_evaluate_with_my_and_target():
+    job = ads.parse_ad("RequestMemory = 100\nRequirements = TARGET.Memory >= MY.RequestMemory\n")
+    slot = ads.parse_ad("Memory = 50\n")
+    assert ads.evaluate_attr(job, "Requirements", slot) is False
+    slot["Memory"] = 500
+    assert ads.evaluate_attr(job, "Requirements", slot) is True
+    assert ads.evaluate("TARGET.Memory - MY.RequestMemory", job, slot) == 400
+
+
+def test_missing_attributes_evaluate_undefined():
+    assert ads.evaluate_attr(classad2.ClassAd(), "Start") == classad2.Value.Undefined
+    assert ads.as_bool(classad2.Value.Undefined, default=True) is True
+    assert ads.as_bool(classad2.Value.Error) is False
+
+
+def test_as_number_and_as_bool():
+    assert ads.as_number(True) == 1.0 and ads.as_number("x") is None
+    assert ads.as_bool(2) is True and ads.as_bool(0.0) is False
+
+
+def test_from_dict_accepts_plain_lists_and_none():
+    ad = ads.from_dict({"L": [1, "a", True], "U": None})
+    assert ads.evaluate_attr(ad, "L") == [1, "a", True]
+    assert ad.lookup("U").eval() == classad2.Value.Undefined
+
+
+def test_from_dict_rejects_what_an_ad_cannot_hold():
+    with pytest.raises(AdError, match="cannot store"):
+        ads.from_dict({"X": object()})
+    with pytest.raises(AdError, match="nested mapping"):
+        ads.from_dict({"X": {"a": 1}})
+
+
+def test_ads_equal_compares_text():
+    assert ads.ads_equal(ads.parse_ad("A = 1\nB = x + 1\n"), ads.parse_ad("b = x + 1\na = 1\n"))
+    assert not ads.ads_equal(ads.parse_ad("A = 1\n"), ads.parse_ad("A = 2\n"))
