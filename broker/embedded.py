@@ -29,10 +29,10 @@ from pathlib import Path
 
 import psutil
 import redis
-from fetchwork.config.loader import Config, get_config
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from fetchwork.config.loader import Config, get_config
 from fetchwork.errors import RedisUnavailableError
 
 log = logging.getLogger(__name__)

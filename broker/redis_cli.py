@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+
 from fetchwork.broker.embedded import embedded_for
 from fetchwork.config.loader import Config
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import click
-from fetchwork.config.loader import Config
 
+from fetchwork.config.loader import Config
 from fetchwork.errors import UndefinedKnobError
 
 

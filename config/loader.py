@@ -5,9 +5,10 @@ Sources, each overriding the one before:
 1. detected facts: `DETECTED_CPUS`, `DETECTED_MEMORY` (MB), `HOSTNAME`,
    `FULL_HOSTNAME`, `OPSYS`, `ARCH` (as HTCondor provides them);
 2. the packaged `defaults.conf`, which names every knob fetchwork reads;
-3. the file named by `FETCHWORK_CONFIG`, else `/etc/fetchwork/fetchwork.conf`
+3. `<FETCHWORK_STATE_DIR>/pool.conf` when `fetchwork up` wrote one there;
+4. the file named by `FETCHWORK_CONFIG`, else `/etc/fetchwork/fetchwork.conf`
    when it exists;
-4. the environment: `FETCHWORK_<X>` for knobs whose own name starts with
+5. the environment: `FETCHWORK_<X>` for knobs whose own name starts with
    `FETCHWORK_` (so `FETCHWORK_BROKER=redis://...` works as users expect),
    then `_FETCHWORK_<NAME>` for any knob, as HTCondor's `_CONDOR_<NAME>`.
 """
@@ -22,15 +23,17 @@ from typing import TypeVar
 
 import classad2
 import psutil
+
 from fetchwork.config import convert
 from fetchwork.config.language import Definition, define, expand, lookup, parse
-
 from fetchwork.errors import ConfigError, UndefinedKnobError
 
 DEFAULTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "defaults.conf")
 SYSTEM_CONFIG = "/etc/fetchwork/fetchwork.conf"
 CONFIG_ENV = "FETCHWORK_CONFIG"
 OVERRIDE_PREFIX = "_FETCHWORK_"
+# Written into the state directory by `fetchwork up`; read after defaults.conf.
+POOL_FILE = "pool.conf"
 DETECTED = "<detected>"
 ENVIRONMENT = "<environment>"
 T = TypeVar("T")
@@ -62,6 +65,40 @@ def _read_file(path: str, required: bool) -> tuple[str, str] | None:
         return handle.read(), path
 
 
+def _parse_file(path: str, defined: dict[str, Definition]) -> None:
+    found = _read_file(path, True)
+    assert found is not None
+    parse(found[0], found[1], defined, _read_file)
+
+
+def _merge(env: Mapping[str, str], config_file: str | None, use_defaults: bool,
+           pool_file: str | None) -> dict[str, Definition]:
+    defined: dict[str, Definition] = {}
+    for definition in detected_definitions():
+        define(defined, definition)
+    if use_defaults:
+        _parse_file(DEFAULTS_FILE, defined)
+    if pool_file is not None:
+        _parse_file(pool_file, defined)
+    path = config_file if config_file is not None else env.get(CONFIG_ENV) or None
+    if path is not None:
+        try:
+            _parse_file(path, defined)
+        except OSError as exc:
+            raise ConfigError(f"cannot read the configuration file: {exc.strerror} "
+                              f"(set {CONFIG_ENV} to a readable file)", path) from exc
+    elif os.path.exists(SYSTEM_CONFIG):
+        _parse_file(SYSTEM_CONFIG, defined)
+    for name, value in sorted(env.items()):
+        if name.startswith("FETCHWORK_") and name != CONFIG_ENV:
+            define(defined, Definition(name, value, f"{ENVIRONMENT} {name}", None))
+    for name, value in sorted(env.items()):
+        if name.startswith(OVERRIDE_PREFIX) and len(name) > len(OVERRIDE_PREFIX):
+            knob = name[len(OVERRIDE_PREFIX):]
+            define(defined, Definition(knob, value, f"{ENVIRONMENT} {name}", None))
+    return defined
+
+
 class Config:
     """The merged configuration: expanded lookups and typed accessors."""
 
@@ -75,35 +112,19 @@ class Config:
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None,
              config_file: str | None = None, use_defaults: bool = True) -> Config:
-        """Read every source in order. `config_file` overrides `FETCHWORK_CONFIG`."""
+        """Read every source in order. `config_file` overrides `FETCHWORK_CONFIG`.
+
+        When the state directory holds a pool file (written by `fetchwork up`),
+        it is read right after the defaults, so a local pool is found with no
+        configuration while the admin's file and the environment still win.
+        """
         env = dict(os.environ if environ is None else environ)
-        defined: dict[str, Definition] = {}
-        for definition in detected_definitions():
-            define(defined, definition)
+        defined = _merge(env, config_file, use_defaults, pool_file=None)
         if use_defaults:
-            found = _read_file(DEFAULTS_FILE, True)
-            assert found is not None
-            parse(found[0], found[1], defined, _read_file)
-        path = config_file if config_file is not None else env.get(CONFIG_ENV) or None
-        if path is not None:
-            try:
-                found = _read_file(path, True)
-            except OSError as exc:
-                raise ConfigError(f"cannot read the configuration file: {exc.strerror} "
-                                  f"(set {CONFIG_ENV} to a readable file)", path) from exc
-            assert found is not None
-            parse(found[0], found[1], defined, _read_file)
-        elif os.path.exists(SYSTEM_CONFIG):
-            found = _read_file(SYSTEM_CONFIG, True)
-            assert found is not None
-            parse(found[0], found[1], defined, _read_file)
-        for name, value in sorted(env.items()):
-            if name.startswith("FETCHWORK_") and name != CONFIG_ENV:
-                define(defined, Definition(name, value, f"{ENVIRONMENT} {name}", None))
-        for name, value in sorted(env.items()):
-            if name.startswith(OVERRIDE_PREFIX) and len(name) > len(OVERRIDE_PREFIX):
-                knob = name[len(OVERRIDE_PREFIX):]
-                define(defined, Definition(knob, value, f"{ENVIRONMENT} {name}", None))
+            state_dir = cls(defined, env).get("FETCHWORK_STATE_DIR")
+            pool_file = os.path.join(state_dir, POOL_FILE) if state_dir else None
+            if pool_file and os.path.isfile(pool_file):
+                defined = _merge(env, config_file, use_defaults, pool_file=pool_file)
         return cls(defined, env)
 
     @classmethod

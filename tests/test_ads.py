@@ -5,10 +5,10 @@ from __future__ import annotations
 import classad2
 import msgpack
 import pytest
-from fetchwork.config import ads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fetchwork.config import ads
 from fetchwork.errors import AdError
 
 DELAY = 'ifThenElse(State == "Claimed" && Activity == "Idle", 0, 300)'

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import classad2
 import pytest
-from fetchwork.config import convert
 from hypothesis import given
 from hypothesis import strategies as st
+
+from fetchwork.config import convert
 
 
 @pytest.mark.parametrize("text,expected", [("42", 42), (" -3 ", -3), ("0x10", 16),

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from fetchwork.config.language import Definition, expand, logical_lines, lookup, parse
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fetchwork.config.language import Definition, expand, logical_lines, lookup, parse
 from fetchwork.errors import ConfigError, UndefinedKnobError
 
 

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from fetchwork.config import keywords
 from fetchwork.config.loader import DEFAULTS_FILE, Config
-
 from fetchwork.errors import ConfigError, UndefinedKnobError
 
 
@@ -190,3 +190,21 @@ def test_cli_bad_config_file_is_one_clear_line(conf):
     assert result.returncode == 1
     assert f"{path}:2:" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_pool_file_in_the_state_dir_is_read_after_defaults(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "pool.conf").write_text("STARTD_JOB_HOOK_KEYWORD = FETCHWORK\nNUM_SLOTS = 3\n")
+    admin = tmp_path / "admin.conf"
+    admin.write_text("NUM_SLOTS = 5\n")
+    env = {"FETCHWORK_STATE_DIR": str(state), "FETCHWORK_CONFIG": str(admin)}
+    config = Config.load(environ=env)
+    assert config.get("STARTD_JOB_HOOK_KEYWORD") == "FETCHWORK"
+    assert config.where("STARTD_JOB_HOOK_KEYWORD").source == str(state / "pool.conf")
+    assert config.get("NUM_SLOTS") == "5"  # the admin's file still wins
+
+
+def test_no_pool_file_leaves_the_defaults(tmp_path):
+    config = Config.load(environ={"FETCHWORK_STATE_DIR": str(tmp_path)})
+    assert config.get("STARTD_JOB_HOOK_KEYWORD") == ""

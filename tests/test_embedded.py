@@ -8,9 +8,9 @@ import sys
 
 import pytest
 import redis
+
 from fetchwork.broker.embedded import EmbeddedRedis, broker_url, connect, find_server
 from fetchwork.config.loader import Config
-
 from fetchwork.errors import RedisUnavailableError
 
 
