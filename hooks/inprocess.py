@@ -1,0 +1,114 @@
+"""In-process hooks: `python:package.module:function`, called without a fork.
+
+The function is called as `function(args, stdin_text)` in its own thread and
+returns the hook's stdout (str or bytes), None for no output, or
+`(exit_code, stdout)`. A call that outlives its timeout is abandoned (a
+thread cannot be killed) and reported as timed out; an exception is
+reported as an error. The function may call `current_call()` for the
+environment and directory a program hook would have been given.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+IN_PROCESS_PREFIX = "python:"
+_CANCEL_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class HookCall:
+    """What an in-process hook may ask about its own call."""
+
+    hook: str
+    keyword: str
+    env: Mapping[str, str] | None
+    cwd: str | None
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What the call did: an exit code and stdout, or an error, or a timeout."""
+
+    exit_code: int | None = None
+    stdout: str = ""
+    error: str | None = None
+    timed_out: bool = False
+    cancelled: bool = False
+
+
+_current_call: contextvars.ContextVar[HookCall | None] = contextvars.ContextVar(
+    "fetchwork_hook_call", default=None)
+
+
+def current_call() -> HookCall | None:
+    """Inside an in-process hook: its name, keyword, environment and directory; else None."""
+    return _current_call.get()
+
+
+def load_function(value: str) -> Callable[..., Any]:
+    """The callable named by `python:package.module:function` (ImportError/ValueError)."""
+    target = value[len(IN_PROCESS_PREFIX):]
+    module_name, colon, function_name = target.partition(":")
+    if not colon or not module_name or not function_name:
+        raise ValueError(f"{value!r} is not python:package.module:function")
+    function: Any = importlib.import_module(module_name)
+    for part in function_name.split("."):
+        function = getattr(function, part)
+    if not callable(function):
+        raise ValueError(f"{value!r} does not name a callable")
+    return function
+
+
+def call_function(value: str, args: list[str], stdin_text: str, timeout_s: float,
+                  call: HookCall, cancel: threading.Event | None = None) -> CallOutcome:
+    """Load and call the hook named by `value`; never raises for the hook's failures."""
+    try:
+        function = load_function(value)
+    except Exception as exc:
+        return CallOutcome(error=f"cannot load {value}: {type(exc).__name__}: {exc}")
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        _current_call.set(call)
+        try:
+            box["value"] = function(list(args), stdin_text)
+        except BaseException as exc:  # the hook's failure is reported, not raised
+            box["error"] = exc
+
+    thread = threading.Thread(target=contextvars.Context().run, args=(body,),
+                              name=f"hook-call-{call.keyword}-{call.hook}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while thread.is_alive():
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            return CallOutcome(timed_out=True)
+        if cancel is not None and cancel.is_set():
+            return CallOutcome(cancelled=True)
+        thread.join(left_s if cancel is None else min(left_s, _CANCEL_POLL_S))
+    if "error" in box:
+        exc = box["error"]
+        return CallOutcome(error=f"{value} raised {type(exc).__name__}: {exc}")
+    return _outcome(value, box.get("value"))
+
+
+def _outcome(value: str, returned: Any) -> CallOutcome:
+    exit_code, stdout = 0, returned
+    if isinstance(returned, tuple):
+        if len(returned) != 2 or not isinstance(returned[0], int):
+            return CallOutcome(error=f"{value} returned {returned!r}, not (exit_code, stdout)")
+        exit_code, stdout = returned
+    if stdout is None:
+        stdout = ""
+    if isinstance(stdout, bytes):
+        stdout = stdout.decode("utf-8", "replace")
+    if not isinstance(stdout, str):
+        return CallOutcome(error=f"{value} returned a {type(stdout).__name__}, not text")
+    return CallOutcome(exit_code=exit_code, stdout=stdout)

@@ -1,0 +1,397 @@
+"""Running one hook: a program (as HTCondor runs it) or a `python:module:function`.
+
+A program hook runs directly (no shell) in its own session and process group.
+Its stdin gets the given text and is then closed; its stdout and stderr are
+read up to `output_limit` bytes. When the main process exits, whatever it left
+in its group is killed; when the timeout passes, the whole group is killed.
+An in-process hook is called as `function(args, stdin_text)` in a thread with
+the same timeout; it returns stdout text, None (no output) or
+`(exit_code, stdout)`. Neither form ever raises for a failing hook: the
+`HookResult` says what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fetchwork.config import keywords
+from fetchwork.config.loader import Config
+from fetchwork.hooks.argsyntax import parse_hook_args
+from fetchwork.hooks.inprocess import IN_PROCESS_PREFIX, HookCall, call_function, current_call
+
+__all__ = ["HookCall", "HookResult", "HookSpec", "current_call", "program_refusal",
+           "resolve_hook", "run_hook", "start_hook"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OUTPUT_LIMIT = 1048576
+# After the main process is gone and its group killed, output still in the
+# pipes is read for at most this long (a grandchild that left the group with
+# setsid may hold them open).
+_DRAIN_S = 1.0
+_POLL_S = 0.02
+_CANCEL_POLL_S = 0.05
+_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class HookSpec:
+    """One configured hook: what `<KEYWORD>_HOOK_<NAME>` and its knobs say."""
+
+    hook: str
+    keyword: str
+    value: str
+    args: tuple[str, ...] = ()
+    timeout_s: float = 60.0
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+
+    @property
+    def in_process(self) -> bool:
+        return self.value.startswith(IN_PROCESS_PREFIX)
+
+
+@dataclass
+class HookResult:
+    """What one run of a hook did."""
+
+    spec: HookSpec
+    argv: list[str]
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    output_too_large: bool = False
+    duration_s: float = 0.0
+    error: str | None = None
+    cancelled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """It ran, exited 0, and was not killed, timed out or over its output limit."""
+        return (self.error is None and self.exit_code == 0 and self.signal is None
+                and not self.timed_out and not self.output_too_large and not self.cancelled)
+
+    def outcome(self) -> str:
+        """A short description for log lines."""
+        if self.error is not None:
+            return f"refused or failed: {self.error}"
+        if self.timed_out:
+            return f"timed out after {self.spec.timeout_s:g}s, killed"
+        if self.cancelled:
+            return "cancelled by its caller, killed"
+        if self.output_too_large:
+            return f"output over {self.spec.output_limit} bytes, killed"
+        if self.signal is not None:
+            return f"killed by signal {self.signal}"
+        return f"exit {self.exit_code}"
+
+
+def resolve_hook(config: Config, keyword: str | None, hook: str) -> HookSpec | None:
+    """The hook `<keyword>_HOOK_<hook>` with its args, timeout and output limit; None if unset."""
+    value = keywords.hook_value(config, keyword, hook)
+    if value is None or keyword is None:
+        return None
+    return HookSpec(
+        hook=hook,
+        keyword=keyword,
+        value=value,
+        args=tuple(parse_hook_args(keywords.hook_args(config, keyword, hook))),
+        timeout_s=keywords.hook_timeout_s(config, keyword, hook),
+        output_limit=config.get_int("HOOK_OUTPUT_LIMIT", DEFAULT_OUTPUT_LIMIT),
+    )
+
+
+# -- refusing unsafe programs ----------------------------------------------
+
+def program_refusal(path: str) -> str | None:
+    """Why the program at `path` must not run as a hook, or None when it may.
+
+    HTCondor's hook path check: an executable file that is not
+    world-writable and does not sit in a world-writable directory (the
+    sticky bit does not help). Here the path must also be absolute: a
+    relative one would depend on the daemon's working directory.
+    """
+    if not os.path.isabs(path):
+        return f"{path} is not an absolute path"
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return f"{path} cannot be used: {exc.strerror}"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path} is not a regular file"
+    if info.st_mode & stat.S_IWOTH:
+        return f"{path} is world-writable"
+    if not os.access(path, os.X_OK) or not info.st_mode & 0o111:
+        return f"{path} is not executable"
+    directory = os.path.dirname(path)
+    try:
+        dir_info = os.stat(directory)
+    except OSError as exc:  # pragma: no cover - the file was just found
+        return f"{directory} cannot be used: {exc.strerror}"
+    # HTCondor refuses a world-writable directory even with the sticky bit.
+    if dir_info.st_mode & stat.S_IWOTH:
+        return f"{path} is in a world-writable directory ({directory})"
+    return None
+
+
+# -- running ---------------------------------------------------------------
+
+def run_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] = (),
+             env: Mapping[str, str] | None = None, cwd: str | None = None,
+             user: tuple[int, int] | None = None, *,
+             cancel: threading.Event | None = None) -> HookResult:
+    """Run the hook to its end (or timeout) and report; never raises for hook failures.
+
+    `user` is (uid, gid) to run a program hook as; in-process hooks run as the
+    calling process and read `env`/`cwd` through `current_call()`. Setting
+    `cancel` ends the run early: a program's group is killed, an in-process
+    call is abandoned, and the result says `cancelled`.
+    """
+    argv_args = [*extra_args, *spec.args]
+    started = time.monotonic()
+    if spec.in_process:
+        result = _run_in_process(spec, argv_args, stdin_text, env, cwd, cancel)
+    else:
+        result = _run_program(spec, [spec.value, *argv_args], stdin_text, env, cwd, user,
+                              cancel)
+    result.duration_s = time.monotonic() - started
+    log.info("hook %s_HOOK_%s (%s) took %.3fs: %s", spec.keyword, spec.hook, spec.value,
+             result.duration_s, result.outcome())
+    if result.stderr.strip() and not result.ok:
+        log.info("hook %s_HOOK_%s stderr: %s", spec.keyword, spec.hook,
+                 result.stderr.strip()[-2000:])
+    return result
+
+
+def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] = (),
+               env: Mapping[str, str] | None = None, cwd: str | None = None,
+               user: tuple[int, int] | None = None,
+               on_done: Callable[[HookResult], None] | None = None, *,
+               cancel: threading.Event | None = None) -> threading.Thread:
+    """Run the hook in a daemon thread (it is reaped there); `on_done` gets the result."""
+
+    def body() -> None:
+        result = run_hook(spec, stdin_text, extra_args, env, cwd, user, cancel=cancel)
+        if on_done is not None:
+            try:
+                on_done(result)
+            except Exception:
+                log.exception("handling the result of hook %s_HOOK_%s failed",
+                              spec.keyword, spec.hook)
+
+    thread = threading.Thread(target=body, name=f"hook-{spec.keyword}-{spec.hook}", daemon=True)
+    thread.start()
+    return thread
+
+
+@dataclass
+class _Pipes:
+    limit: int
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
+    too_large: bool = False
+
+
+def _spawn(argv: list[str], env: Mapping[str, str] | None, cwd: str | None,
+           user: tuple[int, int] | None) -> subprocess.Popen[bytes]:
+    options: dict[str, Any] = {}
+    if user is not None and os.geteuid() == 0 and user[0] != 0:
+        options.update(user=user[0], group=user[1], extra_groups=[])
+    return subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=dict(env) if env is not None else None, cwd=cwd, close_fds=True,
+        start_new_session=True, **options)
+
+
+def _run_program(spec: HookSpec, argv: list[str], stdin_text: str,
+                 env: Mapping[str, str] | None, cwd: str | None,
+                 user: tuple[int, int] | None, cancel: threading.Event | None) -> HookResult:
+    result = HookResult(spec=spec, argv=argv)
+    refusal = program_refusal(spec.value)
+    if refusal is not None:
+        result.error = refusal
+        return result
+    try:
+        proc = _spawn(argv, env, cwd, user)
+    except OSError as exc:
+        result.error = f"cannot start {spec.value}: {exc.strerror or exc}"
+        return result
+    pipes = _Pipes(limit=spec.output_limit)
+    try:
+        ending = _pump(proc, stdin_text.encode(), pipes, spec.timeout_s, cancel)
+        result.timed_out = ending == "timeout"
+        result.cancelled = ending == "cancelled"
+    finally:
+        _kill_group(proc.pid)
+        status = proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    if status < 0:
+        result.signal = -status
+    else:
+        result.exit_code = status
+    result.output_too_large = pipes.too_large
+    result.stdout = pipes.stdout.decode("utf-8", "replace")
+    result.stderr = pipes.stderr.decode("utf-8", "replace")
+    return result
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL the hook's process group. The leader is not reaped yet, so the id is ours."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _main_exited(pid: int) -> bool:
+    """Whether the main process has exited, leaving it unreaped (a zombie)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _pump(proc: subprocess.Popen[bytes], data: bytes, pipes: _Pipes, timeout_s: float,
+          cancel: threading.Event | None) -> str:
+    """Feed stdin and read output until the main process exits.
+
+    Returns "exited", "timeout" or "cancelled"; the caller kills the group.
+    """
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    deadline = time.monotonic() + timeout_s
+    selector = selectors.DefaultSelector()
+    pidfd = _open_pidfd(proc.pid)
+    try:
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
+        for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+            os.set_blocking(stream.fileno(), False)
+            selector.register(stream, selectors.EVENT_READ, name)
+        offset = 0
+        if data:
+            os.set_blocking(proc.stdin.fileno(), False)
+            selector.register(proc.stdin, selectors.EVENT_WRITE, "stdin")
+        else:
+            proc.stdin.close()
+        exited_at: float | None = None
+        while True:
+            now = time.monotonic()
+            if exited_at is None and _main_exited(proc.pid):
+                exited_at = now
+                _kill_group(proc.pid)  # leftovers in its group go with it
+                _drop(selector, proc.stdin)
+            if exited_at is not None and (not _has_pipes(selector) or now - exited_at > _DRAIN_S):
+                return "exited"
+            if exited_at is None and now >= deadline:
+                return "timeout"
+            if exited_at is None and cancel is not None and cancel.is_set():
+                return "cancelled"
+            if pipes.too_large:
+                _kill_group(proc.pid)
+            wait_s = _POLL_S if pidfd is None else max(0.0, deadline - now)
+            if cancel is not None:
+                wait_s = min(wait_s, _CANCEL_POLL_S)
+            if exited_at is not None:
+                wait_s = min(wait_s, max(0.0, exited_at + _DRAIN_S - now))
+            for key, _events in selector.select(timeout=wait_s):
+                if key.data == "exit":
+                    selector.unregister(key.fileobj)
+                elif key.data == "stdin":
+                    offset = _feed(selector, proc.stdin, data, offset)
+                else:
+                    _read(selector, key.fileobj, key.data, pipes)
+    finally:
+        selector.close()
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _open_pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return opener(pid)
+    except OSError:
+        return None
+
+
+def _has_pipes(selector: selectors.BaseSelector) -> bool:
+    return any(key.data in ("stdout", "stderr") for key in selector.get_map().values())
+
+
+def _drop(selector: selectors.BaseSelector, stream: Any) -> None:
+    try:
+        selector.unregister(stream)
+    except (KeyError, ValueError):
+        pass
+    try:
+        stream.close()
+    except OSError:
+        pass
+
+
+def _feed(selector: selectors.BaseSelector, stream: Any, data: bytes, offset: int) -> int:
+    try:
+        offset += os.write(stream.fileno(), data[offset:offset + _CHUNK])
+    except BlockingIOError:
+        return offset
+    except (BrokenPipeError, OSError):  # the hook closed its stdin: fine
+        offset = len(data)
+    if offset >= len(data):
+        _drop(selector, stream)
+    return offset
+
+
+def _read(selector: selectors.BaseSelector, stream: Any, name: str, pipes: _Pipes) -> None:
+    try:
+        chunk = os.read(stream.fileno(), _CHUNK)
+    except BlockingIOError:
+        return
+    except OSError:
+        chunk = b""
+    if not chunk:
+        _drop(selector, stream)
+        return
+    buffer = pipes.stdout if name == "stdout" else pipes.stderr
+    room = pipes.limit - len(buffer)
+    if len(chunk) > room:
+        buffer.extend(chunk[:max(room, 0)])
+        # Too much stdout is bad output; too much stderr is only cut short.
+        if name == "stdout":
+            pipes.too_large = True
+    else:
+        buffer.extend(chunk)
+
+
+def _run_in_process(spec: HookSpec, args: list[str], stdin_text: str,
+                    env: Mapping[str, str] | None, cwd: str | None,
+                    cancel: threading.Event | None) -> HookResult:
+    result = HookResult(spec=spec, argv=[spec.value, *args])
+    outcome = call_function(spec.value, args, stdin_text, spec.timeout_s,
+                            HookCall(spec.hook, spec.keyword, env, cwd), cancel)
+    result.timed_out = outcome.timed_out
+    result.cancelled = outcome.cancelled
+    result.error = outcome.error
+    if outcome.exit_code is not None:
+        result.exit_code = outcome.exit_code
+        stdout = outcome.stdout
+        if len(stdout.encode("utf-8", "replace")) > spec.output_limit:
+            result.output_too_large = True
+            stdout = stdout[:spec.output_limit]
+        result.stdout = stdout
+    return result

@@ -1,0 +1,36 @@
+"""Control requests to the running starter from inside its own process.
+
+An in-process hook running in the starter calls `request("remove")` (or
+hold, vacate, kill, suspend, continue) exactly as the startd would write a
+control line. Thread-safe and safe in a signal handler: a request is one
+short write to a pipe the starter's loop watches.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fetchwork.errors import StarterError
+from fetchwork.starter.lifecycle import REQUESTS
+
+_write_fd: int | None = None
+
+
+def install(write_fd: int | None) -> None:
+    """Route requests to `write_fd` (the starter's wake-up pipe); None to stop."""
+    global _write_fd
+    _write_fd = write_fd
+
+
+def request(action: str) -> None:
+    """Ask the starter of this process to `action` its job."""
+    action = action.strip().lower()
+    if action not in REQUESTS:
+        raise StarterError(f"unknown starter request {action!r}; one of {', '.join(REQUESTS)}")
+    fd = _write_fd
+    if fd is None:
+        raise StarterError("no starter is running in this process")
+    try:
+        os.write(fd, action.encode() + b"\n")
+    except BlockingIOError:  # a full pipe already holds plenty of requests
+        pass

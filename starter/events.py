@@ -1,0 +1,65 @@
+"""The starter's side of its protocol with the startd: events out, control lines in."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from typing import IO, Any
+
+import classad2
+
+from fetchwork.config.ads import to_dict
+
+log = logging.getLogger(__name__)
+
+
+class Events:
+    """One JSON object per line on the starter's stdout, flushed at once."""
+
+    def __init__(self, stream: IO[str]):
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._broken = False
+
+    def emit(self, event: str, **fields: Any) -> None:
+        for name, value in fields.items():
+            if isinstance(value, classad2.ClassAd):
+                fields[name] = to_dict(value)
+        line = json.dumps({"event": event, **fields}, default=str)
+        with self._lock:
+            if self._broken:
+                return
+            try:
+                self._stream.write(line + "\n")
+                self._stream.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                # The startd went away; the job still runs its course.
+                self._broken = True
+                log.warning("cannot write events to the startd any more")
+
+
+class LineReader:
+    """Control words from a file descriptor, one per line; `eof` once it closes."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.eof = False
+        self._partial = b""
+
+    def read(self) -> list[str]:
+        """Read what is available now (call when the fd is readable)."""
+        try:
+            chunk = os.read(self.fd, 4096)
+        except BlockingIOError:
+            return []
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.eof = True
+            chunk = b"\n"
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")
+        return [word for line in lines
+                if (word := line.decode("utf-8", "replace").strip().lower())]

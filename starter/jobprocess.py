@@ -1,0 +1,353 @@
+"""`JobProcess`: every OS side effect of running one job, in one place.
+
+Spawn (own session and process group, as the job user), signals to the main
+process or the whole tree, waiting for the main process, psutil sampling,
+and killing and reaping whatever the job leaves behind.
+
+The tree is found three ways, as HTCondor's process family tracking does:
+processes in the job's session, processes carrying the job's environment
+marker, and descendants of either. The starter makes itself a child
+subreaper, so a job process whose parent died is re-parented to the
+starter instead of init and is still found, killed and reaped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from fetchwork.errors import StarterError
+from fetchwork.starter.jobspec import LaunchPlan
+
+log = logging.getLogger(__name__)
+
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants re-parent to this process (Linux); False if unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return False
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One look at the job's tree: live processes, CPU seconds so far, resident KB."""
+
+    num_pids: int
+    user_cpu_s: float
+    sys_cpu_s: float
+    rss_kb: int
+
+
+class JobProcess:
+    """The job's processes and everything done to them."""
+
+    def __init__(self, plan: LaunchPlan, user: tuple[int, int] | None, marker: tuple[str, str]):
+        self.plan = plan
+        self.user = user
+        self.marker = marker
+        self.pid: int | None = None
+        self.pidfd: int | None = None
+        self.status: int | None = None  # decoded: exit code, or -signal
+        self._reaped = False
+        self._owned: dict[tuple[int, float], bool] = {}
+        self._reaped_user_s = 0.0
+        self._reaped_sys_s = 0.0
+        self._me = psutil.Process()
+
+    # -- spawning ----------------------------------------------------------
+
+    def spawn(self) -> int:
+        """Start the job; StarterError (with the reason) when it cannot start."""
+        plan = self.plan
+        options: dict[str, Any] = {}
+        if self.user is not None and os.geteuid() == 0:
+            options.update(user=self.user[0], group=self.user[1], extra_groups=[])
+        with _file_identity(self.user):
+            streams = self._open_streams()
+        try:
+            proc = subprocess.Popen(
+                list(plan.argv), stdin=streams[0], stdout=streams[1], stderr=streams[2],
+                cwd=plan.cwd, env=dict(plan.env), close_fds=True,
+                start_new_session=True, preexec_fn=_die_with(os.getpid()), **options)
+        except OSError as exc:
+            raise StarterError(f"failed to execute {plan.argv[0]!r}: "
+                               f"{exc.strerror or exc}") from exc
+        finally:
+            for stream in {id(s): s for s in streams}.values():
+                stream.close()
+        # The Popen object is dropped: this class waits for the pid itself.
+        proc.returncode = 0
+        self.pid = proc.pid
+        try:
+            self.pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # pragma: no cover - old kernels
+            self.pidfd = None
+        return proc.pid
+
+    def _open_streams(self) -> tuple[Any, Any, Any]:
+        """In, Out and Err, opened with the job user's file access rights."""
+        plan = self.plan
+        try:
+            stdin = open(plan.stdin_path, "rb")  # noqa: SIM115 - closed by spawn
+        except OSError as exc:
+            raise StarterError(f"cannot open the job's input {plan.stdin_path}: "
+                               f"{exc.strerror}") from exc
+        try:
+            stdout = _open_output(plan.stdout_path)
+            stderr = stdout if plan.stderr_path == plan.stdout_path else \
+                _open_output(plan.stderr_path)
+        except BaseException:
+            stdin.close()
+            raise
+        return stdin, stdout, stderr
+
+    # -- signals -----------------------------------------------------------
+
+    def signal_main(self, number: int) -> None:
+        """Signal the main process only (HTCondor sends KillSig to the job's process)."""
+        if self.pid is not None and not self._reaped:
+            try:
+                os.kill(self.pid, number)
+            except ProcessLookupError:
+                pass
+
+    def signal_tree(self, number: int) -> None:
+        """Signal the job's process group and every process of its tree."""
+        if self.pid is None:
+            return
+        if not self._reaped:
+            # The main process is not reaped, so its group id cannot be reused.
+            try:
+                os.killpg(self.pid, number)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for proc in self.tree():
+            try:
+                proc.send_signal(number)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+
+    def stop(self) -> None:
+        self.signal_tree(signal.SIGSTOP)
+
+    def cont(self) -> None:
+        self.signal_tree(signal.SIGCONT)
+
+    def hard_kill(self) -> None:
+        self.signal_tree(signal.SIGKILL)
+
+    # -- waiting -----------------------------------------------------------
+
+    def main_exited(self) -> bool:
+        """Whether the main process has ended (it stays unreaped until `reap_main`)."""
+        if self.pid is None or self._reaped:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # pragma: no cover - reaped elsewhere
+            return True
+
+    def reap_main(self) -> int:
+        """Wait for the main process; kill what it left; return the decoded status."""
+        assert self.pid is not None
+        if not self._reaped:
+            self.hard_kill()  # a job's leftovers do not outlive it, as in HTCondor
+            _pid, status, usage = os.wait4(self.pid, 0)
+            self._reaped = True
+            self._reaped_user_s += usage.ru_utime
+            self._reaped_sys_s += usage.ru_stime
+            self.status = os.waitstatus_to_exitcode(status)
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+                self.pidfd = None
+        return self.status if self.status is not None else 0
+
+    def cleanup(self) -> int:
+        """SIGKILL and reap every process left of the job; how many there were."""
+        left = list(self.tree())
+        for proc in left:
+            try:
+                proc.kill()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        psutil.wait_procs(left, timeout=5)
+        self.reap_orphans()
+        return len(left)
+
+    def reap_orphans(self) -> None:
+        """Reap job processes re-parented to the starter that have exited."""
+        for child in self._me.children():
+            if child.pid == self.pid or not self._is_job(child):
+                continue
+            try:
+                pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if pid:
+                self._reaped_user_s += usage.ru_utime
+                self._reaped_sys_s += usage.ru_stime
+
+    # -- measuring ---------------------------------------------------------
+
+    def tree(self) -> Iterator[psutil.Process]:
+        """The job's live processes (the main one included while it runs)."""
+        try:
+            candidates = self._me.children(recursive=True)
+        except psutil.Error:  # pragma: no cover
+            return
+        owned_pids: set[int] = set()
+        chosen = [proc for proc in candidates if self._is_job(proc)]
+        owned_pids.update(proc.pid for proc in chosen)
+        # Descendants of job processes are the job's, whatever they did to
+        # their session or environment.
+        changed = True
+        while changed:
+            changed = False
+            for proc in candidates:
+                if proc.pid in owned_pids:
+                    continue
+                try:
+                    parent = proc.ppid()
+                except psutil.Error:
+                    continue
+                if parent in owned_pids:
+                    owned_pids.add(proc.pid)
+                    chosen.append(proc)
+                    changed = True
+                    self._remember(proc)
+        yield from chosen
+
+    def _remember(self, proc: psutil.Process) -> None:
+        """Keep a descendant known as the job's after its parent dies and it is re-parented."""
+        try:
+            self._owned[(proc.pid, proc.create_time())] = True
+        except psutil.Error:
+            pass
+
+    def _is_job(self, proc: psutil.Process) -> bool:
+        try:
+            key = (proc.pid, proc.create_time())
+        except psutil.Error:
+            return False
+        verdict = self._owned.get(key)
+        if verdict is None:
+            verdict = self._check_job(proc)
+            self._owned[key] = verdict
+        return verdict
+
+    def _check_job(self, proc: psutil.Process) -> bool:
+        if proc.pid == self.pid:
+            return True
+        try:
+            if self.pid is not None and os.getsid(proc.pid) == self.pid:
+                return True
+        except OSError:
+            pass
+        try:
+            return proc.environ().get(self.marker[0]) == self.marker[1]
+        except (psutil.Error, OSError):
+            return False
+
+    def sample(self) -> Sample:
+        """Count, CPU seconds (with exited children) and resident size of the tree."""
+        self.reap_orphans()
+        num_pids = 0
+        user_s, sys_s = self._reaped_user_s, self._reaped_sys_s
+        rss_kb = 0
+        for proc in self.tree():
+            try:
+                with proc.oneshot():
+                    if proc.status() == psutil.STATUS_ZOMBIE:
+                        continue
+                    times = proc.cpu_times()
+                    rss = proc.memory_info().rss
+            except psutil.Error:
+                continue
+            num_pids += 1
+            user_s += times.user + times.children_user
+            sys_s += times.system + times.children_system
+            rss_kb += rss // 1024
+        return Sample(num_pids, user_s, sys_s, rss_kb)
+
+
+def _die_with(starter_pid: int) -> Any:
+    """A child-side step: SIGKILL the job's main process if the starter dies.
+
+    Runs in the forked child after the user switch (which would clear the
+    setting), so it only calls a C function loaded beforehand. The rest of
+    the tree is found and killed by a starter that is still alive.
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return None
+
+    def step() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != starter_pid:  # the starter died before the call
+            os._exit(127)
+
+    return step
+
+
+def _open_output(path: str) -> Any:
+    try:
+        return open(path, "ab" if path == os.devnull else "wb")  # noqa: SIM115
+    except OSError as exc:
+        raise StarterError(f"cannot open the job's output {path}: {exc.strerror}") from exc
+
+
+@contextlib.contextmanager
+def _file_identity(user: tuple[int, int] | None) -> Iterator[None]:
+    """Within the block, this thread opens files as `user` (Linux setfsuid/setfsgid).
+
+    A root starter must not open a job's `In`/`Out`/`Err` with root's
+    rights: the job ad names those paths. The file-system ids are per
+    thread, so hooks running in other threads are not affected.
+    """
+    if user is None or os.geteuid() != 0:
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.setfsgid(user[1])
+    libc.setfsuid(user[0])
+    try:
+        yield
+    finally:
+        libc.setfsuid(0)
+        libc.setfsgid(0)
+
+
+def resolve_user(slot_user: str | None) -> tuple[int, int] | None:
+    """The (uid, gid) jobs and hooks run as: None unless this process is root.
+
+    A job never runs as root: a root starter uses `SLOT_USER` (a name or a
+    number), else `nobody`.
+    """
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    name = (slot_user or "").strip() or "nobody"
+    try:
+        entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except (KeyError, ValueError) as exc:
+        raise StarterError(f"SLOT_USER {name!r} is not a user on this machine") from exc
+    if entry.pw_uid == 0:
+        raise StarterError("SLOT_USER must not be root: jobs never run as root")
+    return entry.pw_uid, entry.pw_gid

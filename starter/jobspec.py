@@ -1,0 +1,155 @@
+"""From a job ad to what the starter spawns, and back to the attributes it reports (pure)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fetchwork.errors import ArgSyntaxError, StarterError
+from fetchwork.hooks.argsyntax import job_args, job_env
+
+JOB_AD_FILE = ".job.ad"
+MACHINE_AD_FILE = ".machine.ad"
+NULL_DEVICE = os.devnull
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to spawn the job, resolved against its directory."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str
+    stdin_path: str
+    stdout_path: str
+    stderr_path: str
+    kill_sig: int
+
+
+def _get(ad: Any, name: str) -> Any:
+    return ad[name] if name in ad else None
+
+
+def _text(ad: Any, name: str) -> str | None:
+    value = _get(ad, name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise StarterError(f"job attribute {name} must be a string, got {value!r}")
+    return value
+
+
+def parse_signal(value: Any, default: int = signal.SIGTERM) -> int:
+    """`KillSig` as HTCondor takes it: a number, `SIGTERM` or `TERM`; absent -> `default`."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        raise StarterError(f"{value!r} is not a signal")
+    if isinstance(value, int | float):
+        number = int(value)
+    else:
+        text = str(value).strip().upper()
+        if text.lstrip("-").isdigit():
+            number = int(text)
+        else:
+            name = text if text.startswith("SIG") else "SIG" + text
+            try:
+                number = int(signal.Signals[name])
+            except KeyError:
+                raise StarterError(f"{value!r} is not a signal name") from None
+    if number <= 0 or number >= signal.NSIG:
+        raise StarterError(f"{value!r} is not a signal number")
+    return number
+
+
+def job_directory(ad: Any, sandbox: str) -> str:
+    """`Iwd` when the ad has one (relative to the sandbox), else the sandbox."""
+    iwd = _text(ad, "Iwd")
+    return os.path.join(sandbox, iwd) if iwd else sandbox
+
+
+def condor_env(sandbox: str, slot: int, iwd: str) -> dict[str, str]:
+    """The `_CONDOR_*` variables HTCondor gives hooks and jobs."""
+    return {
+        "_CONDOR_JOB_AD": os.path.join(sandbox, JOB_AD_FILE),
+        "_CONDOR_MACHINE_AD": os.path.join(sandbox, MACHINE_AD_FILE),
+        "_CONDOR_SCRATCH_DIR": sandbox,
+        "_CONDOR_SLOT": f"slot{slot}",
+        "_CONDOR_JOB_IWD": iwd,
+        "BATCH_SYSTEM": "HTCondor",
+    }
+
+
+def hook_env(base: Mapping[str, str], sandbox: str, slot: int, iwd: str) -> dict[str, str]:
+    """The starter's environment plus the `_CONDOR_*` variables."""
+    return {**base, **condor_env(sandbox, slot, iwd)}
+
+
+def launch_plan(ad: Any, sandbox: str, slot: int, marker: tuple[str, str]) -> LaunchPlan:
+    """Resolve `Cmd`, arguments, environment, `Iwd`, `In`/`Out`/`Err` and `KillSig`.
+
+    The job's environment is its own `Environment`/`Env` plus the `_CONDOR_*`
+    variables and `TMPDIR` pointing at the scratch directory, as HTCondor
+    gives it; the starter's own environment is not passed on. `marker` is a
+    variable that identifies the job's processes.
+    """
+    cmd = _text(ad, "Cmd")
+    if not cmd:
+        raise StarterError("the job ad has no Cmd")
+    cwd = job_directory(ad, sandbox)
+    program = cmd if os.path.isabs(cmd) else os.path.join(cwd, cmd)
+    try:
+        args = job_args(ad)
+        own_env = job_env(ad)
+    except ArgSyntaxError as exc:
+        raise StarterError(str(exc)) from exc
+    env = {"TMPDIR": sandbox, "TMP": sandbox, "TEMP": sandbox}
+    env.update(own_env)
+    env.update(condor_env(sandbox, slot, cwd))
+    env[marker[0]] = marker[1]
+
+    def stream(name: str) -> str:
+        path = _text(ad, name)
+        if not path:
+            return NULL_DEVICE
+        return path if os.path.isabs(path) else os.path.join(cwd, path)
+
+    return LaunchPlan(
+        argv=(program, *args), env=env, cwd=cwd, stdin_path=stream("In"),
+        stdout_path=stream("Out"), stderr_path=stream("Err"),
+        kill_sig=parse_signal(_get(ad, "KillSig")),
+    )
+
+
+def exit_attributes(status: int | None, how: str, duration_s: float,
+                    reason: str | None = None) -> dict[str, Any]:
+    """`ExitReason`, `ExitBySignal`, `ExitSignal` or `ExitCode`, `JobDuration`.
+
+    `status` is a decoded wait status: >= 0 an exit code, < 0 minus a
+    signal number, None when the job never ran.
+    """
+    attrs: dict[str, Any] = {"JobDuration": round(duration_s, 3)}
+    if status is None:
+        attrs["ExitBySignal"] = False
+        attrs["ExitReason"] = reason or "the job did not run"
+        return attrs
+    if status < 0:
+        number = -status
+        attrs.update(ExitBySignal=True, ExitSignal=number)
+        described = f"died on signal {number} ({_signal_name(number)})"
+    else:
+        attrs.update(ExitBySignal=False, ExitCode=status)
+        described = f"exited normally with status {status}"
+    prefix = {"exit": "", "evict": "evicted; ", "remove": "removed; ", "hold": "held; "}
+    attrs["ExitReason"] = reason or prefix.get(how, f"{how}; ") + described
+    return attrs
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown"

@@ -1,0 +1,402 @@
+"""The starter: prepare, spawn, measure, control and report one job.
+
+One loop in the main thread waits on the job's exit, control lines on
+stdin, requests on a wake-up pipe (signals and in-process hooks) and the
+next timer (sample, update, SIGKILL deadline). The decisions come from
+`lifecycle`; every OS effect on the job goes through `JobProcess`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import shutil
+import signal
+import sys
+import threading
+import time
+import uuid
+from typing import IO, Any
+
+import classad2
+
+from fetchwork.config import keywords
+from fetchwork.config.ads import as_number, evaluate_attr, format_ad, join_pair, parse_ad
+from fetchwork.config.loader import Config
+from fetchwork.errors import AdError, StarterError
+from fetchwork.hooks.runner import HookResult, resolve_hook, run_hook, start_hook
+from fetchwork.starter import control, lifecycle
+from fetchwork.starter.events import Events, LineReader
+from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper, resolve_user
+from fetchwork.starter.jobspec import (
+    JOB_AD_FILE,
+    MACHINE_AD_FILE,
+    exit_attributes,
+    hook_env,
+    job_directory,
+    launch_plan,
+)
+from fetchwork.starter.lifecycle import Phase, Status
+
+log = logging.getLogger(__name__)
+
+_MIN_INTERVAL_S = 0.05
+
+# SIGINT (a terminal's Ctrl-C reaching the startd's process group) vacates
+# like SIGTERM; SIGHUP is caught and ignored (a handler, not SIG_IGN, so the
+# job does not inherit an ignored SIGHUP).
+_STOP_SIGNALS = {signal.SIGTERM: lifecycle.VACATE, signal.SIGINT: lifecycle.VACATE,
+                 signal.SIGQUIT: lifecycle.KILL, signal.SIGHUP: None}
+
+
+class Starter:
+    """Runs one job in `sandbox` for slot `slot`."""
+
+    def __init__(self, config: Config, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
+                 slot: int, sandbox: str, keyword: str | None = None,
+                 events: IO[str] | None = None, control_fd: int | None = None):
+        self.config = config
+        self.ad = job_ad
+        self.slot_ad = slot_ad
+        self.slot = slot
+        self.sandbox = os.path.abspath(sandbox)
+        # STARTER_JOB_HOOK_KEYWORD wins, then the startd's word, then the ad's HookKeyword.
+        self.keyword = keywords.starter_keyword(config, keyword or _str(job_ad, "HookKeyword"))
+        self.events = Events(events if events is not None else sys.stdout)
+        self.control_fd = 0 if control_fd is None else control_fd
+        self.user = resolve_user(config.get("SLOT_USER"))
+        self.status = Status()
+        self.job: JobProcess | None = None
+        self.kill_sig: int = signal.SIGTERM
+        self.started_at: float | None = None  # monotonic
+        self.peak_rss_kb = 0
+        self.cpu_s = (0.0, 0.0)
+        self._update_running = threading.Event()
+        # Intervals of 0 would make the loop spin: 50 ms is the floor.
+        self.sample_interval_s = max(_MIN_INTERVAL_S,
+                                     config.get_duration_s("STARTER_SAMPLE_INTERVAL", 1.0))
+        self.initial_update_s = config.get_duration_s("STARTER_INITIAL_UPDATE_INTERVAL", 8.0)
+        self.update_interval_s = max(_MIN_INTERVAL_S,
+                                     config.get_duration_s("STARTER_UPDATE_INTERVAL", 300.0))
+        self.vacate_time_s = self._vacate_time_s()
+
+    def _vacate_time_s(self) -> float:
+        # HTCondor evaluates MachineMaxVacateTime in the slot; the startd may
+        # publish it there, else the configuration decides.
+        value = as_number(evaluate_attr(self.slot_ad, "MachineMaxVacateTime", self.ad))
+        if value is not None:
+            return max(0.0, value)
+        return max(0.0, self.config.get_float("MachineMaxVacateTime", 600.0))
+
+    # -- the whole run -----------------------------------------------------
+
+    def run(self) -> str:
+        """Prepare, run and report the job; returns how it ended."""
+        become_subreaper()
+        self._own_sandbox()
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        control.install(wake_write)
+        previous = {number: signal.signal(number, self._on_signal(wake_write))
+                    for number in _STOP_SIGNALS}
+        self._wake = LineReader(wake_read)
+        self._stdin = LineReader(self.control_fd)
+        try:
+            how = self._run()
+            # The last word: the exit hook has run and the sandbox is gone.
+            shutil.rmtree(self.sandbox, ignore_errors=True)
+            self.events.emit("exited", how=how, ad=self.ad)
+            return how
+        except BaseException:
+            if self.job is not None:  # the starter failed: its job must not outlive it
+                self.job.hard_kill()
+                self.job.cleanup()
+            raise
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+            control.install(None)
+            os.close(wake_read)
+            os.close(wake_write)
+            shutil.rmtree(self.sandbox, ignore_errors=True)
+
+    def _run(self) -> str:
+        reason = self._prepare()
+        self._drain_requests()
+        how = lifecycle.EVICT  # a failed prepare hook: the exit hook gets evict
+        if self.status.how is not None:
+            how = self.status.how
+            reason = reason or f"{how} requested before the job started"
+        if reason is None:
+            try:
+                self._spawn()
+            except StarterError as exc:
+                # HTCondor puts a job it cannot start on hold, with the reason.
+                log.warning("cannot start the job: %s", exc)
+                how, reason = lifecycle.HOLD, str(exc)
+                self.ad["HoldReason"] = reason
+        if self.job is None:
+            self.status = Status(Phase.DONE, how)
+            self._finish(None, reason, 0.0)
+            return how
+        self._loop()
+        status = self.job.reap_main()
+        duration_s = time.monotonic() - (self.started_at or time.monotonic())
+        self.status = lifecycle.finished(self.status)
+        left = self.job.cleanup()
+        if left:
+            log.info("killed %s process(es) the job left behind", left)
+        self._finish(status, None, duration_s)
+        assert self.status.how is not None
+        return self.status.how
+
+    # -- before the job ----------------------------------------------------
+
+    def _own_sandbox(self) -> None:
+        if self.user is None:
+            return
+        uid, gid = self.user
+        for root, dirs, files in os.walk(self.sandbox):
+            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                os.lchown(name, uid, gid)
+
+    def _hook_env(self) -> dict[str, str]:
+        return hook_env(os.environ, self.sandbox, self.slot,
+                        job_directory(self.ad, self.sandbox))
+
+    def _write_ads(self) -> None:
+        """Keep `.job.ad` (what `_CONDOR_JOB_AD` names) equal to the current ad."""
+        for name, ad in ((JOB_AD_FILE, self.ad), (MACHINE_AD_FILE, self.slot_ad)):
+            path = os.path.join(self.sandbox, name)
+            # The job owns the sandbox: a fresh name, never following a link.
+            temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(format_ad(ad))
+                if self.user is not None:
+                    os.fchown(handle.fileno(), *self.user)
+            os.replace(temporary, path)
+
+    def _prepare(self) -> str | None:
+        """Run the prepare hook and merge its output; the failure reason or None.
+
+        Control requests are served meanwhile; a stop request kills the hook
+        (no job will run, so there is nothing to prepare).
+        """
+        spec = resolve_hook(self.config, self.keyword, keywords.PREPARE_JOB)
+        if spec is None:
+            self.events.emit("prepared")
+            return None
+        self._write_ads()
+        done_read, done_write = os.pipe()
+        cancel = threading.Event()
+        box: list[HookResult] = []
+
+        def finished(result: HookResult) -> None:
+            os.write(done_write, b"x")  # before the append: the loop below ends on it
+            box.append(result)
+
+        start_hook(spec, join_pair(self.ad, self.slot_ad), env=self._hook_env(),
+                   cwd=self.sandbox, user=self.user, on_done=finished, cancel=cancel)
+        selector = selectors.DefaultSelector()
+        try:
+            self._watch(selector)
+            selector.register(done_read, selectors.EVENT_READ, "done")
+            while not box:
+                for key, _ in selector.select():
+                    if isinstance(key.data, LineReader):
+                        self._serve(selector, key.data)
+                if self.status.how is not None:
+                    cancel.set()
+        finally:
+            selector.close()
+            os.close(done_read)
+            os.close(done_write)
+        result = box[0]
+        if not result.ok:
+            return f"the prepare hook failed: {result.outcome()}"
+        if result.stdout.strip():
+            try:
+                self.ad.update(parse_ad(result.stdout, "prepare hook output"))
+            except AdError as exc:
+                return f"the prepare hook printed bad output: {exc}"
+        self._write_ads()
+        self.events.emit("prepared")
+        return None
+
+    def _spawn(self) -> None:
+        marker = (f"_CONDOR_ANCESTOR_{os.getpid()}", f"{os.getpid()}:{uuid.uuid4().hex}")
+        plan = launch_plan(self.ad, self.sandbox, self.slot, marker)
+        job = JobProcess(plan, self.user, marker)
+        pid = job.spawn()
+        self.job = job
+        self.kill_sig = plan.kill_sig
+        self.started_at = time.monotonic()
+        self.status = lifecycle.started(self.status)
+        self.ad["JobPid"] = pid
+        self.ad["JobStartDate"] = int(time.time())
+        self.ad["JobState"] = "Running"
+        log.info("job %s started: pid %s, %s", _str(self.ad, "GlobalJobId") or "", pid,
+                 " ".join(plan.argv))
+        self.events.emit("started", pid=pid)
+        self.events.emit("state", state="Running")
+
+    # -- while the job runs ------------------------------------------------
+
+    def _loop(self) -> None:
+        assert self.job is not None
+        selector = selectors.DefaultSelector()
+        if self.job.pidfd is not None:
+            selector.register(self.job.pidfd, selectors.EVENT_READ, "exit")
+        self._watch(selector)
+        now = time.monotonic()
+        next_sample = now
+        next_update = now + self.initial_update_s
+        try:
+            while not self.job.main_exited():
+                now = time.monotonic()
+                if now >= next_sample:
+                    self._sample()
+                    next_sample = now + self.sample_interval_s
+                if now >= next_update:
+                    self._update()
+                    next_update = now + self.update_interval_s
+                self._apply(lifecycle.tick(self.status, now))
+                deadlines = [next_sample, next_update, lifecycle.next_deadline(self.status)]
+                wait_s = min(d for d in deadlines if d is not None) - now
+                if self.job.pidfd is None:
+                    wait_s = min(wait_s, 0.05)
+                for key, _ in selector.select(max(0.0, wait_s)):
+                    if isinstance(key.data, LineReader):
+                        self._serve(selector, key.data)
+        finally:
+            selector.close()
+
+    def _watch(self, selector: selectors.BaseSelector) -> None:
+        selector.register(self._wake.fd, selectors.EVENT_READ, self._wake)
+        if self._stdin.eof:
+            return
+        try:
+            selector.register(self._stdin.fd, selectors.EVENT_READ, self._stdin)
+        except PermissionError:  # a regular file or /dev/null: read it to its end now
+            while not self._stdin.eof:
+                self._requests(self._stdin.read())
+            self._requests([lifecycle.VACATE])
+
+    def _drain_requests(self) -> None:
+        """Take requests that arrived while the prepare hook ran."""
+        selector = selectors.DefaultSelector()
+        try:
+            self._watch(selector)
+            while True:
+                ready = selector.select(0)
+                if not ready:
+                    return
+                for key, _ in ready:
+                    self._serve(selector, key.data)
+        except (OSError, ValueError):
+            return
+        finally:
+            selector.close()
+
+    def _serve(self, selector: selectors.BaseSelector, reader: LineReader) -> None:
+        """Read control words from a ready reader; EOF on stdin means the startd is gone."""
+        self._requests(reader.read())
+        if reader.eof:
+            selector.unregister(reader.fd)
+            if reader is self._stdin:
+                self._requests([lifecycle.VACATE])
+
+    def _requests(self, words: list[str]) -> None:
+        for word in words:
+            if word not in lifecycle.REQUESTS:
+                log.warning("ignoring unknown control line %r", word)
+                continue
+            log.info("control request: %s", word)
+            self._apply(lifecycle.handle(self.status, word, time.monotonic(),
+                                         self.vacate_time_s))
+
+    def _apply(self, step: lifecycle.Step) -> None:
+        before = self.status.phase
+        self.status = step.status
+        job = self.job
+        for effect in step.effects:
+            if job is None:
+                continue
+            if effect == lifecycle.STOP:
+                job.stop()
+            elif effect == lifecycle.CONT:
+                job.cont()
+            elif effect == lifecycle.SOFT_KILL:
+                job.signal_main(self.kill_sig)
+            elif effect == lifecycle.HARD_KILL:
+                job.hard_kill()
+        state = {Phase.RUNNING: "Running", Phase.SUSPENDED: "Suspended"}
+        if self.status.phase is not before and self.status.phase in state:
+            self.ad["JobState"] = state[self.status.phase]
+            self.events.emit("state", state=state[self.status.phase])
+
+    def _sample(self) -> None:
+        assert self.job is not None
+        self._record(self.job.sample())
+
+    def _record(self, sample: Sample, final: bool = False) -> None:
+        """Put a sample into the ad: peak size and CPU never go down."""
+        if not final:
+            self.ad["NumPids"] = sample.num_pids
+        self.peak_rss_kb = max(self.peak_rss_kb, sample.rss_kb)
+        self.cpu_s = (max(self.cpu_s[0], sample.user_cpu_s), max(self.cpu_s[1], sample.sys_cpu_s))
+        self.ad["ImageSize"] = self.peak_rss_kb
+        self.ad["RemoteUserCpu"] = round(self.cpu_s[0], 3)
+        self.ad["RemoteSysCpu"] = round(self.cpu_s[1], 3)
+
+    def _update(self) -> None:
+        self._sample()
+        self.events.emit("update", ad=self.ad)
+        spec = resolve_hook(self.config, self.keyword, keywords.UPDATE_JOB_INFO)
+        if spec is None:
+            return
+        if self._update_running.is_set():
+            log.info("the previous update hook still runs; skipping this update")
+            return
+        self._write_ads()
+        self._update_running.set()
+        start_hook(spec, format_ad(self.ad), env=self._hook_env(), cwd=self.sandbox,
+                   user=self.user, on_done=lambda _result: self._update_running.clear())
+
+    # -- after the job -----------------------------------------------------
+
+    def _finish(self, status: int | None, reason: str | None, duration_s: float) -> None:
+        how = self.status.how or lifecycle.EXIT
+        if self.job is not None:
+            # The exited children's CPU time arrives with their reaping.
+            self._record(self.job.sample(), final=True)
+        for name, value in exit_attributes(status, how, duration_s, reason).items():
+            self.ad[name] = value
+        log.info("job ended (%s): %s", how, self.ad["ExitReason"])
+        spec = resolve_hook(self.config, self.keyword, keywords.JOB_EXIT)
+        if spec is not None:
+            self._write_ads()
+            result: HookResult = run_hook(spec, format_ad(self.ad), extra_args=[how],
+                                          env=self._hook_env(), cwd=self.sandbox, user=self.user)
+            if not result.ok:
+                log.warning("the exit hook failed: %s", result.outcome())
+
+    @staticmethod
+    def _on_signal(wake_fd: int) -> Any:
+        def handler(number: int, _frame: Any) -> None:
+            word = _STOP_SIGNALS[signal.Signals(number)]
+            if word is None:
+                return
+            try:
+                os.write(wake_fd, word.encode() + b"\n")
+            except OSError:
+                pass
+
+        return handler
+
+
+def _str(ad: classad2.ClassAd, name: str) -> str | None:
+    value = ad.get(name) if name in ad else None
+    return value if isinstance(value, str) else None

@@ -1,0 +1,433 @@
+"""The hook runner with real hooks: shell scripts and in-process Python modules.
+
+Each behaviour is written twice, as an executable script in tmp_path and as a
+function in a module written to tmp_path, and the same test runs both.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import stat
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fetchwork.config.loader import Config
+from fetchwork.hooks.runner import (
+    HookResult,
+    HookSpec,
+    program_refusal,
+    resolve_hook,
+    run_hook,
+    start_hook,
+)
+from tests.waiting import wait_until
+
+LIMIT = 4096
+
+# name -> (shell body, python function body); the python function is
+# `def hook(args, stdin_text):` and may read `current_call()`.
+BEHAVIOURS = {
+    "echo": (
+        'printf "args=%s\\n" "$*"; printf "stdin="; cat',
+        'return "args=" + " ".join(args) + "\\nstdin=" + stdin_text',
+    ),
+    "exit3": (
+        'echo partial; echo oops >&2; exit 3',
+        'return (3, "partial\\n")',
+    ),
+    "hang": (
+        'echo $$ > "$RECORD"; sleep 1000 & echo $! >> "$RECORD"; wait',
+        'import time\n    time.sleep(30)',
+    ),
+    "flood": (
+        f'head -c {LIMIT * 4} /dev/zero | tr "\\0" x',
+        f'return "x" * {LIMIT * 4}',
+    ),
+    "garbage": (
+        'printf "\\377\\376 not an ad \\000\\n"',
+        'return b"\\xff\\xfe not an ad \\x00\\n"',
+    ),
+    "ignore_stdin": (
+        'echo done',
+        'return "done\\n"',
+    ),
+    "env": (
+        'printf "%s %s" "$HOOK_MARK" "$(pwd)"',
+        'call = current_call()\n    return call.env["HOOK_MARK"] + " " + call.cwd',
+    ),
+    "crash": (
+        'kill -TERM $$',
+        'raise RuntimeError("hook broke")',
+    ),
+}
+
+
+@pytest.fixture
+def make_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+              ) -> Callable[..., HookSpec]:
+    hook_dir = tmp_path / "hooks"
+    hook_dir.mkdir()
+    monkeypatch.syspath_prepend(str(hook_dir))
+
+    def make(kind: str, behaviour: str, timeout_s: float = 20.0,
+             args: tuple[str, ...] = ()) -> HookSpec:
+        shell, python = BEHAVIOURS[behaviour]
+        if kind == "program":
+            path = hook_dir / f"{behaviour}.sh"
+            path.write_text(f"#!/bin/sh\n{shell}\n")
+            path.chmod(0o755)
+            value = str(path)
+        else:
+            module = f"hook_{behaviour}_{uuid.uuid4().hex[:8]}"
+            (hook_dir / f"{module}.py").write_text(
+                "from fetchwork.hooks.runner import current_call\n\n\n"
+                f"def hook(args, stdin_text):\n    {python}\n")
+            value = f"python:{module}:hook"
+        return HookSpec(hook="TEST", keyword="T", value=value, args=args,
+                        timeout_s=timeout_s, output_limit=LIMIT)
+
+    return make
+
+
+both = pytest.mark.parametrize("kind", ["program", "python"])
+
+
+@both
+def test_stdin_and_args_reach_the_hook(make_hook, kind):
+    spec = make_hook(kind, "echo", args=("from-knob",))
+    result = run_hook(spec, "A = 1\n", extra_args=["accept"])
+    assert result.ok, result
+    assert result.stdout == "args=accept from-knob\nstdin=A = 1\n"
+    assert result.exit_code == 0 and result.signal is None and not result.timed_out
+    assert result.argv[1:] == ["accept", "from-knob"]
+
+
+@both
+def test_non_zero_exit_is_reported(make_hook, kind):
+    result = run_hook(make_hook(kind, "exit3"), "")
+    assert not result.ok
+    assert result.exit_code == 3
+    assert result.stdout == "partial\n"
+    assert result.error is None
+
+
+@both
+def test_timeout_kills_and_reports(make_hook, kind, tmp_path, monkeypatch):
+    record = tmp_path / "pids"
+    spec = make_hook(kind, "hang", timeout_s=0.5)
+    started = time.monotonic()
+    result = run_hook(spec, "", env={**os.environ, "RECORD": str(record)})
+    assert result.timed_out and not result.ok
+    assert time.monotonic() - started < 10
+    if kind == "program":
+        # The script and its background sleep were one process group: both gone.
+        assert result.signal == signal.SIGKILL
+        pids = [int(line) for line in record.read_text().split()]
+        assert len(pids) == 2
+        wait_until(lambda: not any(_alive(pid) for pid in pids), 10, what="group killed")
+
+
+@both
+def test_output_over_the_limit_is_bad_output(make_hook, kind):
+    result = run_hook(make_hook(kind, "flood"), "")
+    assert result.output_too_large and not result.ok
+    assert len(result.stdout) <= LIMIT
+
+
+@both
+def test_garbage_output_is_passed_on_as_text(make_hook, kind):
+    result = run_hook(make_hook(kind, "garbage"), "")
+    assert result.ok
+    assert "not an ad" in result.stdout
+    assert "\ufffd" in result.stdout
+
+
+@both
+def test_hook_that_never_reads_stdin_is_fine(make_hook, kind):
+    result = run_hook(make_hook(kind, "ignore_stdin"), "x" * (1 << 20))
+    assert result.ok, result
+    assert result.stdout == "done\n"
+
+
+@both
+def test_env_and_cwd_reach_the_hook(make_hook, kind, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOOK_MARK": "marked"}
+    result = run_hook(make_hook(kind, "env"), "", env=env, cwd=str(work))
+    assert result.ok, result
+    assert result.stdout == f"marked {work}"
+
+
+@both
+def test_a_crashing_hook_is_reported(make_hook, kind):
+    result = run_hook(make_hook(kind, "crash"), "")
+    assert not result.ok
+    if kind == "program":
+        assert result.signal == signal.SIGTERM and result.exit_code is None
+    else:
+        assert result.error is not None and "hook broke" in result.error
+
+
+@both
+def test_start_hook_calls_on_done(make_hook, kind):
+    results: list[HookResult] = []
+    done = threading.Event()
+
+    def on_done(result: HookResult) -> None:
+        results.append(result)
+        done.set()
+
+    start_hook(make_hook(kind, "echo"), "B = 2\n", extra_args=["reject"], on_done=on_done)
+    assert done.wait(20)
+    assert results[0].ok and results[0].stdout == "args=reject\nstdin=B = 2\n"
+
+
+@both
+def test_hooks_run_concurrently(make_hook, kind):
+    spec = make_hook(kind, "echo")
+    results: dict[int, HookResult] = {}
+
+    def one(index: int) -> None:
+        results[index] = run_hook(spec, f"N = {index}\n")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(results) == list(range(8))
+    for index, result in results.items():
+        assert result.ok and result.stdout.endswith(f"N = {index}\n")
+
+
+@both
+def test_cancel_ends_a_run_early(make_hook, kind, tmp_path):
+    record = tmp_path / "pids"
+    cancel = threading.Event()
+    results: list[HookResult] = []
+    done = threading.Event()
+
+    def on_done(result: HookResult) -> None:
+        results.append(result)
+        done.set()
+
+    started = time.monotonic()
+    start_hook(make_hook(kind, "hang", timeout_s=60), "",
+               env={**os.environ, "RECORD": str(record)}, on_done=on_done, cancel=cancel)
+    if kind == "program":
+        wait_until(lambda: len(_pids_in(record)) == 2, 20, what="the hook started")
+    cancel.set()
+    assert done.wait(20)
+    assert time.monotonic() - started < 20
+    assert results[0].cancelled and not results[0].ok and not results[0].timed_out
+    assert "cancelled" in results[0].outcome()
+    if kind == "program":
+        wait_until(lambda: not any(_alive(pid) for pid in _pids_in(record)), 10)
+
+
+def _pids_in(path: Path) -> list[int]:
+    try:
+        return [int(word) for word in path.read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def test_start_hook_reaps_the_program(make_hook):
+    finished = threading.Event()
+    thread = start_hook(make_hook("program", "ignore_stdin"), "",
+                        on_done=lambda result: finished.set())
+    assert finished.wait(20)
+    thread.join(10)
+    zombies = [child for child in psutil.Process().children()
+               if child.status() == psutil.STATUS_ZOMBIE]
+    assert zombies == []
+
+
+def test_leftover_processes_die_with_the_main_process(tmp_path):
+    record = tmp_path / "left"
+    script = tmp_path / "leave.sh"
+    # The background sleep keeps stdout open; the runner must not wait for it.
+    script.write_text(f'#!/bin/sh\nsleep 1000 &\necho $! > "{record}"\necho bye\n')
+    script.chmod(0o755)
+    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=60)
+    started = time.monotonic()
+    result = run_hook(spec, "")
+    assert result.ok and result.stdout == "bye\n"
+    assert time.monotonic() - started < 10
+    pid = int(record.read_text())
+    wait_until(lambda: not _alive(pid), 10, what="leftover sleep killed")
+
+
+def test_a_hook_that_left_its_group_does_not_hold_the_runner(tmp_path):
+    record = tmp_path / "escaped"
+    script = tmp_path / "escape.sh"
+    script.write_text(f'#!/bin/sh\nsetsid sleep 1000 &\necho $! > "{record}"\necho bye\n')
+    script.chmod(0o755)
+    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=60)
+    started = time.monotonic()
+    try:
+        result = run_hook(spec, "")
+        assert result.ok and result.stdout == "bye\n"
+        assert time.monotonic() - started < 10
+    finally:
+        if record.exists():
+            _kill(int(record.read_text()))
+
+
+# -- refusing unsafe or missing programs -------------------------------------
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "safe" / "hook.sh"
+    path.parent.mkdir()
+    path.write_text("#!/bin/sh\necho ran\n")
+    path.chmod(0o755)
+    return path
+
+
+def _refused(path: Path | str, words: str) -> None:
+    spec = HookSpec(hook="TEST", keyword="T", value=str(path), timeout_s=10)
+    result = run_hook(spec, "")
+    assert not result.ok
+    assert result.exit_code is None and result.stdout == ""
+    assert result.error is not None and words in result.error, result.error
+
+
+def test_safe_program_runs(script):
+    assert program_refusal(str(script)) is None
+    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=10)
+    assert run_hook(spec, "").stdout == "ran\n"
+
+
+def test_world_writable_file_refused(script):
+    script.chmod(0o777)
+    _refused(script, "world-writable")
+
+
+def test_file_in_world_writable_directory_refused(script):
+    script.parent.chmod(0o777 | stat.S_ISVTX)  # refused even with the sticky bit
+    _refused(script, "world-writable directory")
+
+
+def test_missing_program_refused(tmp_path):
+    _refused(tmp_path / "nothing-here", "No such file")
+
+
+def test_non_executable_program_refused(script):
+    script.chmod(0o644)
+    _refused(script, "not executable")
+
+
+def test_relative_program_refused():
+    _refused("hooks/fetch.sh", "not an absolute path")
+
+
+def test_directory_refused(tmp_path):
+    _refused(tmp_path, "not a regular file")
+
+
+def test_bad_in_process_values_are_errors(make_hook):
+    _refused("python:no_such_module_here:hook", "cannot load")
+    _refused("python:os:no_such_function", "cannot load")
+    _refused("python:os", "cannot load")
+
+
+def test_in_process_bad_return_is_an_error(tmp_path, monkeypatch):
+    (tmp_path / "badret.py").write_text("def hook(args, stdin_text):\n    return 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = HookSpec(hook="TEST", keyword="T", value="python:badret:hook", timeout_s=10)
+    result = run_hook(spec, "")
+    assert not result.ok and "not text" in (result.error or "")
+
+
+# -- running as another user -------------------------------------------------
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="fw-hook-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_program_runs_as_the_given_user(open_dir):
+    nobody = pwd.getpwnam("nobody")
+    path = open_dir / "whoami.sh"
+    path.write_text("#!/bin/sh\nid -u\n")
+    path.chmod(0o755)
+    spec = HookSpec(hook="TEST", keyword="T", value=str(path), timeout_s=10)
+    result = run_hook(spec, "", cwd=str(open_dir), user=(nobody.pw_uid, nobody.pw_gid))
+    assert result.ok, result
+    assert result.stdout.strip() == str(nobody.pw_uid)
+
+
+# -- configuration -----------------------------------------------------------
+
+def test_resolve_hook_reads_the_keyword_knobs():
+    config = Config.from_text(textwrap.dedent("""\
+        HOOK_OUTPUT_LIMIT = 2048
+        HOOK_TIMEOUT_FETCH_WORK = 60
+        HOOK_TIMEOUT_REPLY_FETCH = 60
+        DB_HOOK_FETCH_WORK = /opt/hooks/fetch
+        DB_HOOK_FETCH_WORK_ARGS = "--pool 'a b' x""y"
+        DB_HOOK_FETCH_WORK_TIMEOUT = 7
+        DB_HOOK_REPLY_FETCH = python:pkg.mod:reply
+        DB_HOOK_REPLY_FETCH_ARGS = -v  --fast
+        """))
+    fetch = resolve_hook(config, "DB", "FETCH_WORK")
+    assert fetch == HookSpec(hook="FETCH_WORK", keyword="DB", value="/opt/hooks/fetch",
+                             args=("--pool", "a b", 'x"y'), timeout_s=7.0, output_limit=2048)
+    reply = resolve_hook(config, "DB", "REPLY_FETCH")
+    assert reply is not None and reply.in_process
+    assert reply.args == ("-v", "--fast") and reply.timeout_s == 60.0
+    assert resolve_hook(config, "DB", "EVICT_CLAIM") is None
+    assert resolve_hook(config, None, "FETCH_WORK") is None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_too_much_stderr_is_cut_short_not_bad_output(tmp_path):
+    script = tmp_path / "noisy.sh"
+    script.write_text(f'#!/bin/sh\nhead -c {LIMIT * 4} /dev/zero >&2\necho fine\n')
+    script.chmod(0o755)
+    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=20,
+                    output_limit=LIMIT)
+    result = run_hook(spec, "")
+    assert result.ok and result.stdout == "fine\n"
+    assert len(result.stderr) == LIMIT
+
+
+def test_in_process_hook_knows_its_call(tmp_path, monkeypatch):
+    (tmp_path / "whoami_hook.py").write_text(
+        "from fetchwork.hooks.runner import current_call\n\n\n"
+        "def hook(args, stdin_text):\n"
+        "    call = current_call()\n"
+        "    return call.keyword + '_' + call.hook\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = HookSpec(hook="FETCH_WORK", keyword="DB", value="python:whoami_hook:hook")
+    assert run_hook(spec, "").stdout == "DB_FETCH_WORK"

@@ -1,0 +1,86 @@
+"""From job ads to launch plans and exit attributes, without processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import classad2
+import pytest
+
+from fetchwork.errors import StarterError
+from fetchwork.starter.events import LineReader
+from fetchwork.starter.jobspec import exit_attributes, job_directory, launch_plan, parse_signal
+
+MARK = ("_CONDOR_ANCESTOR_1", "x")
+
+
+def test_plan_resolves_paths_against_iwd():
+    ad = classad2.ClassAd({"Cmd": "run.sh", "Arguments": "a 'b c'", "Iwd": "sub",
+                           "In": "in", "Out": "/abs/out", "Environment": "K=v",
+                           "KillSig": "SIGINT"})
+    plan = launch_plan(ad, "/sand", 2, MARK)
+    assert plan.argv == ("/sand/sub/run.sh", "a", "b c")
+    assert plan.cwd == "/sand/sub"
+    assert plan.stdin_path == "/sand/sub/in" and plan.stdout_path == "/abs/out"
+    assert plan.stderr_path == os.devnull
+    assert plan.kill_sig == signal.SIGINT
+    assert plan.env["K"] == "v" and plan.env["_CONDOR_SLOT"] == "slot2"
+    assert plan.env["TMPDIR"] == "/sand" and plan.env["_CONDOR_ANCESTOR_1"] == "x"
+    assert plan.env["_CONDOR_JOB_AD"] == "/sand/.job.ad"
+
+
+def test_plan_defaults():
+    plan = launch_plan({"Cmd": "/bin/true"}, "/sand", 1, MARK)
+    assert plan.cwd == "/sand" and plan.kill_sig == signal.SIGTERM
+    assert plan.stdin_path == os.devnull and plan.argv == ("/bin/true",)
+    assert job_directory({"Iwd": "/elsewhere"}, "/sand") == "/elsewhere"
+
+
+@pytest.mark.parametrize("ad", [{}, {"Cmd": ""}, {"Cmd": 5}, {"Cmd": "/x", "Arguments": "'a"},
+                                {"Cmd": "/x", "KillSig": "SIGNOPE"}])
+def test_bad_ads(ad):
+    with pytest.raises(StarterError):
+        launch_plan(ad, "/sand", 1, MARK)
+
+
+@pytest.mark.parametrize(("value", "number"), [
+    (None, signal.SIGTERM), ("SIGUSR1", signal.SIGUSR1), ("usr2", signal.SIGUSR2),
+    (9, 9), ("3", 3), (15.0, 15)])
+def test_parse_signal(value, number):
+    assert parse_signal(value) == number
+
+
+@pytest.mark.parametrize("value", ["0", -1, 999, True, "KILLME"])
+def test_parse_signal_rejects(value):
+    with pytest.raises(StarterError):
+        parse_signal(value)
+
+
+def test_exit_attributes():
+    assert exit_attributes(3, "exit", 1.23456) == {
+        "JobDuration": 1.235, "ExitBySignal": False, "ExitCode": 3,
+        "ExitReason": "exited normally with status 3"}
+    killed = exit_attributes(-9, "evict", 2)
+    assert killed["ExitBySignal"] is True and killed["ExitSignal"] == 9
+    assert "ExitCode" not in killed
+    assert killed["ExitReason"] == "evicted; died on signal 9 (SIGKILL)"
+    never = exit_attributes(None, "evict", 0, "the prepare hook failed")
+    assert never["ExitReason"] == "the prepare hook failed" and never["ExitBySignal"] is False
+
+
+def test_line_reader_splits_words_and_sees_eof():
+    read_fd, write_fd = os.pipe()
+    try:
+        reader = LineReader(read_fd)
+        os.write(write_fd, b"Suspend\ncontin")
+        assert reader.read() == ["suspend"]
+        os.write(write_fd, b"ue\n\n")
+        assert reader.read() == ["continue"]
+        os.close(write_fd)
+        write_fd = -1
+        assert reader.read() == [] and reader.eof
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)
