@@ -43,3 +43,41 @@ class AdError(FetchworkError):
 
 class RedisUnavailableError(FetchworkError):
     """The broker's Redis could not be reached or started."""
+
+
+class ArgSyntaxError(FetchworkError):
+    """An argument or environment string breaks HTCondor's old or new syntax."""
+
+
+class SubmitFileError(FetchworkError):
+    """A submit description is malformed or asks for something fetchwork cannot do."""
+
+    def __init__(self, message: str, source: str | None = None, line: int | None = None):
+        self.source = source
+        self.line = line
+        where = ""
+        if source is not None:
+            where = f"{source}:{line}: " if line is not None else f"{source}: "
+        elif line is not None:
+            where = f"line {line}: "
+        super().__init__(f"{where}{message}")
+
+
+class SlotStateError(FetchworkError):
+    """A slot was asked to take a State/Activity edge that does not exist."""
+
+
+class StarterError(FetchworkError):
+    """The starter for a job could not be set up or spawned."""
+
+
+class BrokerError(FetchworkError):
+    """The broker refused or could not carry out a request."""
+
+
+class JobIdError(BrokerError):
+    """Text that should name a job (ClusterId.ProcId) or a cluster does not."""
+
+
+class SubmitError(BrokerError):
+    """A submission was refused; nothing of it was queued."""

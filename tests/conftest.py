@@ -7,11 +7,16 @@ unique pool name instead of flushing the database.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
+
 from fetchwork.broker.embedded import EmbeddedRedis
 
 
@@ -38,3 +43,22 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def pool_name() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def job_tmp(tmp_path: Path) -> Iterator[Path]:
+    """A temporary folder the jobs can reach.
+
+    Jobs never run as root: under a root test run they run as nobody, who
+    cannot enter pytest's private temporary tree, so the folder is made
+    elsewhere in the system temp dir, open to all, and removed afterwards.
+    """
+    if os.geteuid() != 0:
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="fw-test-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

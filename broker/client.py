@@ -1,0 +1,317 @@
+"""The broker's client API: the only code that reads or writes a pool's keys.
+
+Every state change is one Lua script (see `states.py` for the transitions);
+job ads are read in bulk through read_ads.lua. Ads come back as classad2
+ClassAds with HTCondor attribute names plus `FetchworkState`. The Redis
+client must return bytes (redis-py's default); one Broker may be shared by
+threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import classad2
+import redis
+
+from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
+from fetchwork.config.loader import Config, get_config
+from fetchwork.errors import AdError, BrokerError, RedisUnavailableError
+
+from . import codec
+from .claiming import Claimer
+from .jobads import caller_attrs
+from .keys import PoolKeys
+from .scripts import Scripts
+from .states import FINISH_HOWS, HOLD_CODE_USER, parse_job_id
+from .submitting import Submitter
+
+log = logging.getLogger(__name__)
+
+AdLike = classad2.ClassAd | Mapping[str, Any]
+OP_BATCH = 500
+READ_BATCH = 1000
+
+
+class Broker:
+    """One pool of one Redis: submit, query, claim, renew, finish, reap."""
+
+    def __init__(self, client: redis.Redis, pool: str = "default", config: Config | None = None):
+        if client.get_connection_kwargs().get("decode_responses"):
+            raise BrokerError("the broker needs a Redis client that returns bytes "
+                              "(decode_responses=False)")
+        config = config if config is not None else get_config()
+        self.client = client
+        self.pool = pool
+        try:
+            self.keys = PoolKeys(pool)
+        except ValueError as exc:
+            raise BrokerError(f"{exc} (FETCHWORK_POOL)") from exc
+        self.scripts = Scripts(client)
+        self.default_lease_s = config.get_duration_s("JOB_DEFAULT_LEASE_DURATION", 2400.0)
+        self.events_maxlen = config.get_int("BROKER_EVENTS_MAXLEN", 100000)
+        self.scan_batch = max(1, config.get_int("BROKER_CLAIM_SCAN_BATCH", 1000))
+        self._claimer = Claimer(self)
+        self._submitter = Submitter(self)
+
+    @classmethod
+    def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:
+        """A broker on the configured Redis (the embedded one, started if needed)."""
+        from .embedded import connect
+
+        config = config if config is not None else get_config()
+        pool = (config.get("FETCHWORK_POOL") or "default").strip() or "default"
+        return cls(connect(config, start=start), pool, config)
+
+    # -- plumbing ----------------------------------------------------------
+
+    def pool_keys(self) -> list[str]:
+        """The nine keys every job transition script takes first (see lua/lib.lua)."""
+        k = self.keys
+        return [k.queue, k.idle, k.running, k.history, k.events, k.clusters,
+                k.cluster_counter, k.seq_counter, k.head_counter]
+
+    def run(self, name: str, job_ids: Sequence[str], args: Sequence[Any],
+            now_ms: int | None = None) -> Any:
+        """Run transition script `name` on `job_ids` (their hashes become KEYS[10..])."""
+        keys = self.pool_keys() + [self.keys.job(job) for job in job_ids]
+        head = ["" if now_ms is None else str(now_ms), str(self.events_maxlen)]
+        try:
+            return self.scripts.call(name, keys, head + list(args))
+        except redis.ConnectionError as exc:
+            raise RedisUnavailableError(f"lost the broker's Redis: {exc}") from exc
+
+    def hashes(self, job_ids: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(id, to_dict-style mapping) of each existing job, in order (read_ads.lua)."""
+        for start in range(0, len(job_ids), READ_BATCH):
+            chunk = job_ids[start:start + READ_BATCH]
+            reply = self.scripts.call("read_ads", [self.keys.job(job) for job in chunk], [])
+            for job, data in zip(chunk, codec.decode_packed_hashes(reply), strict=True):
+                if data:
+                    yield job, data
+
+    def _ads(self, job_ids: Sequence[str]) -> Iterator[classad2.ClassAd]:
+        for job, data in self.hashes(job_ids):
+            try:
+                yield from_dict(data)
+            except AdError as exc:
+                log.warning("job %s has an unreadable ad: %s", job, exc)
+
+    @staticmethod
+    def _ids(raw: Iterable[bytes]) -> list[str]:
+        return [codec.text(item) for item in raw]
+
+    # -- submitting ----------------------------------------------------------
+
+    def next_cluster(self) -> int:
+        """Allocate a cluster number."""
+        return int(self.client.incr(self.keys.cluster_counter))
+
+    def submit(self, ads: Sequence[AdLike], owner: str | None = None,
+               cluster_id: int | None = None) -> list[str]:
+        """Queue `ads` as one cluster (ProcId 0..n-1), all or nothing; returns the job ids.
+        `cluster_id` must come from next_cluster() and be used by one submission only."""
+        return self._submitter.submit(ads, owner, cluster_id)
+
+    # -- reading ---------------------------------------------------------------
+
+    def get(self, job_id: str) -> classad2.ClassAd | None:
+        """The ad of a job in the queue or in history; None when unknown."""
+        parse_job_id(job_id)
+        for ad in self._ads([job_id]):
+            return ad
+        return None
+
+    def queued_ids(self) -> list[str]:
+        """Ids of every unfinished job, in submission order."""
+        return self._ids(self.client.zrange(self.keys.queue, 0, -1))
+
+    def query(self, constraint: str | None = None) -> list[classad2.ClassAd]:
+        """Ads of the jobs in the queue (not finished) for which `constraint` is true."""
+        test = _constraint(constraint)
+        return [ad for ad in self._ads(self.queued_ids()) if test(ad)]
+
+    def history(self, constraint: str | None = None,
+                limit: int | None = None) -> list[classad2.ClassAd]:
+        """Finished jobs (COMPLETED, REMOVED, FAILED), newest first."""
+        test = _constraint(constraint)
+        found: list[classad2.ClassAd] = []
+        start = 0
+        while limit is None or len(found) < limit:
+            chunk = self._ids(self.client.zrevrange(self.keys.history, start,
+                                                    start + READ_BATCH - 1))
+            found += [ad for ad in self._ads(chunk) if test(ad)]
+            if len(chunk) < READ_BATCH:
+                break
+            start += READ_BATCH
+        return found if limit is None else found[:limit]
+
+    def select(self, ids: Sequence[str] = (), constraint: str | None = None,
+               all_jobs: bool = False) -> list[str]:
+        """Unfinished jobs named by `ids` ("12.3" a job, "12" a cluster), or all of
+        them with `all_jobs`, narrowed by `constraint`."""
+        queued = self.queued_ids()
+        if all_jobs:
+            chosen = queued
+        else:
+            wanted = [parse_job_id(text) for text in ids]
+            jobs = {(c, p) for c, p in wanted if p is not None}
+            clusters = {c for c, p in wanted if p is None}
+            chosen = [job for job in queued
+                      if _split(job) in jobs or _split(job)[0] in clusters]
+        if constraint is not None:
+            test = _constraint(constraint)
+            chosen = [job for job, data in self.hashes(chosen) if test(from_dict(data))]
+        return sorted(chosen, key=_split)
+
+    def events(self, last_id: str = "$", block_ms: int = 0,
+               count: int = 100) -> list[tuple[str, dict[str, str]]]:
+        """Transition events after `last_id` (`$`: only new ones, so use it with block_ms).
+        Each event has type, job, state (FetchworkState) and status (JobStatus)."""
+        reply = self.client.xread({self.keys.events: last_id}, count=count,
+                                  block=block_ms if block_ms > 0 else None)
+        out: list[tuple[str, dict[str, str]]] = []
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                out.append((codec.text(entry_id),
+                            {codec.text(k): codec.text(v) for k, v in fields.items()}))
+        return out
+
+    def last_event_id(self) -> str:
+        """Id of the newest event ("0-0" when there is none)."""
+        newest = self.client.xrevrange(self.keys.events, count=1)
+        return codec.text(newest[0][0]) if newest else "0-0"
+
+    # -- user actions ------------------------------------------------------------
+
+    def _each_batch(self, name: str, job_ids: Sequence[str], args: Sequence[Any]) -> list[str]:
+        selected = self.select(job_ids) if job_ids else []
+        done: list[str] = []
+        for start in range(0, len(selected), OP_BATCH):
+            chunk = selected[start:start + OP_BATCH]
+            done += self._ids(self.run(name, chunk, [*args, *chunk]))
+        return done
+
+    def remove(self, job_ids: Sequence[str], reason: str | None = None) -> list[str]:
+        """Remove jobs (ids or clusters); a running job is marked and removed when it stops."""
+        return self._each_batch("remove", job_ids, [reason or "removed by user"])
+
+    def hold(self, job_ids: Sequence[str], reason: str | None = None) -> list[str]:
+        """Hold idle jobs; a running job is marked and held when it stops."""
+        return self._each_batch("hold", job_ids, [reason or "held by user", HOLD_CODE_USER])
+
+    def release(self, job_ids: Sequence[str]) -> list[str]:
+        """Held jobs go back to IDLE; a pending hold on a running job is cancelled."""
+        return self._each_batch("release", job_ids, [])
+
+    # -- the execute side --------------------------------------------------------
+
+    def claim(self, slot_ad: AdLike, wait_s: float = 0.0) -> classad2.ClassAd | None:
+        """Claim the best idle job for `slot_ad` (see claiming.py); None when there is none
+        within `wait_s` seconds."""
+        return self._claimer.claim(slot_ad, wait_s)
+
+    def reject(self, job_id: str, token: str) -> bool:
+        """The slot declined the job: back to IDLE at the head of its priority group."""
+        return self.run("reject", [job_id], [job_id, token]) is not None
+
+    def renew(self, job_id: str, token: str, attrs: AdLike | None = None,
+              suspended: bool | None = None) -> str:
+        """Extend the lease and store `attrs`: "ok", "gone", "removed" or "held".
+        `suspended` True/False moves the job to SUSPENDED/RUNNING."""
+        flag = "" if suspended is None else ("1" if suspended else "0")
+        args = [job_id, token, str(self.default_lease_s), flag, *self._attr_fields(attrs)]
+        return codec.text(self.run("renew", [job_id], args))
+
+    def finish(self, job_id: str, token: str, how: str, attrs: AdLike | None = None,
+               reason: str | None = None) -> bool:
+        """End the claim: exit -> COMPLETED, evict -> IDLE (FAILED if not Rerunnable),
+        hold -> HELD, remove -> REMOVED. False when the claim is not (any longer) ours."""
+        if how not in FINISH_HOWS:
+            raise BrokerError(f"finish: how must be one of {', '.join(FINISH_HOWS)}, not {how!r}")
+        fields = self._attr_fields(attrs)
+        if reason is None and attrs is not None:
+            reason = _reason_in(attrs, "HoldReason" if how == "hold" else "RemoveReason")
+        args = [job_id, token, how, reason or "", *fields]
+        state = self.run("finish", [job_id], args)
+        if state is None:
+            return False
+        log.info("job %s finished (%s) -> %s", job_id, how, codec.text(state))
+        return True
+
+    @staticmethod
+    def _attr_fields(attrs: AdLike | None) -> list[bytes | str]:
+        if attrs is None:
+            return []
+        return codec.fields_of(caller_attrs(codec.AdNormalizer().normalize(attrs)))
+
+    def reap_expired(self, now: float | None = None) -> list[str]:
+        """Claimed jobs whose lease lapsed go back to IDLE (FAILED when not Rerunnable)."""
+        if now is None:
+            seconds, micros = self.client.time()
+            now_ms, override = seconds * 1000 + micros // 1000, None
+        else:
+            now_ms = override = int(now * 1000)
+        reaped: list[str] = []
+        while True:
+            due = self._ids(self.client.zrangebyscore(self.keys.running, "-inf", now_ms,
+                                                      start=0, num=OP_BATCH))
+            if not due:
+                break
+            done = self._ids(self.run("reap", due, due, now_ms=override))
+            reaped += done
+            if not done or len(due) < OP_BATCH:
+                break
+        if reaped:
+            log.info("lease expired for %d job(s): %s", len(reaped), " ".join(reaped[:20]))
+        return reaped
+
+    # -- slots -------------------------------------------------------------------
+
+    def publish_slot(self, slot_ad: AdLike, ttl_s: float) -> None:
+        """Publish a slot ad for `fetchwork status`; it disappears after `ttl_s`."""
+        data = codec.AdNormalizer().normalize(slot_ad)
+        name = data.get("Name")
+        if not isinstance(name, str) or not name:
+            raise BrokerError("a published slot ad needs a Name")
+        now_ms = int(time.time() * 1000)
+        ttl_ms = max(1, int(ttl_s * 1000))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.set(self.keys.slot(name), codec.pack(data), px=ttl_ms)
+        pipe.zadd(self.keys.slots, {name: now_ms + ttl_ms})
+        pipe.zremrangebyscore(self.keys.slots, "-inf", now_ms)
+        pipe.execute()
+
+    def slots(self) -> list[classad2.ClassAd]:
+        """Slot ads published and not expired, by name."""
+        now_ms = int(time.time() * 1000)
+        names = self._ids(self.client.zrangebyscore(self.keys.slots, now_ms, "+inf"))
+        if not names:
+            return []
+        raws = self.client.mget([self.keys.slot(name) for name in sorted(names)])
+        return [from_dict(codec.unpack(raw)) for raw in raws if raw is not None]
+
+
+def _split(job: str) -> tuple[int, int]:
+    cluster, _, proc = job.partition(".")
+    return int(cluster), int(proc or 0)
+
+
+def _reason_in(attrs: AdLike, name: str) -> str | None:
+    """A HoldReason/RemoveReason the execute side put in its attributes (which are
+    otherwise the broker's to write)."""
+    value = attrs.get(name) if isinstance(attrs, classad2.ClassAd) else next(
+        (v for k, v in attrs.items() if k.lower() == name.lower()), None)
+    return value if isinstance(value, str) and value else None
+
+
+def _constraint(text: str | None) -> Any:
+    """A predicate over ads for a ClassAd constraint (None accepts everything)."""
+    if text is None or not text.strip():
+        return lambda ad: True
+    expr = parse_expr(text, source="constraint")
+    return lambda ad: as_bool(evaluate(expr, ad))
+

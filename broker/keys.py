@@ -1,0 +1,87 @@
+"""The key schema of a pool: the only place that spells Redis key names.
+
+Every key of pool P carries the hash tag `{P}`, so all of a pool's keys live
+in one Redis Cluster slot and every Lua script touches one slot.
+
+    fw:{P}:job:<C.P>     hash: one field per job ad attribute, msgpack values
+    fw:{P}:queue         zset: jobs not yet finished, scored by submission order
+    fw:{P}:idle          zset: IDLE jobs, scored by (-JobPrio, submission order)
+    fw:{P}:running       zset: claimed jobs, scored by lease expiry (ms)
+    fw:{P}:history       zset: COMPLETED/REMOVED/FAILED jobs, scored by end time (ms)
+    fw:{P}:events        stream: one entry per transition
+    fw:{P}:clusters      hash: cluster number -> the submission that owns it
+    fw:{P}:counter:<n>   string: counters (cluster, seq, head)
+    fw:{P}:slot:<name>   string: a published slot ad (msgpack), with a TTL
+    fw:{P}:slots         zset: published slot names, scored by expiry (ms)
+    fw:{P}:leader        string: the broker replica holding leadership, with a TTL
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PoolKeys:
+    """Key builders for one pool."""
+
+    pool: str
+
+    def __post_init__(self) -> None:
+        if not self.pool or any(ch in self.pool for ch in "{}: \t\n"):
+            raise ValueError(f"pool name {self.pool!r} must be non-empty without braces, "
+                             "colons or spaces")
+
+    @property
+    def prefix(self) -> str:
+        return f"fw:{{{self.pool}}}:"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    @property
+    def queue(self) -> str:
+        return f"{self.prefix}queue"
+
+    @property
+    def idle(self) -> str:
+        return f"{self.prefix}idle"
+
+    @property
+    def running(self) -> str:
+        return f"{self.prefix}running"
+
+    @property
+    def history(self) -> str:
+        return f"{self.prefix}history"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}events"
+
+    @property
+    def clusters(self) -> str:
+        return f"{self.prefix}clusters"
+
+    @property
+    def cluster_counter(self) -> str:
+        return f"{self.prefix}counter:cluster"
+
+    @property
+    def seq_counter(self) -> str:
+        return f"{self.prefix}counter:seq"
+
+    @property
+    def head_counter(self) -> str:
+        return f"{self.prefix}counter:head"
+
+    def slot(self, name: str) -> str:
+        return f"{self.prefix}slot:{name}"
+
+    @property
+    def slots(self) -> str:
+        return f"{self.prefix}slots"
+
+    @property
+    def leader(self) -> str:
+        return f"{self.prefix}leader"

@@ -1,0 +1,181 @@
+-- lib.lua: functions shared by the job transition scripts; scripts.py puts
+-- this text in front of each of them before loading.
+--
+-- Every job transition script receives the pool's keys first, in this order:
+--   KEYS[1] queue     zset  unfinished jobs, score = submission sequence
+--   KEYS[2] idle      zset  IDLE jobs, score = FetchworkOrder (-JobPrio * 2^34 + sequence)
+--   KEYS[3] running   zset  claimed jobs, score = lease expiry (ms)
+--   KEYS[4] history   zset  finished jobs, score = end time (ms)
+--   KEYS[5] events    stream one entry per transition
+--   KEYS[6] clusters  hash  cluster number -> submission nonce
+--   KEYS[7] counter:cluster, KEYS[8] counter:seq, KEYS[9] counter:head
+--   KEYS[10..]        job hashes (one field per attribute, msgpack values)
+-- and these arguments first:
+--   ARGV[1] now in ms, or '' for the server's clock
+--   ARGV[2] approximate cap of the events stream (XADD MAXLEN ~)
+-- Job hashes use HTCondor attribute names; FetchworkState holds the state.
+
+local K_QUEUE, K_IDLE, K_RUNNING, K_HISTORY, K_EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_CLUSTERS, K_CLUSTER_COUNTER, K_SEQ, K_HEAD = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local FIRST_JOB_KEY = 10
+local PRIO_SCALE = 17179869184  -- 2^34 positions per priority group
+
+local function now_ms()
+  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local NOW = now_ms()
+local NOW_S = math.floor(NOW / 1000)
+local MAXLEN = ARGV[2]
+
+-- A score as exact decimal text (redis.call would format a number with
+-- only 14 significant digits).
+local function score(x)
+  return string.format('%.17g', x)
+end
+
+local function zadd_chunked(key, flat)
+  local i = 1
+  while i <= #flat do
+    local stop = math.min(i + 399, #flat)
+    redis.call('ZADD', key, unpack(flat, i, stop))
+    i = stop + 1
+  end
+end
+
+local function getv(key, name)
+  local raw = redis.call('HGET', key, name)
+  if not raw then return nil end
+  return cmsgpack.unpack(raw)
+end
+
+local function setv(key, name, value)
+  redis.call('HSET', key, name, cmsgpack.pack(value))
+end
+
+local function hset_chunked(key, flat, first, last)
+  local i = first
+  while i <= last do
+    local stop = math.min(i + 199, last)
+    redis.call('HSET', key, unpack(flat, i, stop))
+    i = stop + 1
+  end
+end
+
+-- Store caller attributes ARGV[first..last] (name, packed value pairs); a
+-- field that differs from a new name only in case is dropped, because ClassAd
+-- names are case-insensitive.
+local function store_attrs(key, first, last)
+  if last < first then return end
+  local lower = {}
+  for _, name in ipairs(redis.call('HKEYS', key)) do lower[string.lower(name)] = name end
+  for i = first, last, 2 do
+    local old = lower[string.lower(ARGV[i])]
+    if old and old ~= ARGV[i] then redis.call('HDEL', key, old) end
+  end
+  hset_chunked(key, ARGV, first, last)
+end
+
+local function event(kind, id, state, status, ...)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', MAXLEN, '*',
+             'type', kind, 'job', id, 'state', state, 'status', tostring(status), ...)
+end
+
+local function set_state(key, state, status)
+  setv(key, 'FetchworkState', state)
+  setv(key, 'JobStatus', status)
+  setv(key, 'EnteredCurrentStatus', NOW_S)
+end
+
+local function is_claimed(state)
+  return state == 'RUNNING' or state == 'SUSPENDED'
+end
+
+-- The claim named by `token` on a job, or nil when the job is gone or the
+-- claim is not (any longer) the caller's.
+local function own_claim(key, token)
+  local state = getv(key, 'FetchworkState')
+  if not state or not is_claimed(state) then return nil end
+  if getv(key, 'FetchworkClaim') ~= token then return nil end
+  return state
+end
+
+local function lease_ms(key, default_s)
+  local lease = getv(key, 'JobLeaseDuration')
+  if type(lease) ~= 'number' or lease <= 0 then lease = tonumber(default_s) end
+  return lease * 1000
+end
+
+-- RUNNING|SUSPENDED -> (not claimed): forget the slot and the lease.
+local function leave_claim(key, id)
+  redis.call('ZREM', K_RUNNING, id)
+  local host = redis.call('HGET', key, 'RemoteHost')
+  if host then redis.call('HSET', key, 'LastRemoteHost', host) end
+  redis.call('HDEL', key, 'RemoteHost', 'FetchworkClaim', 'FetchworkLeaseExpiry')
+end
+
+-- -> IDLE, at the job's place in the idle order.
+local function to_idle(key, id, kind, ...)
+  local order = getv(key, 'FetchworkOrder') or 0
+  redis.call('ZADD', K_IDLE, score(order), id)
+  set_state(key, 'IDLE', 1)
+  event(kind, id, 'IDLE', 1, ...)
+end
+
+-- -> HELD
+local function to_held(key, id, kind, reason, code)
+  redis.call('ZREM', K_IDLE, id)
+  if reason then setv(key, 'HoldReason', reason) end
+  if code then setv(key, 'HoldReasonCode', code) end
+  set_state(key, 'HELD', 5)
+  event(kind, id, 'HELD', 5)
+end
+
+-- -> COMPLETED | REMOVED | FAILED: out of the queue, into history.
+local function to_history(key, id, kind, state, status)
+  redis.call('ZREM', K_QUEUE, id)
+  redis.call('ZREM', K_IDLE, id)
+  redis.call('ZADD', K_HISTORY, score(NOW), id)
+  if state == 'COMPLETED' then setv(key, 'CompletionDate', NOW_S) end
+  set_state(key, state, status)
+  event(kind, id, state, status)
+end
+
+local function rerunnable(key)
+  return getv(key, 'Rerunnable') ~= false
+end
+
+-- End a claim (the job is RUNNING or SUSPENDED): `how` is exit, evict, hold
+-- or remove. A pending removal (JobStatus 3) wins over any `how`; a pending
+-- hold (JobStatus 5) wins over evict. Returns the new state.
+local function settle(key, id, kind, how, reason)
+  local status = getv(key, 'JobStatus')
+  leave_claim(key, id)
+  if how == 'remove' or status == 3 then
+    if not redis.call('HGET', key, 'RemoveReason') then
+      setv(key, 'RemoveReason', reason ~= '' and reason or 'removed while running')
+    end
+    to_history(key, id, kind, 'REMOVED', 3)
+    return 'REMOVED'
+  end
+  if how == 'exit' then
+    to_history(key, id, kind, 'COMPLETED', 4)
+    return 'COMPLETED'
+  end
+  if how == 'hold' or status == 5 then
+    if status == 5 then
+      to_held(key, id, kind, nil, nil)
+    else
+      to_held(key, id, kind, reason ~= '' and reason or 'held by the execute side', 3)
+    end
+    return 'HELD'
+  end
+  if rerunnable(key) then
+    to_idle(key, id, kind)
+    return 'IDLE'
+  end
+  setv(key, 'RemoveReason', 'not rerunnable: ' .. (reason ~= '' and reason or 'evicted'))
+  to_history(key, id, kind, 'FAILED', 3)
+  return 'FAILED'
+end

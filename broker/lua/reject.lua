@@ -1,0 +1,18 @@
+-- reject.lua: RUNNING -> IDLE at the head of the job's priority group (the
+-- slot declined the job it fetched).
+-- KEYS: the pool keys of lib.lua; KEYS[10] the job's hash.
+-- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] claim token.
+-- The new FetchworkOrder keeps the priority part and takes a sequence from
+-- counter:head (decreasing, below every submission). A job removed or held
+-- meanwhile completes that transition instead.
+-- Returns the new state, or nil when the claim is not the caller's.
+local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
+if not own_claim(key, ARGV[4]) then return nil end
+local status = getv(key, 'JobStatus')
+if status == 3 or status == 5 then return settle(key, id, 'reject', 'evict', '') end
+local order = getv(key, 'FetchworkOrder') or 0
+local group = math.floor(order / PRIO_SCALE + 0.5)
+setv(key, 'FetchworkOrder', group * PRIO_SCALE + redis.call('DECR', K_HEAD))
+leave_claim(key, id)
+to_idle(key, id, 'reject')
+return 'IDLE'

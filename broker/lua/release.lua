@@ -1,0 +1,29 @@
+-- release.lua: HELD -> IDLE (back at its place in the idle order); a claimed
+-- job marked held gets its claim back (JobStatus 2, or 7 when suspended).
+-- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in ARGV order.
+-- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3..] job ids.
+-- HoldReason moves to LastHoldReason. Returns the ids affected.
+local done = {}
+for i = 3, #ARGV do
+  local key, id = KEYS[FIRST_JOB_KEY + i - 3], ARGV[i]
+  local state = getv(key, 'FetchworkState')
+  local status = getv(key, 'JobStatus')
+  local released = false
+  if state == 'HELD' then
+    to_idle(key, id, 'release')
+    released = true
+  elseif is_claimed(state) and status == 5 then
+    local back = state == 'SUSPENDED' and 7 or 2
+    setv(key, 'JobStatus', back)
+    setv(key, 'EnteredCurrentStatus', NOW_S)
+    event('release', id, state, back)
+    released = true
+  end
+  if released then
+    local reason = redis.call('HGET', key, 'HoldReason')
+    if reason then redis.call('HSET', key, 'LastHoldReason', reason) end
+    redis.call('HDEL', key, 'HoldReason', 'HoldReasonCode')
+    done[#done + 1] = id
+  end
+end
+return done

@@ -1,0 +1,23 @@
+-- remove.lua: IDLE|HELD|BLOCKED -> REMOVED (into history); a claimed job is
+-- marked (JobStatus 3) and is removed when its claim ends.
+-- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in ARGV order.
+-- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] RemoveReason, ARGV[4..] job ids.
+-- Returns the ids affected (finished jobs and jobs already marked are skipped).
+local done = {}
+for i = 4, #ARGV do
+  local key, id = KEYS[FIRST_JOB_KEY + i - 4], ARGV[i]
+  local state = getv(key, 'FetchworkState')
+  local status = getv(key, 'JobStatus')
+  if state == 'IDLE' or state == 'HELD' or state == 'BLOCKED' then
+    setv(key, 'RemoveReason', ARGV[3])
+    to_history(key, id, 'remove', 'REMOVED', 3)
+    done[#done + 1] = id
+  elseif is_claimed(state) and status ~= 3 then
+    setv(key, 'RemoveReason', ARGV[3])
+    setv(key, 'JobStatus', 3)
+    setv(key, 'EnteredCurrentStatus', NOW_S)
+    event('remove', id, state, 3)
+    done[#done + 1] = id
+  end
+end
+return done

@@ -1,0 +1,27 @@
+-- renew.lua: extend a claimed job's lease and store measured attributes;
+-- RUNNING <-> SUSPENDED when asked.
+-- KEYS: the pool keys of lib.lua; KEYS[10] the job's hash.
+-- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] claim
+-- token, ARGV[5] default lease seconds, ARGV[6] '1' suspended, '0' running,
+-- '' unchanged, ARGV[7..] attribute name/packed-value pairs.
+-- Returns 'gone' (no such job, or the claim is not the caller's), 'removed'
+-- or 'held' (the job was removed or held meanwhile: the caller should stop
+-- it and call finish; the lease is not extended), else 'ok'.
+local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
+local state = own_claim(key, ARGV[4])
+if not state then return 'gone' end
+store_attrs(key, 7, #ARGV)
+local status = getv(key, 'JobStatus')
+if status == 3 then return 'removed' end
+if status == 5 then return 'held' end
+local expiry = NOW + lease_ms(key, ARGV[5])
+redis.call('ZADD', K_RUNNING, score(expiry), id)
+setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
+if ARGV[6] == '1' and state == 'RUNNING' then
+  set_state(key, 'SUSPENDED', 7)
+  event('suspend', id, 'SUSPENDED', 7)
+elseif ARGV[6] == '0' and state == 'SUSPENDED' then
+  set_state(key, 'RUNNING', 2)
+  event('continue', id, 'RUNNING', 2)
+end
+return 'ok'

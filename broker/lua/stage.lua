@@ -1,0 +1,26 @@
+-- stage.lua: write the hashes of a batch of new jobs of one cluster; they are
+-- in no index yet, so nothing sees them until submit.lua queues them.
+-- KEYS: the pool keys of lib.lua; KEYS[10..] the new jobs' hashes, in batch order.
+-- ARGV[1] now ms or '', ARGV[2] events cap,
+-- ARGV[3] cluster number, ARGV[4] submission nonce (every batch of one
+--   submission carries the same nonce; a cluster owned by another nonce, or
+--   one never handed out by counter:cluster, is refused before any write),
+-- ARGV[5] the batch: one msgpack array (old-spec raw strings, as cmsgpack
+--   reads them) holding per job {name, packed value, name, packed value, ...}.
+-- Returns the number of hashes written, or an error reply.
+local cluster, nonce = ARGV[3], ARGV[4]
+local owner = redis.call('HGET', K_CLUSTERS, cluster)
+if owner and owner ~= nonce then
+  return redis.error_reply('cluster ' .. cluster .. ' already holds jobs of another submission')
+end
+if not owner then
+  if tonumber(cluster) > tonumber(redis.call('GET', K_CLUSTER_COUNTER) or '0') then
+    return redis.error_reply('cluster ' .. cluster .. ' was never allocated')
+  end
+  redis.call('HSET', K_CLUSTERS, cluster, nonce)
+end
+local batch = cmsgpack.unpack(ARGV[5])
+for j = 1, #batch do
+  hset_chunked(KEYS[FIRST_JOB_KEY + j - 1], batch[j], 1, #batch[j])
+end
+return #batch
