@@ -1,0 +1,543 @@
+"""HTCondor submit descriptions turned into job ads (no Redis here).
+
+`htcondor2.Submit` does the submit language: macros, `$(...)` expansion,
+`if`/`else`, and the item data of every `queue` form (`queue`, `queue N`,
+`queue X in (...)`, `queue X from file`, `queue X from (...)`,
+`queue X matching globs`). What the commands mean is decided here: the
+mapping of submit commands to job attributes below. As in condor_submit,
+every statement up to a `queue` line applies to the jobs it queues, so a file
+may hold several `queue` statements, and a relative `executable` or
+`initialdir` is taken from the submit directory (condor_submit's current
+directory), while `input`/`output`/`error` stay relative to `Iwd`.
+
+The whole file is parsed and checked before anything is returned, so a
+caller queues all of it or none of it; errors name the line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import classad2
+import htcondor2
+
+from fetchwork.config import convert
+from fetchwork.config.ads import EXPR_KEY, parse_expr, unparse
+from fetchwork.errors import AdError, SubmitFileError
+
+VANILLA_UNIVERSE = 5
+# Macros set for each job as it is expanded; they are not submit commands.
+_JOB_MACROS = ("Cluster", "ClusterId", "Process", "ProcId", "Step", "ItemIndex", "Row", "Node")
+_ASSIGN_RE = re.compile(r"\s*(\+?[A-Za-z_][A-Za-z0-9_.]*)\s*=(.*)\Z", re.S)
+_QUEUE_RE = re.compile(r"\s*queue(?:\s+(.*))?\Z", re.I | re.S)
+_KEYWORD_RE = re.compile(r"\s*(if|elif|else|endif|include)\b", re.I)
+_ITEMS_RE = re.compile(r"\b(in|from|matching)\b", re.I)
+_HEAD_RE = re.compile(
+    r"(?P<count>.*?)\s*(?P<vars>[A-Za-z_]\w*(?:\s*[,\s]\s*[A-Za-z_]\w*)*)?\s*\Z", re.S)
+_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGTP]?)B?\s*\Z", re.I)
+_TIMESTAMP_RE = re.compile(r"^\d+/\d+/\d+ \d+:\d+:\d+ ", re.M)
+_UNIT_KB = {"": None, "K": 1, "M": 1024, "G": 1024 ** 2, "T": 1024 ** 3, "P": 1024 ** 4}
+
+# Commands condor_submit knows that fetchwork accepts and ignores (with a warning).
+IGNORED_COMMANDS = frozenset({
+    "log", "notification", "notify_user", "should_transfer_files", "when_to_transfer_output",
+    "transfer_input_files", "transfer_output_files", "getenv", "stream_output", "stream_error",
+    "periodic_hold", "periodic_release", "periodic_remove", "on_exit_hold", "on_exit_remove",
+    "max_retries", "request_gpus", "accounting_group", "accounting_group_user",
+    "concurrency_limits", "leave_in_queue", "nice_user", "deferral_time", "coresize",
+    "x509userproxy", "docker_image", "container_image", "output_destination", "max_idle",
+})
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One logical line (continuations joined), from physical line `line` to `end`."""
+
+    line: int
+    end: int
+    text: str
+
+
+@dataclass
+class ParsedSubmit:
+    """The job ads of a submit description (to_dict form, ProcId order) and warnings."""
+
+    ads: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+# -- the file's shape ---------------------------------------------------------
+
+def logical_lines(text: str) -> list[Statement]:
+    """Join lines ending in a backslash with the next, remembering line numbers."""
+    out: list[Statement] = []
+    pending: list[str] = []
+    start = 0
+    physical = text.splitlines()
+    for number, raw in enumerate(physical, start=1):
+        if not pending:
+            start = number
+        if raw.endswith("\\") and number < len(physical):
+            pending.append(raw[:-1])
+            continue
+        pending.append(raw)
+        out.append(Statement(start, number, "".join(pending)))
+        pending = []
+    return out
+
+
+def split_queues(text: str, source: str) -> tuple[list[str], list[tuple[Statement, int]],
+                                                  dict[str, list[int]]]:
+    """Check every line's form; return the physical lines, each queue statement with
+    the last line of its inline item block, and the lines that set each command."""
+    lines = text.splitlines()
+    queues: list[tuple[Statement, int]] = []
+    defined: dict[str, list[int]] = {}
+    statements = iter(logical_lines(text))
+    for statement in statements:
+        body = statement.text.strip()
+        if not body or body.startswith("#"):
+            continue
+        keyword = _KEYWORD_RE.match(statement.text)
+        if keyword and keyword.group(1).lower() == "include":
+            raise SubmitFileError("include statements are not supported", source, statement.line)
+        queue = _QUEUE_RE.match(statement.text)
+        if queue:
+            end = statement.end
+            if (queue.group(1) or "").rstrip().endswith("("):
+                end = _inline_block_end(statements, statement, source)
+            queues.append((statement, end))
+            continue
+        if keyword:
+            continue
+        assign = _ASSIGN_RE.match(statement.text)
+        if not assign:
+            raise SubmitFileError(f"expected 'command = value', got {_clip(body)!r}",
+                                  source, statement.line)
+        name = assign.group(1)
+        if name.startswith("+"):
+            name = "MY." + name[1:]
+        defined.setdefault(name.lower(), []).append(statement.line)
+    if not queues:
+        raise SubmitFileError("no queue statement: nothing to submit", source)
+    return lines, queues, defined
+
+
+def _inline_block_end(statements: Iterator[Statement], queue: Statement, source: str) -> int:
+    for statement in statements:
+        if statement.text.strip().startswith(")"):
+            return statement.end
+    raise SubmitFileError("the queue statement's item list '(' has no closing ')'",
+                          source, queue.line)
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class _Captured:
+    """What the HTCondor library wrote on file descriptor 2 meanwhile."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.used = False  # set inside the block when the text goes into an error
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[_Captured]:
+    """The HTCondor library prints parse errors on file descriptor 2: catch them for
+    the error message. Text nobody used is written to stderr afterwards."""
+    captured = _Captured()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            raw = sink.read().decode(errors="replace")
+            captured.text = _TIMESTAMP_RE.sub("", raw).strip()
+            if raw and not captured.used:
+                os.write(2, raw.encode())
+
+
+def _submit_object(lines: Sequence[str], source: str) -> htcondor2.Submit:
+    text = "\n".join(lines) + "\n"
+    with _captured_stderr() as said:
+        try:
+            return htcondor2.Submit(text)
+        except Exception as exc:  # the library raises ValueError/RuntimeError
+            failure = exc
+            said.used = True
+    line, detail = _first_bad_line(lines)
+    message = detail or said.text or str(failure)
+    raise SubmitFileError(f"cannot parse the submit description: {message}", source, line)
+
+
+def _first_bad_line(lines: Sequence[str]) -> tuple[int | None, str]:
+    """The first line at which a growing prefix of the text stops parsing."""
+    for count in range(1, len(lines) + 1):
+        with _captured_stderr() as said:
+            try:
+                htcondor2.Submit("\n".join(lines[:count]) + "\n")
+            except Exception:
+                failed = said.used = True
+            else:
+                failed = False
+        if failed:
+            return count, said.text
+    return None, ""
+
+
+# -- queue statements ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """What one queue statement asks for: `count` jobs per item (None: no items)."""
+
+    count: int
+    items: list[dict[str, str]] | None
+
+
+def split_qargs(qargs: str) -> tuple[str, str, str]:
+    """(count text, variables, item part) of a queue statement's arguments."""
+    keyword = _ITEMS_RE.search(qargs)
+    head, tail = (qargs, "") if keyword is None else (qargs[:keyword.start()],
+                                                      qargs[keyword.start():])
+    match = _HEAD_RE.match(head)
+    assert match is not None  # every text matches: both groups may be empty
+    count, names = match.group("count").strip(), (match.group("vars") or "").strip()
+    if keyword is None and names:  # `queue N` alone: no variables without items
+        count, names = head.strip(), ""
+    return count, names, tail
+
+
+def queue_spec(submit: htcondor2.Submit, statement: Statement, source: str,
+               submit_dir: str) -> QueueSpec:
+    """Expand the count and read the item data of the queue statement in `submit`
+    (item files and globs relative to `submit_dir`)."""
+    qargs = submit.getQArgs()
+    count_text, _names, items_text = split_qargs(qargs)
+    count = _queue_count(submit, count_text, statement, source)
+    if not items_text:
+        return QueueSpec(count, None)
+    with _captured_stderr() as said, _in_directory(submit_dir):
+        try:
+            items = submit.itemdata()
+            rows = [] if items is None else [dict(row) for row in items]
+        except Exception as exc:
+            failure: Exception | None = exc
+            said.used = True
+        else:
+            failure = None
+    if failure is not None:
+        detail = str(failure) or said.text
+        raise SubmitFileError(f"bad queue statement: {detail}", source, statement.line)
+    return QueueSpec(count, rows)
+
+
+def _queue_count(submit: htcondor2.Submit, text: str, statement: Statement,
+                 source: str) -> int:
+    if not text:
+        return 1
+    key = "FETCHWORK_QUEUE_COUNT"
+    submit[key] = text
+    expanded = submit.expand(key).strip()
+    submit[key] = ""
+    try:
+        value = classad2.ExprTree(expanded).eval()
+    except Exception:
+        value = None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SubmitFileError(f"the queue count {text!r} is not a whole number >= 0",
+                              source, statement.line)
+    return value
+
+
+# -- from submit commands to job attributes ------------------------------------
+
+@dataclass
+class _Context:
+    submit_dir: str
+    source: str
+    defined: Mapping[str, list[int]]
+    warnings: list[str]
+    names: dict[str, str] = field(default_factory=dict)
+    queue_line: int = 0
+    seen: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+    def checked(self, key: tuple[str, str], check: Callable[[], bool]) -> bool:
+        """`check()`, asked once per key (the same path for many jobs)."""
+        if key not in self.seen:
+            self.seen[key] = check()
+        return self.seen[key]
+
+    def fail(self, message: str, command: str | None = None) -> SubmitFileError:
+        """An error naming the line that set `command` for the current queue statement,
+        else the queue statement's line."""
+        lines = [n for n in self.defined.get((command or "").lower(), []) if n < self.queue_line]
+        return SubmitFileError(message, self.source, max(lines) if lines else self.queue_line)
+
+
+class _JobAd(dict[str, Any]):
+    """A job ad in to_dict form whose names, as in a ClassAd, ignore case."""
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        for existing in [key for key in self if key.lower() == name.lower() and key != name]:
+            del self[existing]
+        super().__setitem__(name, value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> Any:
+    """An expression's to_dict value (a literal, or {"$expr": text}); AdError if invalid."""
+    parsed = parse_expr(text)
+    return {EXPR_KEY: unparse(parsed)} if isinstance(parsed, classad2.ExprTree) else parsed
+
+
+def _expr(value: str, command: str, ctx: _Context) -> Any:
+    try:
+        parsed = _parsed(value.strip())
+    except AdError as exc:
+        raise ctx.fail(f"{command}: not a ClassAd expression: {_clip(value)!r}", command) from exc
+    return dict(parsed) if isinstance(parsed, dict) else parsed
+
+
+def _int(value: str, command: str, ctx: _Context, minimum: int | None = None) -> int:
+    try:
+        number = convert.to_int(value)
+    except ValueError as exc:
+        raise ctx.fail(f"{command} must be a whole number, got {value!r}", command) from exc
+    if minimum is not None and number < minimum:
+        raise ctx.fail(f"{command} must be at least {minimum}, got {number}", command)
+    return number
+
+
+def _size(value: str, command: str, ctx: _Context, unit_kb: int) -> Any:
+    """A size in units of `unit_kb` KB (rounded up); a bare number is in that unit.
+    Anything that is not a number with a unit is kept as an expression."""
+    match = _SIZE_RE.match(value)
+    if not match:
+        return _expr(value, command, ctx)
+    factor_kb = _UNIT_KB[match.group(2).upper()] or unit_kb
+    return math.ceil(float(match.group(1)) * factor_kb / unit_kb)
+
+
+def _bool(value: str, command: str, ctx: _Context) -> bool:
+    try:
+        return convert.to_bool(value)
+    except ValueError as exc:
+        raise ctx.fail(f"{command} must be true or false, got {value!r}", command) from exc
+
+
+def _quoted_inner(value: str, command: str, ctx: _Context) -> str:
+    """The new-syntax text inside `"..."`, with `""` read as one `"`; quotes must pair."""
+    inner = value.strip()[1:-1]
+    if '"' in inner.replace('""', ""):
+        raise ctx.fail(f'{command}: a double quote inside "..." must be doubled', command)
+    raw = inner.replace('""', '"')
+    if raw.replace("''", "").count("'") % 2:
+        raise ctx.fail(f"{command}: unbalanced single quote in {_clip(value)!r}", command)
+    return raw
+
+
+def _is_quoted(value: str) -> bool:
+    stripped = value.strip()
+    return len(stripped) >= 2 and stripped[0] == stripped[-1] == '"'
+
+
+def _absolute(path: str, base: str) -> str:
+    return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
+
+
+def job_ad(values: Mapping[str, str], ctx: _Context) -> dict[str, Any]:
+    """The job ad (to_dict form) of one job from its expanded submit commands
+    (lower-case names)."""
+    ad = _JobAd()
+    universe = values.get("universe", "vanilla").strip().lower() or "vanilla"
+    if universe != "vanilla":
+        raise ctx.fail(f"universe {universe} is not supported; fetchwork runs vanilla jobs only",
+                       "universe")
+    ad["JobUniverse"] = VANILLA_UNIVERSE
+    iwd = _absolute(values.get("initialdir") or ".", ctx.submit_dir)
+    if not ctx.checked(("dir", iwd), lambda: os.path.isdir(iwd)):
+        raise ctx.fail(f"initialdir {iwd} is not a directory", "initialdir")
+    ad["Iwd"] = iwd
+    ad["Cmd"] = _executable(values, ctx)
+    _arguments(ad, values, ctx)
+    for command, attr in (("input", "In"), ("output", "Out"), ("error", "Err"),
+                          ("batch_name", "JobBatchName"), ("kill_sig", "KillSig")):
+        if values.get(command, "").strip():
+            ad[attr] = values[command].strip()
+    _requests(ad, values, ctx)
+    for command, attr in (("requirements", "Requirements"), ("rank", "Rank")):
+        if values.get(command, "").strip():
+            ad[attr] = _expr(values[command], command, ctx)
+    if values.get("priority", "").strip():
+        ad["JobPrio"] = _int(values["priority"], "priority", ctx)
+    if values.get("job_lease_duration", "").strip():
+        ad["JobLeaseDuration"] = _int(values["job_lease_duration"], "job_lease_duration", ctx, 1)
+    if values.get("hold", "").strip() and _bool(values["hold"], "hold", ctx):
+        ad["Hold"] = True
+    for name, value in values.items():
+        if name.startswith("my."):
+            attr = ctx.names.get(name, name)[3:]
+            if not value.strip():
+                raise ctx.fail(f"attribute {attr} has no value", name)
+            ad[attr] = _expr(value, name, ctx)
+    return ad
+
+
+def _executable(values: Mapping[str, str], ctx: _Context) -> str:
+    executable = values.get("executable", "").strip()
+    if not executable:
+        raise ctx.fail("no executable given (executable = /path/to/program)")
+    cmd = _absolute(executable, ctx.submit_dir)
+    check = _bool(values.get("transfer_executable") or "true", "transfer_executable", ctx)
+    if check and not ctx.checked(("program", cmd),
+                                 lambda: os.path.isfile(cmd) and os.access(cmd, os.X_OK)):
+        raise ctx.fail(f"executable {cmd} is not an executable file", "executable")
+    return cmd
+
+
+def _arguments(ad: dict[str, Any], values: Mapping[str, str], ctx: _Context) -> None:
+    for command, new_attr, old_attr in (("arguments", "Arguments", "Args"),
+                                        ("environment", "Environment", "Env")):
+        value = values.get(command, "")
+        if not value.strip():
+            continue
+        if _is_quoted(value):
+            ad[new_attr] = _quoted_inner(value, command, ctx)
+        elif re.search(r'(?<!\\)"', value):
+            raise ctx.fail(f'{command}: the old syntax takes a double quote only as \\"; '
+                           'or write the whole value in double quotes (new syntax)', command)
+        else:
+            ad[old_attr] = value.strip()
+
+
+def _requests(ad: dict[str, Any], values: Mapping[str, str], ctx: _Context) -> None:
+    if values.get("request_cpus", "").strip():
+        text = values["request_cpus"]
+        ad["RequestCpus"] = (_int(text, "request_cpus", ctx, 1) if text.strip().isdigit()
+                             else _expr(text, "request_cpus", ctx))
+    if values.get("request_memory", "").strip():
+        ad["RequestMemory"] = _size(values["request_memory"], "request_memory", ctx, 1024)
+    if values.get("request_disk", "").strip():
+        ad["RequestDisk"] = _size(values["request_disk"], "request_disk", ctx, 1)
+
+
+# -- the whole description --------------------------------------------------------
+
+def parse_submit(text: str, cluster_id: int, submit_dir: str | None = None,
+                 owner: str | None = None, source: str = "<submit>",
+                 extra: Mapping[str, str] | None = None) -> ParsedSubmit:
+    """Every job of a submit description, ProcId 0, 1, ... in queue order.
+
+    `cluster_id` is what `$(Cluster)` expands to; `submit_dir` (default: the
+    current directory) anchors relative paths, `queue ... from FILE` and
+    `queue ... matching`. `extra` commands act as if written just before
+    every queue statement (condor_submit's `-append`). Raises
+    SubmitFileError naming the line.
+    """
+    submit_dir = os.path.abspath(submit_dir or os.getcwd())
+    lines, queues, defined = split_queues(text, source)
+    result = ParsedSubmit()
+    ctx = _Context(submit_dir, source, defined, result.warnings)
+    queue_lines = {number for statement, end in queues
+                   for number in range(statement.line, end + 1)}
+    for statement, end in queues:
+        before = ["" if number in queue_lines else lines[number - 1]
+                  for number in range(1, statement.line)]
+        submit = _submit_object(before + lines[statement.line - 1:end], source)
+        for name, value in (extra or {}).items():
+            submit["MY." + name[1:] if name.startswith("+") else name] = value
+        ctx.queue_line = statement.line
+        spec = queue_spec(submit, statement, source, submit_dir)
+        _queue_jobs(submit, spec, cluster_id, owner, ctx, result)
+    for command in sorted({name for name in defined if name in IGNORED_COMMANDS}):
+        result.warnings.append(f"line {defined[command][0]}: {command} is not supported by "
+                               "fetchwork and was ignored")
+    return result
+
+
+@contextlib.contextmanager
+def _in_directory(path: str) -> Iterator[None]:
+    """The library reads item files and globs relative to the current directory."""
+    if os.path.realpath(path) == os.path.realpath(os.getcwd()):
+        yield
+        return
+    with contextlib.chdir(path):
+        yield
+
+
+def _queue_jobs(submit: htcondor2.Submit, spec: QueueSpec, cluster_id: int,
+                owner: str | None, ctx: _Context, result: ParsedSubmit) -> None:
+    commands = [name for name in submit.keys()
+                if name not in _JOB_MACROS and name != "FETCHWORK_QUEUE_COUNT"]
+    ctx.names.update({name.lower(): name for name in commands})
+    rows: list[dict[str, str] | None] = list(spec.items) if spec.items is not None else [None]
+    for item_index, row in enumerate(rows):
+        for step in range(spec.count):
+            proc_id = len(result.ads)
+            macros = {"Cluster": cluster_id, "ClusterId": cluster_id, "Process": proc_id,
+                      "ProcId": proc_id, "Step": step, "ItemIndex": item_index,
+                      "Row": item_index, "Node": proc_id}
+            for name, value in {**macros, **(row or {})}.items():
+                submit[name] = str(value)
+            values = {name.lower(): submit.expand(name) for name in commands}
+            ad = job_ad(values, ctx)
+            ad["ClusterId"] = cluster_id
+            ad["ProcId"] = proc_id
+            if owner:
+                ad["Owner"] = owner
+            result.ads.append(dict(ad))
+
+
+def _quote_word(word: str) -> str:
+    if word and not any(char.isspace() or char in "'\"" for char in word):
+        return word
+    return "'" + word.replace("'", "''") + "'"
+
+
+def format_arguments(words: Sequence[str]) -> str:
+    """Words in the new argument syntax as a job ad stores it (no outer double quotes)."""
+    return " ".join(_quote_word(word) for word in words)
+
+
+def command_jobs(argv: Sequence[str], cluster_id: int, commands: Mapping[str, str] | None = None,
+                 count: int = 1, submit_dir: str | None = None,
+                 owner: str | None = None) -> ParsedSubmit:
+    """Jobs running `argv` as given on a command line, with extra submit commands.
+
+    A program name without a slash is looked up on PATH, as a shell would;
+    the arguments are taken literally (no macro expansion).
+    """
+    if not argv:
+        raise SubmitFileError("no command given")
+    program = argv[0]
+    if "/" not in program:
+        found = shutil.which(program)
+        if found is None:
+            raise SubmitFileError(f"command {program!r} not found on PATH")
+        program = found
+    parsed = parse_submit(f"queue {int(count)}\n", cluster_id, submit_dir=submit_dir,
+                          owner=owner, source="<command line>",
+                          extra={**(commands or {}), "executable": program})
+    if len(argv) > 1:
+        for ad in parsed.ads:
+            ad.pop("Args", None)
+            ad["Arguments"] = format_arguments(argv[1:])
+    return parsed
