@@ -1,0 +1,242 @@
+"""Claims and their starters: spawn, evict (vacate or kill), timers, starter events.
+
+`Claims` does what the daemon loop decides for a slot that holds a claim. It
+registers each starter's stdout and pidfd in the loop's selector and turns the
+starter's JSON-line events into slot changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import selectors
+import subprocess
+import time
+from typing import Any, Protocol
+
+import classad2
+
+from fetchwork.config import ads, keywords
+from fetchwork.config.loader import Config
+from fetchwork.errors import AdError, StarterError
+from fetchwork.hooks.runner import HookSpec
+from fetchwork.startd import policy
+from fetchwork.startd.lifecycle import ShutdownPlan
+from fetchwork.startd.policy import RunAction
+from fetchwork.startd.settings import StartdSettings
+from fetchwork.startd.slot import Slot
+from fetchwork.startd.starterproc import StarterProcess, sandbox_name
+from fetchwork.startd.states import Activity, State
+
+log = logging.getLogger(__name__)
+
+
+class ClaimHost(Protocol):
+    """What `Claims` needs from the daemon."""
+
+    config: Config
+    settings: StartdSettings
+
+    @property
+    def shutdown_plan(self) -> ShutdownPlan | None: ...
+
+    def slot_ad(self, slot: Slot) -> classad2.ClassAd: ...
+
+    def advise(self, slot: Slot, spec: HookSpec | None, job_ad: classad2.ClassAd,
+               slot_ad: classad2.ClassAd, args: tuple[str, ...]) -> None: ...
+
+    def update_owner(self, slot: Slot) -> None: ...
+
+
+class Claims:
+    """The claim side of every slot: starters in, events out, evictions and their timers."""
+
+    def __init__(self, host: ClaimHost, selector: selectors.BaseSelector):
+        self.host = host
+        self.selector = selector
+        self._sandbox_numbers = itertools.count(1)
+
+    def spawn(self, slot: Slot) -> None:
+        claim = slot.claim
+        assert claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
+        sandbox = os.path.join(self.host.settings.execute_dir, sandbox_name(
+            os.getpid(), slot.slot_id, next(self._sandbox_numbers)))
+        hook_keyword = claim.job_ad.get("HookKeyword")
+        keyword = keywords.starter_keyword(
+            self.host.config, hook_keyword if isinstance(hook_keyword, str) else None)
+        try:
+            starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad(slot),
+                                           sandbox, keyword)
+        except StarterError as exc:
+            log.error("%s: job %s not started: %s", slot.label, claim.job_id, exc)
+            self.evict(slot, "the starter could not be started")
+            return
+        slot.starter = starter
+        self.selector.register(starter.fileno(), selectors.EVENT_READ, ("stdout", slot, starter))
+        if starter.pidfd is not None:
+            self.selector.register(starter.pidfd, selectors.EVENT_READ, ("exit", slot, starter))
+        slot.move(State.CLAIMED, Activity.BUSY, time.time(),
+                  f"starter {starter.pid} runs job {claim.job_id}")
+
+    def evict(self, slot: Slot, why: str, fast: bool = False) -> None:
+        """Evict the slot's claim: evict hook, then vacate (or kill) its job."""
+        now = time.monotonic()
+        if slot.claim is not None and slot.is_in(State.CLAIMED):
+            self._evict_hook(slot, slot.claim.job_ad)
+        activity = Activity.KILLING if fast else Activity.VACATING
+        if slot.is_in(State.CLAIMED):
+            slot.move(State.PREEMPTING, activity, time.time(), why)
+        elif fast and slot.is_in(State.PREEMPTING, Activity.VACATING):
+            slot.move(State.PREEMPTING, Activity.KILLING, time.time(), why)
+        if slot.starter is None:
+            self.release(slot)
+        elif slot.is_in(State.PREEMPTING, Activity.KILLING):
+            slot.starter.send("kill")
+            slot.vacate_deadline = None
+            slot.kill_deadline = now + self._killing_timeout_s()
+        else:
+            slot.starter.send("vacate")
+            slot.vacate_deadline = now + self.host.settings.max_vacate_s
+
+    def _evict_hook(self, slot: Slot, job_ad: classad2.ClassAd) -> None:
+        """The evict-claim hook: job ad, `-----`, slot ad; never waited for."""
+        self.host.advise(slot, slot.hooks.evict, job_ad, self.host.slot_ad(slot), ())
+
+    def _killing_timeout_s(self) -> float:
+        if self.host.shutdown_plan is not None and self.host.shutdown_plan.fast:
+            return self.host.settings.fast_shutdown_grace_s
+        return self.host.settings.killing_timeout_s
+
+    def check_timers(self, slot: Slot, now: float) -> None:
+        if slot.vacate_deadline is not None and now >= slot.vacate_deadline:
+            slot.vacate_deadline = None
+            if slot.starter is not None and slot.is_in(State.PREEMPTING, Activity.VACATING):
+                slot.move(State.PREEMPTING, Activity.KILLING, time.time(),
+                          "vacating took longer than MachineMaxVacateTime")
+                slot.starter.send("kill")
+                slot.kill_deadline = now + self._killing_timeout_s()
+        if slot.kill_deadline is not None and now >= slot.kill_deadline:
+            slot.kill_deadline = None
+            if slot.starter is not None:
+                log.warning("%s: starter %s did not exit in time; killing it", slot.label,
+                            slot.starter.pid)
+                slot.starter.kill_hard()
+
+    def release(self, slot: Slot) -> None:
+        """The Preempting slot's starter is gone: hand it to a waiting claim, or to Owner."""
+        slot.claim = None
+        slot.vacate_deadline = slot.kill_deadline = None
+        if slot.pending is not None and self.host.shutdown_plan is None:
+            slot.claim, slot.pending = slot.pending, None
+            slot.move(State.CLAIMED, Activity.IDLE, time.time(),
+                      f"preempting job {slot.claim.job_id} takes the slot")
+            self.spawn(slot)
+            return
+        if slot.pending is not None:
+            self._evict_hook(slot, slot.pending.job_ad)
+            slot.pending = None
+        slot.move(State.OWNER, Activity.IDLE, time.time(), "claim released")
+        self.host.update_owner(slot)
+
+    def apply_policy(self, slot: Slot) -> None:
+        """SUSPEND / CONTINUE / PREEMPT for the slot's running job (HTCondor's policy)."""
+        if slot.starter is None or slot.claim is None:
+            return
+        action = policy.running_action(slot.status, self.host.slot_ad(slot), slot.claim.job_ad,
+                                       self.host.settings.running)
+        if action is RunAction.VACATE:
+            self.evict(slot, "PREEMPT is true")
+        elif action is not None and slot.control_sent != action.value:
+            log.info("%s: %s job %s (%s is true)", slot.label, action.value, slot.claim.job_id,
+                     action.name)
+            slot.starter.send(action.value)
+            slot.control_sent = action.value
+
+    def read_events(self, slot: Slot) -> None:
+        starter = slot.starter
+        if starter is None:
+            return
+        for event in starter.read_events():
+            self._on_event(slot, event)
+        if starter.stdout_closed:
+            unregister(self.selector, starter.fileno())
+
+    def _on_event(self, slot: Slot, event: dict[str, Any]) -> None:
+        claim, kind = slot.claim, event.get("event")
+        if claim is None:
+            return
+        if kind == "started":
+            claim.job_started_at = time.time()
+            log.info("%s: job %s started, pid %s", slot.label, claim.job_id, event.get("pid"))
+        elif kind == "state" and slot.is_in(State.CLAIMED):
+            target = {"Running": Activity.BUSY, "Suspended": Activity.SUSPENDED}.get(
+                str(event.get("state")))
+            slot.control_sent = None
+            if target is not None and target is not slot.status.activity:
+                slot.move(State.CLAIMED, target, time.time(), f"job {claim.job_id} {target.value}")
+        elif kind in ("update", "exited"):
+            ad = event.get("ad")
+            if isinstance(ad, dict):
+                try:
+                    claim.job_ad = ads.from_dict(ad)
+                except AdError as exc:
+                    log.warning("%s: starter sent an unreadable ad: %s", slot.label, exc)
+            if kind == "exited":
+                log.info("%s: job %s exited (%s)", slot.label, claim.job_id, event.get("how"))
+
+    def reap(self, slot: Slot) -> None:
+        """If the slot's starter has exited: clean up, then fetch again or finish the eviction."""
+        starter = slot.starter
+        if starter is None:
+            return
+        status = starter.poll()
+        if status is None:
+            return
+        self.read_events(slot)
+        unregister(self.selector, starter.fileno())
+        if starter.pidfd is not None:
+            unregister(self.selector, starter.pidfd)
+        starter.close()
+        slot.starter = None
+        level = logging.INFO if status == 0 else logging.WARNING
+        log.log(level, "%s: starter %s exited with status %s (job %s)", slot.label,
+                starter.pid, status, starter.exit_how or "ended without an exit event")
+        if slot.claim is not None:
+            slot.claim.job_started_at = None
+        slot.clock.last_empty = False  # a job ran since that fetch (`--once` fetches again)
+        if slot.is_in(State.CLAIMED):
+            if self.host.shutdown_plan is not None:
+                self.evict(slot, "the startd is shutting down")
+                return
+            if starter.exit_how is None:
+                # The starter failed before reporting an end: give the claim
+                # back, and do not fetch sooner than after an empty fetch, so a
+                # broken starter cannot run through the whole queue.
+                slot.clock.last_found_work = False
+                self.evict(slot, "the starter failed")
+                return
+            slot.move(State.CLAIMED, Activity.IDLE, time.time(), "job ended")
+            # As the text says: after a job ends, fetch at once on the same claim.
+            slot.clock.due_now = True
+        elif slot.is_in(State.PREEMPTING):
+            self.release(slot)
+
+    def abandon(self, slot: Slot) -> None:
+        """At the end of a shutdown: the starter was SIGKILLed; reap it and clean up."""
+        starter = slot.starter
+        if starter is None:
+            return
+        try:
+            starter.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.error("%s: starter %s survived SIGKILL", slot.label, starter.pid)
+        starter.close()
+        slot.starter = None
+
+
+def unregister(selector: selectors.BaseSelector, fd: int) -> None:
+    try:
+        selector.unregister(fd)
+    except (KeyError, ValueError):
+        pass

@@ -1,0 +1,402 @@
+"""The startd daemon: one selector loop drives every slot.
+
+Hooks run in the runner's threads and post their results to a queue that
+wakes the loop through a pipe; starters are child processes whose stdout
+(JSON-line events) and pidfd sit in the same selector; signals wake it through
+`signal.set_wakeup_fd`. All slot state is touched only by the loop thread.
+Decisions come from `policy`; this module does the I/O they call for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import selectors
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import classad2
+
+from fetchwork.config import ads
+from fetchwork.config.loader import Config
+from fetchwork.errors import FetchworkError
+from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
+from fetchwork.startd import policy
+from fetchwork.startd.claims import Claims
+from fetchwork.startd.lifecycle import ShutdownPlan
+from fetchwork.startd.policy import Decision, Verdict
+from fetchwork.startd.settings import StartdSettings, slot_hooks
+from fetchwork.startd.slot import Claim, Slot, new_claim_id
+from fetchwork.startd.slotad import build_slot_ad, gather_facts, job_id_of, slot_name
+from fetchwork.startd.starterproc import remove_stale_sandboxes
+from fetchwork.startd.states import Activity, State, initial_status
+
+log = logging.getLogger(__name__)
+
+_FETCH, _ADVISORY = "fetch", "advisory"
+# Longest the loop sleeps while a starter whose pidfd is unavailable is being reaped.
+_REAP_POLL_S = 0.05
+
+
+class Startd:
+    """The per-machine agent. `run()` returns the exit status."""
+
+    def __init__(self, config: Config, name: str | None = None, once: bool = False):
+        self.config = config
+        self.settings = StartdSettings.from_config(config)
+        self.name = name or config.get("FULL_HOSTNAME") or config.get("HOSTNAME") or "localhost"
+        self.once = once
+        self.started_at = time.time()
+        self.facts = gather_facts(config, self.settings.execute_dir)
+        self._facts_at = time.monotonic()
+        self.slots = [Slot(n, slot_name(n, self.name), slot_hooks(config, n),
+                           status=initial_status(self.started_at))
+                      for n in range(1, self.settings.num_slots + 1)]
+        self._results: queue.SimpleQueue[tuple[str, int, str, HookResult]] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None, None))
+        self._signals: list[int] = []
+        self._advisory = 0
+        self._shutdown: ShutdownPlan | None = None
+        self.claims = Claims(self, self._selector)
+        self._delay_problem: dict[int, str | None] = {}
+        self._next_policy_at = 0.0
+
+    # -- the loop --------------------------------------------------------------
+
+    def run(self) -> int:
+        previous = self._install_signals()
+        try:
+            os.makedirs(self.settings.execute_dir, exist_ok=True)
+            for path in remove_stale_sandboxes(self.settings.execute_dir):
+                log.info("removed %s, left behind by a startd that is gone", path)
+            self._announce()
+            for slot in self.slots:
+                self.update_owner(slot)
+            while True:
+                now = time.monotonic()
+                self._handle_signals(now)
+                self._drain_results()
+                if self._finished(now):
+                    break
+                self._tick(now)
+                self._wait(max(self._next_wake(now) - time.monotonic(), 0.0))
+        finally:
+            self._restore_signals(previous)
+            self._close()
+        log.info("startd %s exits", self.name)
+        return 0
+
+    def _announce(self) -> None:
+        log.info("startd %s starts with %d slot(s); execute dir %s", self.name,
+                 len(self.slots), self.settings.execute_dir)
+        for slot in self.slots:
+            if slot.hooks.fetch is None:
+                log.info("%s: no fetch hook (keyword %s); it never fetches work", slot.label,
+                         slot.hooks.keyword or "unset")
+            else:
+                log.info("%s: keyword %s, fetch hook %s", slot.label, slot.hooks.keyword,
+                         slot.hooks.fetch.value)
+
+    def _wait(self, timeout_s: float) -> None:
+        for key, _mask in self._selector.select(timeout_s):
+            kind, slot, starter = key.data
+            if kind == "wake":
+                _drain_fd(self._wake_r)
+            elif slot.starter is not starter:
+                continue  # that starter was reaped earlier in this round
+            elif kind == "stdout":
+                self.claims.read_events(slot)
+            elif kind == "exit":
+                self.claims.reap(slot)
+
+    def _next_wake(self, now: float) -> float:
+        wake = min(now + self.settings.polling_interval_s, self._next_policy_at)
+        for slot in self.slots:
+            due = self._fetch_due_at(slot) if self._shutdown is None else None
+            for when in (due, slot.vacate_deadline, slot.kill_deadline):
+                if when is not None:
+                    wake = min(wake, when)
+            if slot.starter is not None and slot.starter.pidfd is None:
+                wake = min(wake, now + _REAP_POLL_S)
+        if self._shutdown is not None:
+            wake = min(wake, self._shutdown.next_deadline())
+        return wake
+
+    def _tick(self, now: float) -> None:
+        if now - self._facts_at >= self.settings.polling_interval_s:
+            self.facts = gather_facts(self.config, self.settings.execute_dir)
+            self._facts_at = now
+        policy_due = now >= self._next_policy_at
+        if policy_due:
+            self._next_policy_at = now + self.settings.polling_interval_s
+        for slot in self.slots:
+            self.update_owner(slot)
+            if policy_due and self._shutdown is None:
+                self.claims.apply_policy(slot)
+            self.claims.check_timers(slot, now)
+            if slot.starter is not None and slot.starter.pidfd is None:
+                self.claims.reap(slot)
+            if self._shutdown is None:
+                due = self._fetch_due_at(slot)
+                if due is not None and due <= now:
+                    self._start_fetch(slot)
+
+    # -- slot ads and START ------------------------------------------------
+
+    def slot_ad(self, slot: Slot) -> classad2.ClassAd:
+        return build_slot_ad(slot.slot_id, self.name, len(self.slots), self.facts, slot.status,
+                             self.settings.policy, time.time(),
+                             slot.claim.view() if slot.claim is not None else None)
+
+    def update_owner(self, slot: Slot) -> None:
+        """Owner <-> Unclaimed as START (without a job) is false or not (HTCondor's IS_OWNER)."""
+        if slot.is_in(State.UNCLAIMED) or slot.is_in(State.OWNER):
+            start_false = policy.start_is_false(self.slot_ad(slot))
+            if slot.is_in(State.UNCLAIMED) and start_false:
+                slot.move(State.OWNER, Activity.IDLE, time.time(), "START is false")
+            elif slot.is_in(State.OWNER) and not start_false and self._shutdown is None:
+                slot.move(State.UNCLAIMED, Activity.IDLE, time.time(), "START is not false")
+
+    # -- fetching -----------------------------------------------------------
+
+    def _fetch_due_at(self, slot: Slot) -> float | None:
+        if not slot.can_fetch or slot.clock.outstanding:
+            return None
+        slot_ad = self.slot_ad(slot)
+        if not policy.may_fetch(slot.status, policy.start_is_false(slot_ad)):
+            return None
+        delay_s, problem = policy.fetch_delay_s(self.settings.fetch_delay, slot_ad,
+                                                slot.running_job_ad)
+        if problem != self._delay_problem.get(slot.slot_id):
+            self._delay_problem[slot.slot_id] = problem
+            if problem:
+                log.warning("%s: %s; using %gs", slot.label, problem, delay_s)
+        return policy.fetch_due_at(slot.clock, delay_s, self.settings.fetch_min_interval_s)
+
+    def _start_fetch(self, slot: Slot) -> None:
+        spec = slot.hooks.fetch
+        assert spec is not None
+        slot.clock.started()
+        log.debug("%s: running fetch hook %s", slot.label, spec.value)
+        start_hook(spec, ads.format_ad(self.slot_ad(slot)),
+                   on_done=self._poster(_FETCH, slot.slot_id, ""))
+
+    def _poster(self, kind: str, slot_id: int, job_id: str) -> Callable[[HookResult], None]:
+        def post(result: HookResult) -> None:
+            self._results.put((kind, slot_id, job_id, result))
+            try:
+                os.write(self._wake_w, b"h")
+            except (BlockingIOError, OSError):
+                pass  # the loop is awake already (pipe full) or closing
+        return post
+
+    def _drain_results(self) -> None:
+        while True:
+            try:
+                kind, slot_id, job_id, result = self._results.get_nowait()
+            except queue.Empty:
+                return
+            if kind == _ADVISORY:
+                self._advisory -= 1
+                log.log(logging.INFO if result.ok else logging.WARNING,
+                        "slot%d: %s hook [%s] for job %s took %.3fs: %s", slot_id,
+                        result.spec.hook, " ".join(result.argv[1:]), job_id, result.duration_s,
+                        result.outcome())
+            else:
+                self._on_fetched(self.slots[slot_id - 1], result)
+
+    def _on_fetched(self, slot: Slot, result: HookResult) -> None:
+        now = time.monotonic()
+        failure = result.error or (result.outcome() if result.timed_out else None)
+        fetched = policy.read_fetch_output(result.stdout, failure=failure,
+                                           output_too_large=result.output_too_large)
+        if fetched.empty:
+            slot.clock.finished(now, found_work=False, empty=True)
+            level = logging.WARNING if failure else logging.INFO
+            log.log(level, "%s: fetch hook %s took %.3fs: %s; no work", slot.label,
+                    result.spec.value, result.duration_s, result.outcome())
+            self._no_more_work(slot)
+            return
+        # Output that is not an ad still gets a `reject` reply, with an empty
+        # job ad, so the site's system hears of it (HTCondor only logs it).
+        job_ad = fetched.job_ad if fetched.job_ad is not None else classad2.ClassAd()
+        # As the text says: the keyword that fetched the job goes into its ad.
+        job_ad["HookKeyword"] = result.spec.keyword
+        slot_ad = self.slot_ad(slot)
+        if fetched.bad_reason is not None:
+            decision = Decision(Verdict.REJECT, f"bad fetch hook output: {fetched.bad_reason}")
+        elif self._shutdown is not None:
+            decision = Decision(Verdict.REJECT, "the startd is shutting down")
+        else:
+            running = slot.claim.rank if slot.claim and slot.starter else None
+            decision = policy.decide(slot.status, slot_ad, job_ad, running)
+        slot.clock.finished(now, found_work=decision.verdict is not Verdict.REJECT)
+        log.info("%s: fetch hook took %.3fs: job %s %sed (%s)", slot.label, result.duration_s,
+                 ads_job_id(job_ad), decision.reply, decision.reason)
+        if decision.verdict is Verdict.REJECT:
+            self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("reject",))
+            self._no_more_work(slot)
+            return
+        self._accept(slot, job_ad, slot_ad, decision)
+
+    def _accept(self, slot: Slot, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
+                decision: Decision) -> None:
+        reuse = slot.claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
+        claim_id = slot.claim.claim_id if reuse and slot.claim else new_claim_id(
+            slot.name, self.started_at)
+        job_ad["ClaimId"] = claim_id
+        claim = Claim(claim_id=claim_id, job_ad=job_ad, rank=decision.rank)
+        self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("accept",))
+        if decision.verdict is Verdict.PREEMPT:
+            slot.pending = claim
+            self.claims.evict(slot, f"preempted by job {ads_job_id(job_ad)} ({decision.reason})")
+            return
+        if slot.is_in(State.UNCLAIMED):
+            slot.move(State.CLAIMED, Activity.IDLE, time.time(),
+                      f"claimed for job {ads_job_id(job_ad)}")
+        slot.claim = claim
+        self.claims.spawn(slot)
+
+    def _no_more_work(self, slot: Slot) -> None:
+        """A claim with nothing to run is evicted (the text: no more work -> evict the claim)."""
+        if slot.is_in(State.CLAIMED, Activity.IDLE) and slot.starter is None \
+                and slot.pending is None:
+            self.claims.evict(slot, "no more work")
+
+    def advise(self, slot: Slot, spec: HookSpec | None, job_ad: classad2.ClassAd,
+               slot_ad: classad2.ClassAd, args: tuple[str, ...]) -> None:
+        """Start a reply or evict hook (job ad, `-----`, slot ad); the startd never waits."""
+        if spec is None:
+            return
+        self._advisory += 1
+        start_hook(spec, ads.join_pair(job_ad, slot_ad), args,
+                   on_done=self._poster(_ADVISORY, slot.slot_id, ads_job_id(job_ad)))
+
+    @property
+    def shutdown_plan(self) -> ShutdownPlan | None:
+        return self._shutdown
+
+    # -- signals and shutdown ---------------------------------------------------
+
+    def _install_signals(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+            previous[signum] = signal.signal(signum, self._on_signal)
+        previous[-1] = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        return previous
+
+    def _restore_signals(self, previous: dict[int, Any]) -> None:
+        signal.set_wakeup_fd(previous.pop(-1))
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._signals.append(signum)
+
+    def _handle_signals(self, now: float) -> None:
+        while self._signals:
+            signum = self._signals.pop(0)
+            if signum == signal.SIGHUP:
+                self.reload()
+            else:
+                self.shutdown(fast=signum == signal.SIGQUIT, now=now,
+                              why=signal.Signals(signum).name)
+
+    def reload(self) -> None:
+        """Read the configuration again (SIGHUP); on error keep the previous one."""
+        try:
+            config = Config.load()
+            settings = StartdSettings.from_config(config)
+            hooks = [slot_hooks(config, slot.slot_id) for slot in self.slots]
+        except FetchworkError as exc:
+            log.error("configuration not reloaded, keeping the previous one: %s", exc)
+            return
+        if settings.num_slots != len(self.slots):
+            log.warning("NUM_SLOTS changed to %d; the startd keeps %d slots until it restarts",
+                        settings.num_slots, len(self.slots))
+        self.config, self.settings = config, settings
+        for slot, slot_hook in zip(self.slots, hooks, strict=True):
+            slot.hooks = slot_hook
+        self._delay_problem.clear()
+        log.info("configuration reloaded")
+
+    def shutdown(self, fast: bool, now: float, why: str) -> None:
+        """Begin a graceful (vacate, exit hooks run) or fast (kill) shutdown."""
+        plan = self._shutdown
+        if plan is not None and (plan.fast or not fast):
+            return
+        grace = self.settings.fast_shutdown_grace_s if fast else self.settings.shutdown_grace_s
+        self._shutdown = ShutdownPlan.begin(fast, now, grace, previous=plan)
+        log.info("%s: %s shutdown, at most %gs", why, "fast" if fast else "graceful",
+                 self._shutdown.deadline - now)
+        for slot in self.slots:
+            if slot.is_in(State.CLAIMED) or (fast and slot.is_in(State.PREEMPTING)):
+                self.claims.evict(slot, "the startd is shutting down", fast=fast)
+            if slot.pending is not None and slot.starter is None:
+                self.claims.release(slot)
+
+    def _busy(self) -> bool:
+        return (any(s.starter is not None or s.clock.outstanding for s in self.slots)
+                or self._advisory > 0)
+
+    def _finished(self, now: float) -> bool:
+        plan = self._shutdown
+        if plan is not None:
+            if not self._busy():
+                return True
+            if plan.hard_stop_due(now):
+                for slot in self.slots:
+                    if slot.starter is not None:
+                        log.warning("%s: shutdown grace over; killing starter %s", slot.label,
+                                    slot.starter.pid)
+                        slot.starter.send("kill")
+                plan.hard_stop_sent(now)
+            if plan.give_up_due(now):
+                for slot in self.slots:
+                    if slot.starter is not None:
+                        slot.starter.kill_hard()
+                        self.claims.abandon(slot)
+                return True
+            return False
+        return self.once and self._once_done()
+
+    def _once_done(self) -> bool:
+        """`--once`: no claim anywhere, and every slot that can fetch got no output last time."""
+        if self._busy() or not self._results.empty():
+            return False
+        for slot in self.slots:
+            if slot.claim is not None or slot.pending is not None:
+                return False
+            if not slot.can_fetch or slot.is_in(State.OWNER):
+                continue
+            if slot.clock.last_end_at is None or not slot.clock.last_empty:
+                return False
+        return True
+
+    def _close(self) -> None:
+        self._selector.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def ads_job_id(job_ad: classad2.ClassAd) -> str:
+    return job_id_of(job_ad) or "(no id)"
+
+
+def _drain_fd(fd: int) -> None:
+    while True:
+        try:
+            if not os.read(fd, 4096):
+                return
+        except (BlockingIOError, OSError):
+            return

@@ -1,0 +1,94 @@
+"""The knobs the startd reads, converted once into typed values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import classad2
+
+from fetchwork.config import keywords
+from fetchwork.config.loader import Config
+from fetchwork.errors import ConfigError
+from fetchwork.hooks.runner import HookSpec, resolve_hook
+from fetchwork.startd.policy import RunningPolicy
+from fetchwork.startd.slotad import SlotPolicy, read_policy
+
+
+@dataclass(frozen=True)
+class SlotHooks:
+    """A slot's keyword and the three hooks the startd itself runs."""
+
+    keyword: str | None
+    fetch: HookSpec | None
+    reply: HookSpec | None
+    evict: HookSpec | None
+
+
+@dataclass(frozen=True)
+class StartdSettings:
+    num_slots: int
+    execute_dir: str
+    log_dir: str
+    fetch_delay: classad2.ExprTree | str
+    fetch_min_interval_s: float
+    policy: SlotPolicy
+    running: RunningPolicy
+    max_vacate_s: float
+    killing_timeout_s: float
+    shutdown_grace_s: float
+    fast_shutdown_grace_s: float
+    polling_interval_s: float
+
+    @classmethod
+    def from_config(cls, config: Config) -> StartdSettings:
+        num_slots = config.get_int("NUM_SLOTS", 1)
+        if num_slots < 1:
+            raise ConfigError(f"NUM_SLOTS must be at least 1, not {num_slots}")
+        delay_text = (config.get("FetchWorkDelay") or "").strip()
+        return cls(
+            num_slots=num_slots,
+            execute_dir=config.require("EXECUTE"),
+            log_dir=config.require("LOG"),
+            # HTCondor: an undefined FetchWorkDelay means 300 s.
+            fetch_delay=config.get_expr("FetchWorkDelay") if delay_text else "300",
+            fetch_min_interval_s=config.get_duration_s("FETCH_WORK_MIN_INTERVAL", 1.0),
+            policy=read_policy(config),
+            running=RunningPolicy(
+                want_suspend=_expr_text(config, "WANT_SUSPEND", "false"),
+                suspend=_expr_text(config, "SUSPEND", "false"),
+                continue_=_expr_text(config, "CONTINUE", "true"),
+                preempt=_expr_text(config, "PREEMPT", "false")),
+            max_vacate_s=_seconds(config, "MachineMaxVacateTime", 600.0),
+            killing_timeout_s=config.get_duration_s("KILLING_TIMEOUT", 30.0),
+            shutdown_grace_s=config.get_duration_s("STARTD_SHUTDOWN_GRACE", 60.0),
+            fast_shutdown_grace_s=config.get_duration_s("STARTD_FAST_SHUTDOWN_GRACE", 5.0),
+            polling_interval_s=config.get_duration_s("POLLING_INTERVAL", 5.0),
+        )
+
+
+def _expr_text(config: Config, name: str, default: str) -> str:
+    text = (config.get(name) or "").strip()
+    if text:
+        config.get_expr(name)  # a ConfigError naming the file and line if it does not parse
+    return text or default
+
+
+def _seconds(config: Config, name: str, default: float) -> float:
+    """A knob HTCondor writes as an expression (`10 * 60`)."""
+    return config.get_float(name, default)
+
+
+def slot_hooks(config: Config, slot_id: int) -> SlotHooks:
+    """SLOT<N>_JOB_HOOK_KEYWORD else STARTD_JOB_HOOK_KEYWORD, and its startd hooks.
+
+    As in HTCondor, the fetch hook is the one that must be defined: without it
+    the slot never fetches and its other startd hooks never run.
+    """
+    keyword = keywords.slot_keyword(config, slot_id)
+    fetch = resolve_hook(config, keyword, keywords.FETCH_WORK)
+    return SlotHooks(
+        keyword=keyword,
+        fetch=fetch,
+        reply=resolve_hook(config, keyword, keywords.REPLY_FETCH) if fetch else None,
+        evict=resolve_hook(config, keyword, keywords.EVICT_CLAIM) if fetch else None,
+    )

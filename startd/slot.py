@@ -1,0 +1,88 @@
+"""One slot at run time: its status, fetch clock, claim and starter.
+
+A `Slot` holds what the daemon loop needs to remember about a slot; every
+status change goes through `move`, which takes the guarded edge and logs one
+line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+from dataclasses import dataclass, field
+
+import classad2
+
+from fetchwork.startd.policy import FetchClock
+from fetchwork.startd.settings import SlotHooks
+from fetchwork.startd.slotad import ClaimView, job_id_of
+from fetchwork.startd.starterproc import StarterProcess
+from fetchwork.startd.states import Activity, SlotStatus, State, initial_status, transition
+
+log = logging.getLogger(__name__)
+
+_claim_numbers = itertools.count(1)
+
+
+@dataclass
+class Claim:
+    """Fetched work a slot has accepted: the job ad (with HookKeyword and ClaimId) and its RANK."""
+
+    claim_id: str
+    job_ad: classad2.ClassAd
+    rank: float
+    job_started_at: float | None = None   # wall clock, from the starter's "started" event
+
+    @property
+    def job_id(self) -> str:
+        return job_id_of(self.job_ad) or "?"
+
+    def view(self) -> ClaimView:
+        return ClaimView(job_id=job_id_of(self.job_ad), rank=self.rank,
+                         job_started_at=self.job_started_at)
+
+
+def new_claim_id(slot_name: str, started_at: float) -> str:
+    """Opaque and unique, in the spirit of HTCondor's `<addr>#<birth>#<seq>#<secret>`."""
+    return f"<{slot_name}>#{int(started_at)}#{next(_claim_numbers)}#{secrets.token_hex(8)}"
+
+
+@dataclass
+class Slot:
+    slot_id: int
+    name: str
+    hooks: SlotHooks
+    status: SlotStatus = field(default_factory=lambda: initial_status(0.0))
+    clock: FetchClock = field(default_factory=FetchClock)
+    claim: Claim | None = None
+    pending: Claim | None = None        # a preempting claim waiting for the slot
+    starter: StarterProcess | None = None
+    vacate_deadline: float | None = None   # monotonic: Vacating turns into Killing
+    kill_deadline: float | None = None     # monotonic: the starter gets SIGKILL
+    control_sent: str | None = None        # suspend/continue sent, until the starter reports
+
+    @property
+    def label(self) -> str:
+        return f"slot{self.slot_id}"
+
+    @property
+    def can_fetch(self) -> bool:
+        return self.hooks.fetch is not None
+
+    @property
+    def running_job_ad(self) -> classad2.ClassAd | None:
+        """The job ad of the job running now (FetchWorkDelay's TARGET), or None."""
+        if self.claim is not None and self.starter is not None:
+            return self.claim.job_ad
+        return None
+
+    def is_in(self, state: State, *activities: Activity) -> bool:
+        return self.status.state is state and (not activities
+                                               or self.status.activity in activities)
+
+    def move(self, state: State, activity: Activity, now: float, why: str) -> None:
+        """Take the edge to (state, activity); SlotStateError when it does not exist."""
+        before = self.status
+        self.status = transition(before, state, activity, now)
+        log.info("%s: %s -> %s (%s)", self.label, before, self.status, why)

@@ -1,0 +1,216 @@
+"""One starter process as the startd sees it: spawn, control lines, JSON-line events.
+
+The startd writes the job ad and the slot ad into the sandbox (`.job.ad`,
+`.machine.ad`) and runs `python -m fetchwork.starter` with pipes on stdin and
+stdout. Control words go down stdin one per line; events come back one JSON
+object per line on stdout. The starter's stderr is the startd's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import classad2
+import psutil
+
+from fetchwork.config import ads
+from fetchwork.errors import StarterError
+
+log = logging.getLogger(__name__)
+
+JOB_AD_FILE = ".job.ad"
+MACHINE_AD_FILE = ".machine.ad"
+CONTROL_WORDS = ("suspend", "continue", "vacate", "kill", "remove", "hold")
+_CHUNK = 65536
+
+
+class StarterProcess:
+    """A spawned starter: its pipes, its events so far, and how to stop it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], sandbox: str, slot_id: int):
+        self.proc = proc
+        self.sandbox = sandbox
+        self.slot_id = slot_id
+        self.pid = proc.pid
+        self.exit_how: str | None = None
+        self.final_ad: dict[str, Any] | None = None
+        self.stdout_closed = False
+        self._partial = b""
+        self.pidfd = _open_pidfd(proc.pid)
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), False)
+
+    @classmethod
+    def spawn(cls, slot_id: int, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
+              sandbox: str, keyword: str | None,
+              env: Mapping[str, str] | None = None) -> StarterProcess:
+        """Make the sandbox, write both ads into it and start the starter."""
+        try:
+            os.makedirs(sandbox, mode=0o755, exist_ok=False)
+            _write(os.path.join(sandbox, JOB_AD_FILE), ads.format_ad(job_ad))
+            _write(os.path.join(sandbox, MACHINE_AD_FILE), ads.format_ad(slot_ad))
+        except OSError as exc:
+            shutil.rmtree(sandbox, ignore_errors=True)
+            raise StarterError(f"cannot set up the sandbox {sandbox}: {exc.strerror or exc} "
+                               f"(check EXECUTE)") from exc
+        argv = [sys.executable, "-m", "fetchwork.starter",
+                "--job-ad", os.path.join(sandbox, JOB_AD_FILE),
+                "--slot-ad", os.path.join(sandbox, MACHINE_AD_FILE),
+                "--slot", str(slot_id), "--sandbox", sandbox]
+        if keyword:
+            argv += ["--keyword", keyword]
+        try:
+            # Its own session: a terminal's Ctrl-C reaches the startd, which decides.
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    env=dict(env) if env is not None else None,
+                                    close_fds=True, start_new_session=True)
+        except OSError as exc:
+            shutil.rmtree(sandbox, ignore_errors=True)
+            raise StarterError(f"cannot start the starter: {exc.strerror or exc}") from exc
+        return cls(proc, sandbox, slot_id)
+
+    # -- events --------------------------------------------------------------
+
+    def fileno(self) -> int:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.fileno()
+
+    def read_events(self) -> list[dict[str, Any]]:
+        """Every complete event line available now; sets `stdout_closed` at EOF."""
+        events: list[dict[str, Any]] = []
+        while not self.stdout_closed:
+            try:
+                chunk = os.read(self.fileno(), _CHUNK)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.stdout_closed = True
+                break
+            self._partial += chunk
+        *lines, self._partial = self._partial.split(b"\n")
+        if self.stdout_closed and self._partial:
+            lines.append(self._partial)
+            self._partial = b""
+        for line in lines:
+            event = _parse_event(line, self.pid)
+            if event is None:
+                continue
+            if event.get("event") == "exited":
+                self.exit_how = str(event.get("how") or "")
+                ad = event.get("ad")
+                self.final_ad = ad if isinstance(ad, dict) else None
+            events.append(event)
+        return events
+
+    # -- control -------------------------------------------------------------
+
+    def send(self, word: str) -> None:
+        """Write one control word; a starter that is gone is not an error."""
+        assert word in CONTROL_WORDS, word
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        try:
+            stdin.write(word.encode() + b"\n")
+            stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    def signal(self, signum: int) -> None:
+        if self.proc.returncode is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill_hard(self) -> None:
+        """SIGKILL the starter's whole process group."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            self.signal(signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def close(self) -> None:
+        """Release pipes and the pidfd; remove the sandbox if the starter left it behind."""
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        # HTCondor's startd also cleans an execute directory its starter left.
+        shutil.rmtree(self.sandbox, ignore_errors=True)
+
+
+def sandbox_name(startd_pid: int, slot_id: int, number: int) -> str:
+    return f"dir_{startd_pid}_{slot_id}_{number}"
+
+
+def remove_stale_sandboxes(execute_dir: str) -> list[str]:
+    """Remove sandboxes left by startds that are gone (a crash, SIGKILL); return their paths.
+
+    HTCondor's startd empties its execute directory when it starts; here
+    several startds may share one, so only folders whose startd process no
+    longer exists are removed.
+    """
+    removed = []
+    try:
+        names = os.listdir(execute_dir)
+    except OSError:
+        return removed
+    for name in names:
+        parts = name.split("_")
+        if len(parts) != 4 or parts[0] != "dir" or not parts[1].isdigit():
+            continue
+        if int(parts[1]) == os.getpid() or psutil.pid_exists(int(parts[1])):
+            continue
+        path = os.path.join(execute_dir, name)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _parse_event(line: bytes, pid: int) -> dict[str, Any] | None:
+    text = line.decode("utf-8", "replace").strip()
+    if not text:
+        return None
+    try:
+        event = json.loads(text)
+    except ValueError:
+        log.warning("starter %s wrote a line that is not an event: %.200s", pid, text)
+        return None
+    if not isinstance(event, dict):
+        log.warning("starter %s wrote a line that is not an event: %.200s", pid, text)
+        return None
+    return event
+
+
+def _open_pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return opener(pid)
+    except OSError:
+        return None

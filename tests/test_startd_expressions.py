@@ -1,0 +1,80 @@
+"""Configuration on a real startd: START (Owner, no fetch), SUSPEND, CONTINUE, PREEMPT,
+STARTER_JOB_HOOK_KEYWORD.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from fetchwork.config import ads
+from tests.test_startd_harness import Pool, pool_root
+from tests.waiting import wait_until
+
+
+def _names(pool: Pool) -> list[str]:
+    return [ads.parse_ad(call.stdin)["Name"] for call in pool.calls("fetch")]
+
+
+def test_no_fetch_while_start_is_false_until_sighup_makes_it_true():
+    with pool_root("start-false") as root:
+        pool = Pool(root)
+        base = ("NUM_SLOTS = 2\nSTARTD_JOB_HOOK_KEYWORD = Q\nFetchWorkDelay = 1\n"
+                + pool.keyword_config("Q"))
+        # Without a job, START is false on slot1 and true on slot2.
+        pool.write_config(base + "START = SlotID == 2\n")
+        proc = pool.start("--name", "h")
+        try:
+            pool.wait_calls("fetch", 3)
+            assert set(_names(pool)) == {"slot2@h"}
+            assert "slot1: Owner/Idle -> Unclaimed/Idle" not in pool.log_text()
+            pool.write_config(base + "START = true\n")
+            proc.send_signal(signal.SIGHUP)
+            pool.wait_log("slot1: Owner/Idle -> Unclaimed/Idle")
+            slot1 = wait_until(lambda: [c for c in pool.calls("fetch")
+                                        if ads.parse_ad(c.stdin)["Name"] == "slot1@h"],
+                               20, fail_if=pool.exited, what="a fetch by slot1")
+            assert ads.parse_ad(slot1[0].stdin)["State"] == "Unclaimed"
+        finally:
+            assert pool.stop() == 0
+
+
+def test_once_counts_a_slot_whose_start_is_false_as_done():
+    with pool_root("once-owner") as root:
+        pool = Pool(root)
+        pool.write_config("STARTD_JOB_HOOK_KEYWORD = Q\nSTART = false\n"
+                          + pool.keyword_config("Q"))
+        assert pool.start("--once").wait(30) == 0
+        assert pool.calls("fetch") == []
+
+
+def test_suspend_then_preempt_a_running_job():
+    with pool_root("suspend") as root:
+        pool = Pool(root)
+        pool.write_config(
+            "STARTD_JOB_HOOK_KEYWORD = Q\nFetchWorkDelay = 300\nWANT_SUSPEND = true\n"
+            "SUSPEND = TARGET.SuspendMe =?= true\nCONTINUE = false\n"
+            'PREEMPT = Activity == "Suspended"\n' + pool.keyword_config("Q"))
+        pool.add_job("Q", cmd="/bin/sleep", args="60", text="SuspendMe = true\n")
+        pool.start()
+        try:
+            pool.wait_log("slot1: Claimed/Busy -> Claimed/Suspended")
+            pool.wait_log("slot1: Claimed/Suspended -> Preempting/Vacating (PREEMPT is true)")
+            exits = pool.wait_calls("exit", 1)
+            assert exits[0].args[0] == "evict"
+            assert len(pool.wait_calls("evict", 1)) == 1
+        finally:
+            assert pool.stop() == 0
+
+
+def test_starter_job_hook_keyword_overrides_the_hook_keyword():
+    with pool_root("starter-keyword") as root:
+        pool = Pool(root)
+        pool.write_config("STARTD_JOB_HOOK_KEYWORD = Q\nSTARTER_JOB_HOOK_KEYWORD = S\n"
+                          + pool.keyword_config("Q", kinds=("fetch",))
+                          + pool.keyword_config("S", kinds=("prepare", "exit")))
+        pool.add_job("Q")
+        assert pool.start("--once").wait(30) == 0
+        exits = pool.calls("exit")
+        assert [c.args for c in exits] == [["exit", "S"]]
+        assert ads.parse_ad(exits[0].stdin)["HookKeyword"] == "Q"
+        assert [c.args for c in pool.calls("prepare")] == [["S"]]
