@@ -19,6 +19,11 @@ log = logging.getLogger(__name__)
 # Modules that define click commands, each exporting `COMMANDS` (a list).
 # Only components whose commands work are listed.
 COMMAND_MODULES = [
+    "fetchwork.broker.usercli",
+    "fetchwork.poolcli",
+    "fetchwork.startd.cli",
+    "fetchwork.broker.cli",
+    "fetchwork.hooks.cli",
     "fetchwork.config.cli",
     "fetchwork.broker.redis_cli",
 ]

@@ -1,0 +1,154 @@
+"""A whole local pool in one place: embedded Redis, broker service, a startd.
+
+`fetchwork up` runs one in the foreground and `fetchwork demo` runs one on
+a temporary state directory. The pool writes `pool.conf` into its state
+directory, so every later command (`fetchwork submit`, `q`, another
+`fetchwork startd`) that uses the same state directory finds the pool and
+its hooks with no configuration of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from fetchwork.broker.embedded import EmbeddedRedis, embedded_for
+from fetchwork.config.loader import POOL_FILE, Config
+from fetchwork.errors import FetchworkError
+
+log = logging.getLogger(__name__)
+
+# What makes a fresh machine a pool: the reference hooks, and fetching at
+# once while a slot is free (the fetch hook long-polls the broker, so this
+# does not spin). A busy slot still looks for higher-ranked work every 300 s.
+POOL_CONF = """\
+# Written by `fetchwork up`: the settings that make this state directory a
+# local pool. Definitions in FETCHWORK_CONFIG and the environment win.
+STARTD_JOB_HOOK_KEYWORD = FETCHWORK
+FetchWorkDelay = ifThenElse(State == "Claimed" && Activity == "Busy", 300, 0)
+FETCH_WORK_MIN_INTERVAL = 0.2
+"""
+
+
+def _terminate_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+
+class PoolError(FetchworkError):
+    """A part of the local pool failed to start or died."""
+
+
+class Pool:
+    """The processes of one local pool, started and stopped in order."""
+
+    def __init__(self, config: Config, slots: int | None = None,
+                 extra_env: Mapping[str, str] | None = None, log_path: Path | None = None):
+        self.config = config
+        self.slots = slots
+        self.state_dir = Path(config.require("FETCHWORK_STATE_DIR"))
+        self.extra_env = dict(extra_env or {})
+        self.redis: EmbeddedRedis | None = None
+        self.started_redis = False
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        # Where the parts' stderr goes; None: this process's stderr.
+        self.log_path = log_path
+
+    # -- starting ---------------------------------------------------------
+
+    def start(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / POOL_FILE).write_text(POOL_CONF, encoding="utf-8")
+        if not (self.config.get("FETCHWORK_BROKER") or "").strip():
+            self.redis = embedded_for(self.config)
+            self.started_redis = self.redis.start()
+        try:
+            self._spawn("broker", ["broker"])
+            startd_args = ["startd"]
+            self._spawn("startd", startd_args, self._startd_env())
+        except BaseException:
+            self.stop()
+            raise
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env["FETCHWORK_STATE_DIR"] = str(self.state_dir)
+        return env
+
+    def _startd_env(self) -> dict[str, str]:
+        env = self._child_env()
+        if self.slots is not None:
+            env["_FETCHWORK_NUM_SLOTS"] = str(self.slots)
+        return env
+
+    def _spawn(self, name: str, args: list[str], env: Mapping[str, str] | None = None) -> None:
+        argv = [sys.executable, "-m", "fetchwork", *args]
+        log.info("starting %s: %s", name, " ".join(argv))
+        # Own process group: Ctrl-C reaches only `up`, which stops the parts in
+        # order. If `up` itself dies, the kernel sends each part SIGTERM.
+        output = None
+        if self.log_path is not None:
+            output = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps its own copy
+        try:
+            self.children[name] = subprocess.Popen(
+                argv, env=dict(env or self._child_env()), stdin=subprocess.DEVNULL,
+                stdout=output, stderr=output, process_group=0,
+                preexec_fn=_terminate_with_parent)
+        finally:
+            if output is not None:
+                output.close()
+
+    @property
+    def url(self) -> str:
+        if self.redis is not None:
+            return self.redis.url
+        return (self.config.get("FETCHWORK_BROKER") or "").strip()
+
+    # -- running ----------------------------------------------------------
+
+    def dead_child(self) -> str | None:
+        """The name of a child that exited, if any."""
+        for name, child in self.children.items():
+            if child.poll() is not None:
+                return f"{name} (exit status {child.returncode})"
+        return None
+
+    def wait(self, stop_requested: callable) -> str | None:  # type: ignore[valid-type]
+        """Block until `stop_requested()` or a child dies; the dead child's name."""
+        while not stop_requested():
+            dead = self.dead_child()
+            if dead:
+                return dead
+            time.sleep(0.2)
+        return None
+
+    # -- stopping ---------------------------------------------------------
+
+    def stop(self) -> None:
+        """Startd first (its jobs vacate and requeue), then the broker, then Redis."""
+        grace_s = self.config.get_duration_s("STARTD_SHUTDOWN_GRACE", 60.0) + 10.0
+        for name in ("startd", "broker"):
+            child = self.children.get(name)
+            if child is None or child.poll() is not None:
+                continue
+            log.info("stopping %s (pid %s)", name, child.pid)
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0fs; killing it", name, grace_s)
+                child.kill()
+                child.wait()
+        if self.redis is not None and self.started_redis:
+            self.redis.stop()

@@ -1,0 +1,316 @@
+"""The reference hooks: keyword FETCHWORK, speaking to the fetchwork broker.
+
+Each hook is a function `hook(args, stdin_text)` with the same strings in
+and out as the program form (`fetchwork hook <NAME> [WORD]`), so the startd
+and starter call them in-process (`python:fetchwork.hooks.reference:<name>`)
+or as programs with identical results.
+
+- fetch_work: claims the best matching idle job for the slot on stdin and
+  prints its ad; nothing when there is no work. An idle slot long-polls the
+  broker's event stream for up to FETCHWORK_FETCH_LONG_POLL seconds.
+- reply_fetch: a rejected job goes back to the head of its priority group.
+- evict_claim: advisory only; the job on the claim has already ended or is
+  being vacated, and its exit hook requeues it.
+- prepare_job: in-process, starts a lease keeper in the starter that renews
+  the job's lease while the starter lives (whatever the update interval) and
+  asks the starter to stop the job when it was removed or held meanwhile.
+- update_job_info: stores the measured attributes and renews the lease.
+- job_exit: finishes the job: exit -> completed, evict -> idle again (or
+  failed when not rerunnable), hold -> held, remove -> removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import classad2
+
+from fetchwork.config import ads
+from fetchwork.config.loader import get_config
+from fetchwork.errors import FetchworkError
+
+log = logging.getLogger(__name__)
+
+# Attributes the starter adds to the job ad that the broker keeps.
+REPORTED_ATTRS = (
+    "JobState", "JobPid", "NumPids", "JobStartDate", "RemoteSysCpu", "RemoteUserCpu",
+    "ImageSize", "ExitReason", "ExitBySignal", "ExitSignal", "ExitCode", "JobDuration",
+)
+EXIT_HOWS = ("exit", "evict", "hold", "remove")
+CLAIM_ATTR = "FetchworkClaim"
+
+_broker_lock = threading.Lock()
+_broker: Any = None
+_keepers: dict[str, LeaseKeeper] = {}
+_keepers_lock = threading.Lock()
+
+
+class HookUsageError(FetchworkError):
+    """A reference hook was called with arguments or input it cannot use."""
+
+
+def broker() -> Any:
+    """The process's broker client, connected on first use (never starts a server)."""
+    global _broker
+    with _broker_lock:
+        if _broker is None:
+            from fetchwork.broker.client import Broker
+
+            _broker = Broker.from_config(get_config(), start=False)
+        return _broker
+
+
+def reset_broker() -> None:
+    """Forget the cached client (after a configuration reload, or in tests)."""
+    global _broker
+    with _broker_lock:
+        _broker = None
+
+
+def job_id_of(job_ad: classad2.ClassAd) -> str:
+    try:
+        return f"{int(job_ad['ClusterId'])}.{int(job_ad['ProcId'])}"
+    except (KeyError, TypeError, ValueError) as exc:
+        raise HookUsageError("the job ad has no ClusterId/ProcId: it was not fetched "
+                             "from the fetchwork broker") from exc
+
+
+def _token_of(job_ad: classad2.ClassAd) -> str:
+    token = job_ad.get(CLAIM_ATTR)
+    if not isinstance(token, str) or not token:
+        raise HookUsageError(f"the job ad has no {CLAIM_ATTR}: it was not claimed "
+                             "through the fetchwork broker")
+    return token
+
+
+def _reported(job_ad: classad2.ClassAd) -> dict[str, Any]:
+    full = ads.to_dict(job_ad)
+    return {name: full[name] for name in REPORTED_ATTRS if name in full}
+
+
+def _job_ad_of(stdin_text: str) -> classad2.ClassAd:
+    job_ad, _slot_ad = ads.split_pair(stdin_text, source="hook input")
+    return job_ad
+
+
+def _publish(slot_ad: classad2.ClassAd, config: Any) -> None:
+    """Every fetch shows the slot to `fetchwork status` for SLOT_AD_LIFETIME seconds."""
+    if not isinstance(slot_ad.get("Name"), str):
+        return
+    broker().publish_slot(slot_ad, config.get_duration_s("SLOT_AD_LIFETIME", 900.0))
+
+
+def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
+    # A busy slot seldom fetches; the starter's machine ad, marked busy with
+    # this job, keeps it visible between fetches.
+    path = os.environ.get("_CONDOR_MACHINE_AD")
+    if not path or not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as handle:
+            slot_ad = ads.parse_ad(handle.read(), source=path)
+    except (OSError, FetchworkError) as exc:
+        log.debug("cannot read the machine ad %s: %s", path, exc)
+        return
+    slot_ad["State"] = "Claimed"
+    slot_ad["Activity"] = "Suspended" if job_ad.get("JobState") == "Suspended" else "Busy"
+    slot_ad["JobId"] = job_id
+    _publish(slot_ad, get_config())
+
+
+# -- startd hooks ------------------------------------------------------------
+
+def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
+    """Claim a job for the slot ad on stdin; its ad, or None when there is no work."""
+    slot_ad = ads.parse_ad(stdin_text, source="slot ad")
+    config = get_config()
+    _publish(slot_ad, config)
+    busy = slot_ad.get("Activity") == "Busy"
+    wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL", 5.0)
+    job_ad = broker().claim(slot_ad, wait_s=wait_s)
+    if job_ad is None:
+        return None
+    return ads.format_ad(job_ad)
+
+
+def reply_fetch(args: Sequence[str], stdin_text: str) -> None:
+    """On `reject`, hand the job back to the head of its group."""
+    decision = args[0] if args else ""
+    if decision not in ("accept", "reject"):
+        raise HookUsageError(f"reply_fetch expects 'accept' or 'reject', got {decision!r}")
+    job_ad = _job_ad_of(stdin_text)
+    if decision == "reject":
+        job_id = job_id_of(job_ad)
+        if broker().reject(job_id, _token_of(job_ad)):
+            log.info("job %s rejected by the slot; back at the head of its group", job_id)
+    return None
+
+
+def evict_claim(args: Sequence[str], stdin_text: str) -> None:
+    """Advisory: the claim ends; the job's own exit hook settles the job.
+
+    The slot is shown as unclaimed at once rather than at its next fetch.
+    """
+    _job_ad, slot_ad = ads.split_pair(stdin_text, source="hook input")
+    if slot_ad is not None:
+        slot_ad["State"] = "Unclaimed"
+        slot_ad["Activity"] = "Idle"
+        for name in ("JobId", "ClientMachine", "RemoteOwner"):
+            if name in slot_ad:
+                del slot_ad[name]
+        _publish(slot_ad, get_config())
+    return None
+
+
+# -- starter hooks -----------------------------------------------------------
+
+def prepare_job(args: Sequence[str], stdin_text: str) -> tuple[int, str] | None:
+    """Check the claim is still ours; in-process, keep its lease alive."""
+    job_ad = _job_ad_of(stdin_text)
+    job_id, token = job_id_of(job_ad), _token_of(job_ad)
+    status = broker().renew(job_id, token)
+    if status != "ok":
+        # Non-zero: the starter does not run a job the broker no longer gives us.
+        return _refuse(job_id, status)
+    if _mode["in_process"]:
+        _start_keeper(job_id, token, job_ad)
+    return None
+
+
+def _refuse(job_id: str, status: str) -> tuple[int, str]:
+    log.warning("job %s is %s at the broker; not running it", job_id, status)
+    return (1, "")
+
+
+def update_job_info(args: Sequence[str], stdin_text: str) -> None:
+    """Store the measured attributes; ask the starter to stop a removed or held job."""
+    job_ad = ads.parse_ad(stdin_text, source="job ad")
+    job_id, token = job_id_of(job_ad), _token_of(job_ad)
+    suspended = job_ad.get("JobState") == "Suspended" if "JobState" in job_ad else None
+    status = broker().renew(job_id, token, _reported(job_ad), suspended=suspended)
+    _act_on(job_id, status)
+    _publish_running_slot(job_ad, job_id)
+    return None
+
+
+def job_exit(args: Sequence[str], stdin_text: str) -> None:
+    """Settle the job at the broker according to how it left the slot."""
+    how = args[0] if args else ""
+    if how not in EXIT_HOWS:
+        raise HookUsageError(f"job_exit expects one of {', '.join(EXIT_HOWS)}, got {how!r}")
+    job_ad = ads.parse_ad(stdin_text, source="job ad")
+    job_id, token = job_id_of(job_ad), _token_of(job_ad)
+    _stop_keeper(job_id)
+    if broker().finish(job_id, token, how, _reported(job_ad)):
+        log.info("job %s finished at the broker (%s)", job_id, how)
+    else:
+        log.warning("job %s: the broker no longer holds this claim; %s not recorded", job_id, how)
+    return None
+
+
+# -- the lease keeper (in-process only) --------------------------------------
+
+# The program form (`fetchwork hook`) turns this off: a short-lived process
+# cannot keep a lease, so it relies on the update hook alone.
+_mode = {"in_process": True}
+
+
+def set_program_mode() -> None:
+    _mode["in_process"] = False
+
+
+def _act_on(job_id: str, status: str) -> None:
+    if status in ("removed", "held") and _mode["in_process"]:
+        from fetchwork.starter import control
+
+        log.info("job %s was %s at the broker; stopping it", job_id, status)
+        try:
+            control.request("remove" if status == "removed" else "hold")
+        except FetchworkError as exc:  # called outside a starter: nothing to stop
+            log.warning("job %s is %s but cannot be stopped here: %s", job_id, status, exc)
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews one job's lease every third of its duration until stopped."""
+
+    def __init__(self, job_id: str, token: str, lease_s: float):
+        super().__init__(name=f"lease-{job_id}", daemon=True)
+        self.job_id = job_id
+        self.token = token
+        self.interval_s = max(0.2, min(lease_s / 3.0, 60.0))
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            try:
+                status = broker().renew(self.job_id, self.token)
+            except FetchworkError as exc:
+                log.warning("job %s: lease renewal failed: %s", self.job_id, exc)
+                continue
+            except Exception:  # keep renewing through transient broker errors
+                log.exception("job %s: lease renewal failed", self.job_id)
+                continue
+            if status != "ok":
+                _act_on(self.job_id, status)
+                if status == "gone":
+                    return
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+
+def _start_keeper(job_id: str, token: str, job_ad: classad2.ClassAd) -> None:
+    lease_s = ads.as_number(ads.evaluate_attr(job_ad, "JobLeaseDuration"))
+    if lease_s is None or lease_s <= 0:
+        lease_s = get_config().get_duration_s("JOB_DEFAULT_LEASE_DURATION", 2400.0)
+    keeper = LeaseKeeper(job_id, token, lease_s)
+    with _keepers_lock:
+        old = _keepers.pop(job_id, None)
+        _keepers[job_id] = keeper
+    if old is not None:
+        old.stop()
+    keeper.start()
+
+
+def _stop_keeper(job_id: str) -> None:
+    with _keepers_lock:
+        keeper = _keepers.pop(job_id, None)
+    if keeper is not None:
+        keeper.stop()
+
+
+HOOKS = {
+    "FETCH_WORK": fetch_work,
+    "REPLY_FETCH": reply_fetch,
+    "EVICT_CLAIM": evict_claim,
+    "PREPARE_JOB": prepare_job,
+    "UPDATE_JOB_INFO": update_job_info,
+    "JOB_EXIT": job_exit,
+}
+
+
+def run_program(words: Sequence[str], stdin_text: str) -> int:
+    """The program form: find the hook name among `words`, pass the rest as args."""
+    set_program_mode()
+    names = [w for w in words if w.upper() in HOOKS]
+    if len(names) != 1:
+        print(f"fetchwork hook: name exactly one of {', '.join(HOOKS)}", file=sys.stderr)
+        return 2
+    rest = [w for w in words if w is not names[0]]
+    started = time.monotonic()
+    try:
+        result = HOOKS[names[0].upper()](rest, stdin_text)
+    except FetchworkError as exc:
+        print(f"fetchwork hook {names[0]}: {exc}", file=sys.stderr)
+        return 1
+    code, out = (result if isinstance(result, tuple) else (0, result or ""))
+    if out:
+        sys.stdout.write(out)
+    log.debug("hook %s done in %.3fs", names[0], time.monotonic() - started)
+    return code
