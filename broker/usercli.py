@@ -56,7 +56,7 @@ def _broker() -> Broker:
     return Broker.from_config(Config.load())
 
 
-def _stdout() -> Console:
+def table_console() -> Console:
     """A console for tables; piped output is not cut to a terminal's width."""
     console = Console(highlight=False)
     if not console.is_terminal:
@@ -99,7 +99,7 @@ def _show_jobs(ads: Sequence[Any], as_json: bool, long: bool, history: bool) -> 
     if long:
         click.echo("\n".join(format_ad(_as_ad(ad)) for ad in ads), nl=False)
         return
-    console = _stdout()
+    console = table_console()
     now = time.time()
     console.print(tables.history_table(ads, now) if history else tables.queue_table(ads, now))
     console.print()
@@ -338,7 +338,7 @@ def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long:
     broker = _broker()
     selection = id_constraint(ids, constraint)
     if watch:
-        watch_queue(broker, selection, _stdout())
+        watch_queue(broker, selection, table_console())
         return
     _show_jobs(sorted(queued(broker, selection), key=_order), as_json, long, history=False)
 
@@ -444,7 +444,7 @@ def status_command(as_json: bool) -> None:
     if as_json:
         click.echo(ads_json(slots))
         return
-    console = _stdout()
+    console = table_console()
     console.print(tables.slot_table(slots))
     console.print()
     console.print(tables.slot_summary(slots))

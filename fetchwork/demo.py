@@ -24,6 +24,7 @@ from rich.text import Text
 from fetchwork.broker import tables
 from fetchwork.broker.client import Broker
 from fetchwork.broker.submitfile import parse_submit
+from fetchwork.broker.usercli import table_console
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 from fetchwork.pool import Pool
@@ -158,4 +159,4 @@ def _summary(console: Console, history: list, work: Path, elapsed_s: float) -> N
 def demo_command(slots: int) -> None:
     """A short tour: a temporary pool, a mixed cluster of jobs, a live
     table and a summary. Leaves nothing behind."""
-    raise SystemExit(run_demo(Console(), slots=slots))
+    raise SystemExit(run_demo(table_console(), slots=slots))

@@ -171,15 +171,22 @@ def evict_claim(args: Sequence[str], stdin_text: str) -> None:
 # -- starter hooks -----------------------------------------------------------
 
 def prepare_job(args: Sequence[str], stdin_text: str) -> tuple[int, str] | None:
-    """Check the claim is still ours; in-process, keep its lease alive."""
+    """Check the claim is still ours; in-process, keep its lease alive.
+
+    In-process the check runs in the lease keeper, off the job's start path
+    (connecting to the broker costs a fresh starter a few hundred ms); a
+    claim found gone there stops the job at once. A program checks before
+    answering, as it cannot outlive the hook.
+    """
     job_ad = _job_ad_of(stdin_text)
     job_id, token = job_id_of(job_ad), _token_of(job_ad)
+    if _mode["in_process"]:
+        _start_keeper(job_id, token, job_ad)
+        return None
     status = broker().renew(job_id, token)
     if status != "ok":
         # Non-zero: the starter does not run a job the broker no longer gives us.
         return _refuse(job_id, status)
-    if _mode["in_process"]:
-        _start_keeper(job_id, token, job_ad)
     return None
 
 
@@ -225,13 +232,17 @@ def set_program_mode() -> None:
     _mode["in_process"] = False
 
 
+# What the starter is asked to do when a renewal answers other than "ok".
+_STOP_REQUESTS = {"removed": "remove", "held": "hold", "gone": "kill"}
+
+
 def _act_on(job_id: str, status: str) -> None:
-    if status in ("removed", "held") and _mode["in_process"]:
+    if status in _STOP_REQUESTS and _mode["in_process"]:
         from fetchwork.starter import control
 
-        log.info("job %s was %s at the broker; stopping it", job_id, status)
+        log.info("job %s is %s at the broker; stopping it", job_id, status)
         try:
-            control.request("remove" if status == "removed" else "hold")
+            control.request(_STOP_REQUESTS[status])
         except FetchworkError as exc:  # called outside a starter: nothing to stop
             log.warning("job %s is %s but cannot be stopped here: %s", job_id, status, exc)
 
@@ -247,7 +258,9 @@ class LeaseKeeper(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        while not self._stop_event.wait(self.interval_s):
+        first = True
+        while first or not self._stop_event.wait(self.interval_s):
+            first = False
             try:
                 status = broker().renew(self.job_id, self.token)
             except FetchworkError as exc:
@@ -256,6 +269,8 @@ class LeaseKeeper(threading.Thread):
             except Exception:  # keep renewing through transient broker errors
                 log.exception("job %s: lease renewal failed", self.job_id)
                 continue
+            if self._stop_event.is_set():  # the job ended meanwhile
+                return
             if status != "ok":
                 _act_on(self.job_id, status)
                 if status == "gone":

@@ -14,6 +14,7 @@ from fetchwork.config import ads
 from fetchwork.config.loader import reload_config
 from fetchwork.errors import FetchworkError
 from fetchwork.hooks import reference
+from tests.waiting import wait_until
 
 SLOT_AD = """\
 Name = "slot1@hooktest"
@@ -153,13 +154,28 @@ def test_a_job_removed_while_running_is_settled_by_its_exit_hook(form, hook_env,
     assert done["JobStatus"] == 3
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_prepare_refuses_a_job_whose_claim_is_gone(form, hook_env, broker):
-    [submitted] = submit(broker)
-    job = fetch(form, hook_env)
-    assert call(form, hook_env, "JOB_EXIT", ads.format_ad(job), "evict")[0] == 0
-    code, _ = call(form, hook_env, "PREPARE_JOB", ads.join_pair(job, ads.parse_ad(SLOT_AD)))
+def test_a_prepare_program_refuses_a_job_whose_claim_is_gone(hook_env, broker):
+    submit(broker)
+    job = fetch("program", hook_env)
+    assert call("program", hook_env, "JOB_EXIT", ads.format_ad(job), "evict")[0] == 0
+    code, _ = call("program", hook_env, "PREPARE_JOB",
+                   ads.join_pair(job, ads.parse_ad(SLOT_AD)))
     assert code != 0
+
+
+def test_in_process_prepare_keeps_the_lease_alive(hook_env, broker, redis_client):
+    [submitted] = submit(broker, JobLeaseDuration=1)
+    job = fetch("in-process", hook_env)
+    before = broker.get(submitted)["FetchworkLeaseExpiry"]
+    assert call("in-process", hook_env, "PREPARE_JOB",
+                ads.join_pair(job, ads.parse_ad(SLOT_AD)))[0] == 0
+    try:
+        wait_until(lambda: broker.get(submitted)["FetchworkLeaseExpiry"] > before + 0.5,
+                   timeout_s=30, what="the keeper to renew the lease")
+        assert broker.reap_expired() == []
+    finally:
+        assert call("in-process", hook_env, "JOB_EXIT", ads.format_ad(job), "exit")[0] == 0
+    assert broker.get(submitted)["JobStatus"] == 4
 
 
 @pytest.mark.parametrize("form", FORMS)
