@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,21 +20,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fetchwork.broker.embedded import EmbeddedRedis, embedded_for
-from fetchwork.config.loader import POOL_FILE, Config
+from fetchwork.config.loader import DEFAULTS_FILE, POOL_FILE, Config
 from fetchwork.errors import FetchworkError
 
 log = logging.getLogger(__name__)
 
-# What makes a fresh machine a pool: the reference hooks, and fetching at
-# once while a slot is free (the fetch hook long-polls the broker, so this
-# does not spin). A busy slot still looks for higher-ranked work every 300 s.
-POOL_CONF = """\
-# Written by `fetchwork up`: the settings that make this state directory a
-# local pool. Definitions in FETCHWORK_CONFIG and the environment win.
-STARTD_JOB_HOOK_KEYWORD = FETCHWORK
-FetchWorkDelay = ifThenElse(State == "Claimed" && Activity == "Busy", 300, 0)
-FETCH_WORK_MIN_INTERVAL = 0.2
-"""
+# The packaged configuration that makes a state directory a pool.
+POOL_TEMPLATE = Path(DEFAULTS_FILE).with_name("pool.conf")
 
 
 def _terminate_with_parent() -> None:
@@ -68,7 +61,7 @@ class Pool:
 
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        (self.state_dir / POOL_FILE).write_text(POOL_CONF, encoding="utf-8")
+        shutil.copyfile(POOL_TEMPLATE, self.state_dir / POOL_FILE)
         if not (self.config.get("FETCHWORK_BROKER") or "").strip():
             self.redis = embedded_for(self.config)
             self.started_redis = self.redis.start()
