@@ -112,3 +112,22 @@ def _outcome(value: str, returned: Any) -> CallOutcome:
     if not isinstance(stdout, str):
         return CallOutcome(error=f"{value} returned a {type(stdout).__name__}, not text")
     return CallOutcome(exit_code=exit_code, stdout=stdout)
+
+
+def preload(values: list[str]) -> list[str]:
+    """Import the modules of the in-process hook values among `values`.
+
+    A standby starter does this before it has a job, so the first hook call
+    does not pay for the import. Returns the modules that failed to import
+    (the real call reports the error).
+    """
+    failed = []
+    for value in values:
+        if not value.startswith(IN_PROCESS_PREFIX):
+            continue
+        module_name = value[len(IN_PROCESS_PREFIX):].partition(":")[0]
+        try:
+            importlib.import_module(module_name)
+        except Exception:  # reported when the hook is really called
+            failed.append(module_name)
+    return failed

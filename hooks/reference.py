@@ -31,6 +31,7 @@ from typing import Any
 
 import classad2
 
+from fetchwork.broker.client import Broker
 from fetchwork.config import ads
 from fetchwork.config.loader import get_config
 from fetchwork.errors import FetchworkError
@@ -60,8 +61,6 @@ def broker() -> Any:
     global _broker
     with _broker_lock:
         if _broker is None:
-            from fetchwork.broker.client import Broker
-
             _broker = Broker.from_config(get_config(), start=False)
         return _broker
 

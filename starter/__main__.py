@@ -3,6 +3,12 @@
 Spawned by the startd, one per job: control words on stdin, JSON events on
 stdout, logs on stderr. Exit status 0 when the job ran its course (whatever
 the job itself did), non-zero when the starter could not do its work.
+
+`python -m fetchwork.starter --standby` starts a starter before there is a
+job: it imports everything, including the modules of in-process starter
+hooks, then waits for one line on stdin, a JSON list of the arguments
+above, and runs that job. The startd keeps one standing by so a job does
+not wait for an interpreter to start.
 """
 
 from __future__ import annotations
@@ -20,6 +26,11 @@ log = logging.getLogger("fetchwork.starter")
 
 # argparse rather than click: this is not a user command, and the starter's
 # start-up time is on every job's path.
+
+
+STANDBY = "--standby"
+# Starter hooks whose in-process modules a standby starter imports ahead.
+_STARTER_HOOKS = ("_HOOK_PREPARE_JOB", "_HOOK_UPDATE_JOB_INFO", "_HOOK_JOB_EXIT")
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -41,7 +52,43 @@ def _read_ad(path: str) -> object:
         raise FetchworkError(f"cannot read {path}: {exc.strerror}") from exc
 
 
+def _stand_by() -> list[str] | None:
+    """Import ahead, then read the job's arguments: one JSON line on stdin.
+
+    The line is read a byte at a time so that nothing after it (control
+    words) is taken from fd 0 before the starter's own reader sees it.
+    """
+    import json
+
+    from fetchwork.hooks import inprocess
+    from fetchwork.starter import starter  # noqa: F401 - imported ahead on purpose
+
+    try:
+        config = Config.load()
+        values = [value for definition, value in config.items()
+                  if definition.name.upper().endswith(_STARTER_HOOKS)]
+        inprocess.preload(values)
+    except FetchworkError:
+        pass  # the job's own start reports configuration errors
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 1)
+        if not chunk:
+            return None  # the startd went away before giving a job
+        line += chunk
+    argv = json.loads(line.decode("utf-8"))
+    if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
+        raise SystemExit("starter: a standby starter expects a JSON list of arguments")
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == [STANDBY]:
+        given = _stand_by()
+        if given is None:
+            return 0
+        argv = given
     args = _arguments(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format=f"%(asctime)s starter[slot{args.slot}] %(levelname)s %(message)s")

@@ -44,7 +44,8 @@ class StarterRun:
     """One starter process and what it said."""
 
     def __init__(self, base: Path, name: str, job: dict[str, Any], knobs: dict[str, str],
-                 slot_ad: dict[str, Any] | None = None, slot: int = 1):
+                 slot_ad: dict[str, Any] | None = None, slot: int = 1,
+                 standby: bool = False):
         self.sandbox = base / "execute" / name
         self.sandbox.mkdir(parents=True)
         self.sandbox.chmod(0o755)
@@ -61,13 +62,19 @@ class StarterRun:
         env.update({f"_FETCHWORK_{key}": value for key, value in knobs.items()})
         self.log = base / f"{name}.log"
         self.events: list[dict[str, Any]] = []
+        args = ["--job-ad", str(self.sandbox / ".job.ad"),
+                "--slot-ad", str(self.sandbox / ".machine.ad"),
+                "--slot", str(slot), "--sandbox", str(self.sandbox)]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "fetchwork.starter", "--job-ad",
-                 str(self.sandbox / ".job.ad"), "--slot-ad", str(self.sandbox / ".machine.ad"),
-                 "--slot", str(slot), "--sandbox", str(self.sandbox)],
+                [sys.executable, "-m", "fetchwork.starter",
+                 *(["--standby"] if standby else args)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
                 text=True, bufsize=1)
+        if standby:
+            # The arguments line and a control word right behind it: the
+            # standby starter must leave the word for the starter proper.
+            self.send(json.dumps(args))
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -138,8 +145,8 @@ class Bench:
         path.chmod(mode)
         return str(path)
 
-    def start(self, job: dict[str, Any], **knobs: str) -> StarterRun:
-        run = StarterRun(self.base, f"job{len(self.runs)}", job, knobs)
+    def start(self, job: dict[str, Any], standby: bool = False, **knobs: str) -> StarterRun:
+        run = StarterRun(self.base, f"job{len(self.runs)}", job, knobs, standby=standby)
         self.runs.append(run)
         return run
 
@@ -172,7 +179,8 @@ def _pids(path: Path) -> list[int]:
 
 # -- a job that runs to its end ----------------------------------------------
 
-def test_job_runs_with_its_ad_and_hooks_see_everything(bench):
+@pytest.mark.parametrize("standby", [False, True], ids=["spawned", "standby"])
+def test_job_runs_with_its_ad_and_hooks_see_everything(bench, standby):
     (bench.work / "input.txt").write_text("from stdin\n")
     exit_hook = bench.hook("exit")
     prepare = bench.hook("prepare", tail="echo 'Extra = \"from prepare\"'")
@@ -183,7 +191,7 @@ def test_job_runs_with_its_ad_and_hooks_see_everything(bench):
         "Environment": "MYVAR='hello world'",
         "Iwd": str(bench.work), "In": "input.txt", "Out": "out.txt", "Err": "err.txt",
         "Custom": "kept",
-    }, T_HOOK_PREPARE_JOB=prepare, T_HOOK_JOB_EXIT=exit_hook)
+    }, standby=standby, T_HOOK_PREPARE_JOB=prepare, T_HOOK_JOB_EXIT=exit_hook)
     started = run.event("started")
     exited = run.finish()
     assert exited["how"] == "exit"
@@ -390,6 +398,23 @@ def test_vacate_sends_killsig_then_sigkill_and_leaves_no_orphans(bench):
     assert exited["ad"]["ExitSignal"] == signal.SIGKILL
     assert bench.recorded("exit", "args") == ["evict\n"]
     wait_until(lambda: not any(_alive(pid) for pid in leftovers), 10, what="no orphans")
+
+
+def test_a_standby_starter_hands_on_control_words_sent_behind_its_arguments(bench):
+    job, _, _, _ = _loop_job(bench)
+    run = bench.start({"Cmd": job, "Iwd": str(bench.work)}, standby=True)
+    run.send("kill")
+    exited = run.finish()
+    assert exited["how"] == "evict"
+
+
+def test_a_standby_starter_without_a_job_exits_quietly(bench):
+    done = subprocess.run([sys.executable, "-m", "fetchwork.starter", "--standby"],
+                          input="", capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "FETCHWORK_CONFIG": os.devnull,
+                               "FETCHWORK_STATE_DIR": str(bench.base / "state")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
 
 
 def test_eof_on_stdin_vacates(bench):
