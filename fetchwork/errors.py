@@ -9,36 +9,40 @@ class FetchworkError(Exception):
     """Root of every error fetchwork raises on purpose."""
 
 
-class ConfigError(FetchworkError):
-    """The configuration is malformed or a knob has an unusable value."""
+class LocatedError(FetchworkError):
+    """An error in some text: the message starts with `source:line:` when known."""
 
     def __init__(self, message: str, source: str | None = None, line: int | None = None):
         self.source = source
         self.line = line
-        where = ""
+        super().__init__(f"{self.where(source, line)}{message}")
+
+    @staticmethod
+    def where(source: str | None, line: int | None) -> str:
         if source is not None:
-            where = f"{source}:{line}: " if line is not None else f"{source}: "
-        super().__init__(f"{where}{message}")
+            return f"{source}:{line}: " if line is not None else f"{source}: "
+        return f"line {line}: " if line is not None else ""
+
+
+class ConfigError(LocatedError):
+    """The configuration is malformed or a knob has an unusable value."""
 
 
 class UndefinedKnobError(ConfigError):
     """A configuration knob was asked for but no source defines it."""
 
 
-class AdError(FetchworkError):
+class AdError(LocatedError):
     """ClassAd text or an expression could not be parsed or converted."""
 
     def __init__(self, message: str, line: int | None = None, source: str | None = None):
-        self.line = line
-        self.source = source
-        where = ""
-        if source is not None:
-            where = f"{source}:"
-        if line is not None:
-            where += f"line {line}: "
-        elif where:
-            where += " "
-        super().__init__(f"{where}{message}")
+        super().__init__(message, source, line)
+
+    @staticmethod
+    def where(source: str | None, line: int | None) -> str:
+        # Ad text comes from hooks more often than files: "fetch hook: line 2: ".
+        parts = [part for part in (source, f"line {line}" if line is not None else None) if part]
+        return ": ".join(parts) + ": " if parts else ""
 
 
 class RedisUnavailableError(FetchworkError):
@@ -49,18 +53,8 @@ class ArgSyntaxError(FetchworkError):
     """An argument or environment string breaks HTCondor's old or new syntax."""
 
 
-class SubmitFileError(FetchworkError):
+class SubmitFileError(LocatedError):
     """A submit description is malformed or asks for something fetchwork cannot do."""
-
-    def __init__(self, message: str, source: str | None = None, line: int | None = None):
-        self.source = source
-        self.line = line
-        where = ""
-        if source is not None:
-            where = f"{source}:{line}: " if line is not None else f"{source}: "
-        elif line is not None:
-            where = f"line {line}: "
-        super().__init__(f"{where}{message}")
 
 
 class SlotStateError(FetchworkError):
