@@ -9,6 +9,7 @@ Decisions come from `policy`; this module does the I/O they call for.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -16,7 +17,6 @@ import selectors
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
 
 import classad2
 
@@ -29,8 +29,15 @@ from fetchwork.startd.claims import Claims
 from fetchwork.startd.lifecycle import ShutdownPlan
 from fetchwork.startd.policy import Decision, Verdict
 from fetchwork.startd.settings import StartdSettings, slot_hooks
+from fetchwork.startd.signals import SignalInbox
 from fetchwork.startd.slot import Claim, Slot, new_claim_id
-from fetchwork.startd.slotad import build_slot_ad, gather_facts, job_id_of, slot_name
+from fetchwork.startd.slotad import (
+    build_slot_ad,
+    gather_facts,
+    job_id_of,
+    read_policy,
+    slot_name,
+)
 from fetchwork.startd.starterproc import remove_stale_sandboxes
 from fetchwork.startd.states import Activity, State, initial_status
 
@@ -61,7 +68,7 @@ class Startd:
         os.set_blocking(self._wake_w, False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None, None))
-        self._signals: list[int] = []
+        self._signals = SignalInbox(self._wake_w)
         self._advisory = 0
         self._shutdown: ShutdownPlan | None = None
         self.claims = Claims(self, self._selector)
@@ -71,7 +78,7 @@ class Startd:
     # -- the loop --------------------------------------------------------------
 
     def run(self) -> int:
-        previous = self._install_signals()
+        self._signals.install()
         try:
             os.makedirs(self.settings.execute_dir, exist_ok=True)
             for path in remove_stale_sandboxes(self.settings.execute_dir):
@@ -88,7 +95,7 @@ class Startd:
                 self._tick(now)
                 self._wait(max(self._next_wake(now) - time.monotonic(), 0.0))
         finally:
-            self._restore_signals(previous)
+            self._signals.restore()
             self._close()
         log.info("startd %s exits", self.name)
         return 0
@@ -152,7 +159,7 @@ class Startd:
 
     def slot_ad(self, slot: Slot) -> classad2.ClassAd:
         return build_slot_ad(slot.slot_id, self.name, len(self.slots), self.facts, slot.status,
-                             self.settings.policy, time.time(),
+                             self.settings.policies[slot.slot_id], time.time(),
                              slot.claim.view() if slot.claim is not None else None)
 
     def update_owner(self, slot: Slot) -> None:
@@ -285,24 +292,8 @@ class Startd:
 
     # -- signals and shutdown ---------------------------------------------------
 
-    def _install_signals(self) -> dict[int, Any]:
-        previous: dict[int, Any] = {}
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
-            previous[signum] = signal.signal(signum, self._on_signal)
-        previous[-1] = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-        return previous
-
-    def _restore_signals(self, previous: dict[int, Any]) -> None:
-        signal.set_wakeup_fd(previous.pop(-1))
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self._signals.append(signum)
-
     def _handle_signals(self, now: float) -> None:
-        while self._signals:
-            signum = self._signals.pop(0)
+        for signum in self._signals.take():
             if signum == signal.SIGHUP:
                 self.reload()
             else:
@@ -321,6 +312,8 @@ class Startd:
         if settings.num_slots != len(self.slots):
             log.warning("NUM_SLOTS changed to %d; the startd keeps %d slots until it restarts",
                         settings.num_slots, len(self.slots))
+            settings = dataclasses.replace(settings, num_slots=len(self.slots), policies={
+                slot.slot_id: read_policy(config, slot.slot_id) for slot in self.slots})
         self.config, self.settings = config, settings
         for slot, slot_hook in zip(self.slots, hooks, strict=True):
             slot.hooks = slot_hook

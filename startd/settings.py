@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import classad2
@@ -31,7 +32,7 @@ class StartdSettings:
     log_dir: str
     fetch_delay: classad2.ExprTree | str
     fetch_min_interval_s: float
-    policy: SlotPolicy
+    policies: Mapping[int, SlotPolicy]   # by slot number
     running: RunningPolicy
     max_vacate_s: float
     killing_timeout_s: float
@@ -45,6 +46,8 @@ class StartdSettings:
         if num_slots < 1:
             raise ConfigError(f"NUM_SLOTS must be at least 1, not {num_slots}")
         delay_text = (config.get("FetchWorkDelay") or "").strip()
+        for name in ("START", "RANK"):
+            _expr_text(config, name, "")  # errors name the file and line now, not later
         return cls(
             num_slots=num_slots,
             execute_dir=config.require("EXECUTE"),
@@ -52,7 +55,7 @@ class StartdSettings:
             # HTCondor: an undefined FetchWorkDelay means 300 s.
             fetch_delay=config.get_expr("FetchWorkDelay") if delay_text else "300",
             fetch_min_interval_s=config.get_duration_s("FETCH_WORK_MIN_INTERVAL", 1.0),
-            policy=read_policy(config),
+            policies={n: read_policy(config, n) for n in range(1, num_slots + 1)},
             running=RunningPolicy(
                 want_suspend=_expr_text(config, "WANT_SUSPEND", "false"),
                 suspend=_expr_text(config, "SUSPEND", "false"),

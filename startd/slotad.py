@@ -76,11 +76,17 @@ def gather_facts(config: Config, execute_dir: str) -> MachineFacts:
     )
 
 
-def read_policy(config: Config) -> SlotPolicy:
-    """START, RANK and the knobs named by STARTD_ATTRS (undefined names are skipped)."""
+def read_policy(config: Config, slot_id: int | None = None) -> SlotPolicy:
+    """START, RANK and the knobs named by STARTD_ATTRS (undefined names are skipped).
+
+    As in HTCondor, `SLOT<N>_<NAME>` gives slot N its own value of a
+    STARTD_ATTRS knob.
+    """
     extra: dict[str, str] = {}
     for name in config.get_list("STARTD_ATTRS"):
-        value = config.get(name)
+        value = config.get(f"SLOT{slot_id}_{name}") if slot_id is not None else None
+        if value is None or not value.strip():
+            value = config.get(name)
         if value is None or not value.strip():
             log.warning("STARTD_ATTRS names %s, which is not defined; not published", name)
             continue

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -307,7 +306,3 @@ def pool_root(prefix: str) -> Iterator[Path]:
 
 def make_world_writable(path: Path) -> None:
     path.chmod(path.stat().st_mode | stat.S_IWOTH)
-
-
-def now_s() -> float:
-    return time.time()

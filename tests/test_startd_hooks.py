@@ -29,6 +29,7 @@ def _run(pool: Pool):
         FetchWorkDelay = {QUEUE_DELAY}
         STARTD_ATTRS = Site
         Site = "test-site"
+        SLOT2_Site = "web-site"
     """ + pool.keyword_config("DATABASE") + pool.keyword_config("WEB"))
     jobs = {
         "db1": pool.add_job("DATABASE", cmd="/bin/echo", args="hello", text="Owner = \"ann\"\n"
@@ -60,10 +61,15 @@ def test_fetch_hook_gets_the_slot_ad_on_stdin(run):
     ad = ads.parse_ad(call.stdin)
     assert ad["Name"] in ("slot1@testhost", "slot2@testhost")
     assert ad["State"] == "Unclaimed" and ad["Activity"] == "Idle"
-    assert ad["Site"] == "test-site"
     for name in ("SlotID", "Machine", "Cpus", "Memory", "Disk", "OpSys", "Arch", "LoadAvg",
                  "TotalSlots", "EnteredCurrentState", "Start", "Rank"):
         assert name in ad
+
+
+def test_startd_attrs_take_per_slot_values(run):
+    sites = {ads.parse_ad(c.stdin)["Name"]: ads.parse_ad(c.stdin)["Site"]
+             for c in run.calls("fetch")}
+    assert sites == {"slot1@testhost": "test-site", "slot2@testhost": "web-site"}
 
 
 def test_fetch_hook_gets_no_arguments_but_its_configured_ones(run):

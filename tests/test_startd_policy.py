@@ -10,11 +10,11 @@ import pytest
 
 from fetchwork.config import ads
 from fetchwork.config.loader import Config
-from fetchwork.errors import SlotStateError
+from fetchwork.errors import ConfigError, SlotStateError
 from fetchwork.startd import policy
 from fetchwork.startd.lifecycle import KILL_WAIT_S, ShutdownPlan
 from fetchwork.startd.policy import FetchClock, Verdict
-from fetchwork.startd.settings import slot_hooks
+from fetchwork.startd.settings import StartdSettings, slot_hooks
 from fetchwork.startd.slotad import (
     ClaimView,
     MachineFacts,
@@ -126,6 +126,12 @@ def test_read_policy_takes_start_rank_and_startd_attrs():
     got = read_policy(config)
     assert (got.start, got.rank, dict(got.extra_attrs)) == ('Owner == "x"', "3",
                                                             {"Site": '"here"'})
+
+
+def test_startd_attrs_per_slot_value():
+    config = Config.from_text("STARTD_ATTRS = Site\nSite = 1\nSLOT2_Site = 2\n")
+    assert read_policy(config, 1).extra_attrs == {"Site": "1"}
+    assert read_policy(config, 2).extra_attrs == {"Site": "2"}
 
 
 def test_job_id_of():
@@ -362,3 +368,9 @@ def test_stale_sandboxes_of_dead_startds_are_removed(tmp_path):
     assert removed == [str(tmp_path / sandbox_name(dead.pid, 1, 1))]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [sandbox_name(os.getpid(), 1, 1), sandbox_name(1, 2, 3), "unrelated"])
+
+
+def test_settings_refuse_an_unparsable_start_with_its_source():
+    config = Config.from_text("NUM_SLOTS = 1\nEXECUTE = /x\nLOG = /y\nSTART = (((\n", "cfg")
+    with pytest.raises(ConfigError, match="cfg"):
+        StartdSettings.from_config(config)
