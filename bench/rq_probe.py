@@ -1,0 +1,7 @@
+"""A job function for rq workers in the benchmarks: when did it start?"""
+
+import time
+
+
+def stamp() -> float:
+    return time.time()

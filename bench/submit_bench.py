@@ -1,0 +1,174 @@
+"""Submit throughput and submit-to-start latency, fetchwork beside rq.
+
+    python bench/submit_bench.py [--jobs 100000] [--latency-samples 100]
+
+Runs on a private embedded Redis in a temporary state directory (or the
+broker named by FETCHWORK_BROKER), so both systems use the same server.
+
+- throughput: jobs/s to queue N jobs (fetchwork `Broker.submit` in clusters
+  of --cluster-size; rq `Queue.enqueue_many` in pipelined batches of the
+  same size);
+- latency: one job at a time onto an idle single-slot pool; the time from
+  submit to the moment the job's program runs (`/bin/date +%s.%N` writes
+  it), median and p99. rq: one worker, the job function returns time.time().
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from fetchwork.broker.client import Broker
+from fetchwork.config.loader import Config
+from fetchwork.pool import Pool
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def fetchwork_throughput(broker: Broker, jobs: int, cluster_size: int) -> float:
+    ad = {"Cmd": "/bin/true", "Iwd": "/tmp", "Owner": "bench"}
+    started = time.perf_counter()
+    left = jobs
+    while left > 0:
+        batch = min(cluster_size, left)
+        broker.submit([ad] * batch, owner="bench")
+        left -= batch
+    return jobs / (time.perf_counter() - started)
+
+
+def rq_throughput(client: redis.Redis, jobs: int, batch_size: int) -> float:
+    from rq import Queue
+
+    queue = Queue("bench-throughput", connection=client)
+    started = time.perf_counter()
+    left = jobs
+    while left > 0:
+        batch = min(batch_size, left)
+        data = [Queue.prepare_data("bench.rq_probe.stamp") for _ in range(batch)]
+        with client.pipeline() as pipe:
+            queue.enqueue_many(data, pipeline=pipe)
+            pipe.execute()
+        left -= batch
+    elapsed = time.perf_counter() - started
+    queue.empty()
+    return jobs / elapsed
+
+
+def fetchwork_latency(broker: Broker, work: Path, samples: int) -> list[float]:
+    latencies = []
+    for index in range(samples):
+        out = work / f"stamp.{index}"
+        submitted = time.time()
+        [job_id] = broker.submit([{"Cmd": "/bin/date", "Arguments": "+%s.%N",
+                                   "Iwd": str(work), "Out": out.name}], owner="bench")
+        deadline = time.monotonic() + 60
+        while True:
+            ad = broker.get(job_id)
+            if ad is not None and ad.get("JobStatus") in (3, 4):
+                break
+            if ad is not None and ad.get("JobStatus") == 5:
+                raise SystemExit(f"job {job_id} was held: {ad.get('HoldReason')}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"job {job_id} did not finish within 60 s")
+            time.sleep(0.002)
+        latencies.append(float(out.read_text().strip()) - submitted)
+    return latencies
+
+
+def rq_latency(url: str, samples: int) -> list[float]:
+    from rq import Queue
+
+    client = redis.Redis.from_url(url)
+    queue = Queue("bench-latency", connection=client)
+    env = {**os.environ, "PYTHONPATH": str(BENCH_DIR.parent)}
+    worker = subprocess.Popen([sys.executable, "-m", "rq.cli", "worker", "--url", url,
+                               "--quiet", "bench-latency"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        warm = queue.enqueue("bench.rq_probe.stamp")
+        _wait_rq(warm)
+        latencies = []
+        for _ in range(samples):
+            submitted = time.time()
+            job = queue.enqueue("bench.rq_probe.stamp")
+            latencies.append(_wait_rq(job) - submitted)
+        return latencies
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+def _wait_rq(job: object) -> float:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        value = job.return_value(refresh=True)  # type: ignore[attr-defined]
+        if value is not None:
+            return float(value)
+        if job.get_status(refresh=False) == "failed":  # type: ignore[attr-defined]
+            raise SystemExit(f"rq job failed: {job.exc_info}")  # type: ignore[attr-defined]
+        time.sleep(0.002)
+    raise SystemExit("rq job did not finish within 60 s")
+
+
+def report(name: str, latencies: list[float]) -> None:
+    ms = [value * 1000 for value in latencies]
+    print(f"  {name:<28} median {statistics.median(ms):8.1f} ms   "
+          f"p99 {percentile(ms, 0.99):8.1f} ms   (n={len(ms)})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--cluster-size", type=int, default=1000)
+    parser.add_argument("--latency-samples", type=int, default=100)
+    options = parser.parse_args()
+
+    state = Path(tempfile.mkdtemp(prefix="fw-bench-"))
+    environ = {**os.environ, "FETCHWORK_STATE_DIR": str(state),
+               "FETCHWORK_POOL": "bench", "_FETCHWORK_FETCHWORK_FETCH_LONG_POLL": "5"}
+    os.environ.update(environ)
+    config = Config.load(environ=environ)
+    pool = Pool(config, slots=1)
+    try:
+        pool.start()
+        client = redis.Redis.from_url(pool.url)
+        broker = Broker(client, pool="bench-throughput", config=config)
+        print(f"submit throughput, {options.jobs} jobs "
+              f"(batches of {options.cluster_size}):")
+        rate = fetchwork_throughput(broker, options.jobs, options.cluster_size)
+        print(f"  fetchwork submit             {rate:10.0f} jobs/s")
+        rate = rq_throughput(client, options.jobs, options.cluster_size)
+        print(f"  rq enqueue_many              {rate:10.0f} jobs/s")
+
+        work = state / "work"
+        work.mkdir()
+        if os.geteuid() == 0:  # jobs run as nobody under a root startd
+            state.chmod(0o755)
+            work.chmod(0o777)
+        latency_broker = Broker(client, pool="bench", config=config)
+        print("submit-to-start latency, one idle slot:")
+        report("fetchwork (startd+starter)",
+               fetchwork_latency(latency_broker, work, options.latency_samples))
+        report("rq (one worker)", rq_latency(pool.url, options.latency_samples))
+    finally:
+        pool.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
