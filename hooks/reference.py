@@ -140,7 +140,7 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
 
 def reply_fetch(args: Sequence[str], stdin_text: str) -> None:
     """On `reject`, hand the job back to the head of its group."""
-    decision = args[0] if args else ""
+    decision = args[-1] if args else ""
     if decision not in ("accept", "reject"):
         raise HookUsageError(f"reply_fetch expects 'accept' or 'reject', got {decision!r}")
     job_ad = _job_ad_of(stdin_text)
@@ -207,7 +207,7 @@ def update_job_info(args: Sequence[str], stdin_text: str) -> None:
 
 def job_exit(args: Sequence[str], stdin_text: str) -> None:
     """Settle the job at the broker according to how it left the slot."""
-    how = args[0] if args else ""
+    how = args[-1] if args else ""
     if how not in EXIT_HOWS:
         raise HookUsageError(f"job_exit expects one of {', '.join(EXIT_HOWS)}, got {how!r}")
     job_ad = ads.parse_ad(stdin_text, source="job ad")

@@ -158,7 +158,10 @@ def run_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] = (
     `cancel` ends the run early: a program's group is killed, an in-process
     call is abandoned, and the result says `cancelled`.
     """
-    argv_args = [*extra_args, *spec.args]
+    # The configured <KEYWORD>_HOOK_<NAME>_ARGS come first and the protocol's
+    # word (accept/reject, exit/evict/...) last, so a hook can be an
+    # interpreter with its script in _ARGS: `python3 hook.py accept`.
+    argv_args = [*spec.args, *extra_args]
     started = time.monotonic()
     if spec.in_process:
         result = _run_in_process(spec, argv_args, stdin_text, env, cwd, cancel)

@@ -108,9 +108,9 @@ def test_stdin_and_args_reach_the_hook(make_hook, kind):
     spec = make_hook(kind, "echo", args=("from-knob",))
     result = run_hook(spec, "A = 1\n", extra_args=["accept"])
     assert result.ok, result
-    assert result.stdout == "args=accept from-knob\nstdin=A = 1\n"
+    assert result.stdout == "args=from-knob accept\nstdin=A = 1\n"
     assert result.exit_code == 0 and result.signal is None and not result.timed_out
-    assert result.argv[1:] == ["accept", "from-knob"]
+    assert result.argv[1:] == ["from-knob", "accept"]
 
 
 @both

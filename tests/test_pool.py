@@ -248,3 +248,36 @@ def test_a_second_startd_joins_and_no_job_runs_twice(pool):
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 0, second_log.read_text()
+
+
+def test_the_reference_hooks_work_as_programs(job_tmp):
+    script = Path(sys.executable).with_name("fetchwork")
+    assert script.exists(), "the fetchwork console script is installed beside python"
+    names = ["FETCH_WORK", "REPLY_FETCH", "EVICT_CLAIM"]
+    if os.geteuid() != 0:
+        # Starter hooks run as the job's user; under root that is nobody, who
+        # cannot reach the test's private Redis socket, so they stay in-process.
+        names += ["PREPARE_JOB", "UPDATE_JOB_INFO", "JOB_EXIT"]
+    knobs = {f"FETCHWORK_HOOK_{name}": str(script) for name in names}
+    knobs.update({f"FETCHWORK_HOOK_{name}_ARGS": f"hook {name}" for name in names})
+    env = _env(job_tmp / "state", **knobs)
+    up = Up(env, 2, job_tmp / "up.log")
+    try:
+        wait_until(lambda: fw(env, "status", check=False).stdout.count("slot") >= 2,
+                   timeout_s=60, fail_if=up.died)
+        work = job_tmp / "work"
+        work.mkdir()
+        work.chmod(0o777)
+        fw(env, "submit", "-n", "3", "--output", "out.$(Process)", "--",
+           "/bin/echo", "by program", cwd=work)
+        wait_until(lambda: q_json(env) == [], timeout_s=120, fail_if=up.died)
+        history = history_json(env)
+        assert len(history) == 3
+        assert all(ad["JobStatus"] == 4 and ad["ExitCode"] == 0 for ad in history)
+        assert all((work / f"out.{n}").read_text() == "by program\n" for n in range(3))
+        for name in names:
+            wait_until(lambda name=name: f"hook FETCHWORK_HOOK_{name} ({script})"
+                       in up.log_path.read_text(), timeout_s=60, what=f"{name} as a program")
+    finally:
+        assert up.stop() == 0, up.log_path.read_text()
+        fw(env, "redis", "stop", check=False)

@@ -60,7 +60,7 @@ def test_suspend_then_preempt_a_running_job():
             pool.wait_log("slot1: Claimed/Busy -> Claimed/Suspended")
             pool.wait_log("slot1: Claimed/Suspended -> Preempting/Vacating (PREEMPT is true)")
             exits = pool.wait_calls("exit", 1)
-            assert exits[0].args[0] == "evict"
+            assert exits[0].args[-1] == "evict"
             assert len(pool.wait_calls("evict", 1)) == 1
         finally:
             assert pool.stop() == 0
@@ -75,6 +75,6 @@ def test_starter_job_hook_keyword_overrides_the_hook_keyword():
         pool.add_job("Q")
         assert pool.start("--once").wait(30) == 0
         exits = pool.calls("exit")
-        assert [c.args for c in exits] == [["exit", "S"]]
+        assert [c.args for c in exits] == [["S", "exit"]]
         assert ads.parse_ad(exits[0].stdin)["HookKeyword"] == "Q"
         assert [c.args for c in pool.calls("prepare")] == [["S"]]

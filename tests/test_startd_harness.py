@@ -46,7 +46,7 @@ f="CALLS/KIND/$t.$$"
 { echo "$t"; echo "$*"; cat; } > "$f.tmp"
 mv "$f.tmp" "$f"
 if [ KIND = fetch ]; then
-  for kw in "$@"; do :; done
+  kw="$1"
   for job in JOBS/"$kw"/*; do
     [ -e "$job" ] || break
     case "$job" in *.taken) continue ;; esac
@@ -77,7 +77,7 @@ def _record(kind, args, stdin_text):
 
 def fetch(args, stdin_text):
     _record("fetch", args, stdin_text)
-    keyword = args[-1] if args else ""
+    keyword = args[0] if args else ""
     folder = os.path.join(JOBS, keyword)
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         if name.endswith(".taken"):
@@ -185,7 +185,7 @@ class Pool:
 
     def keyword_config(self, keyword: str, kinds: tuple[str, ...] = HOOKS,
                        fetch: str = "fetch") -> str:
-        # Every hook gets its keyword as its last argument; the fetch hook
+        # Every hook gets its keyword as its first argument; the fetch hook
         # takes jobs from jobs/<keyword>/.
         lines = []
         for kind in kinds:

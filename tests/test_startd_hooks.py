@@ -49,7 +49,7 @@ def _run(pool: Pool):
 
 
 def by_slot(pool: Pool, kind: str, keyword: str):
-    return [call for call in pool.calls(kind) if call.args and call.args[-1] == keyword]
+    return [call for call in pool.calls(kind) if call.args and call.args[0] == keyword]
 
 
 def test_once_exits_zero_after_the_work_runs_out(run):
@@ -85,13 +85,13 @@ def test_each_slot_uses_its_own_keyword(run):
 def test_every_job_ran_and_its_exit_hook_saw_exit(run):
     exits = run.calls("exit")
     assert sorted(ads.parse_ad(c.stdin)["ClusterId"] for c in exits) == [1, 2, 3]
-    assert all(c.args[0] == "exit" for c in exits)
+    assert all(c.args[-1] == "exit" for c in exits)
 
 
 def test_hook_keyword_is_inserted_into_the_job_ad(run):
     for call in run.calls("exit"):
         ad = ads.parse_ad(call.stdin)
-        assert ad["HookKeyword"] == call.args[-1]
+        assert ad["HookKeyword"] == call.args[0]
 
 
 def test_unknown_job_attributes_reach_the_starter_hooks(run):
@@ -102,7 +102,7 @@ def test_unknown_job_attributes_reach_the_starter_hooks(run):
 
 
 def test_accept_reply_carries_job_ad_separator_slot_ad_and_claim_id(run):
-    accepts = [c for c in run.calls("reply") if c.args[0] == "accept"]
+    accepts = [c for c in run.calls("reply") if c.args[-1] == "accept"]
     assert len(accepts) == 3
     for call in accepts:
         assert "\n-----\n" in call.stdin
@@ -120,9 +120,9 @@ def test_claim_is_reused_for_the_next_job(run):
 
 
 def test_garbage_and_ads_without_cmd_are_rejected(run):
-    rejects = [c for c in run.calls("reply") if c.args[0] == "reject"]
+    rejects = [c for c in run.calls("reply") if c.args[-1] == "reject"]
     assert len(rejects) == 2
-    assert all(c.args[-1] == "WEB" for c in rejects)
+    assert all(c.args[0] == "WEB" for c in rejects)
     assert all("ClaimId" not in ads.split_pair(c.stdin)[0] for c in rejects)
     log = run.log_text()
     assert "not a ClassAd" in log and "no Cmd" in log
@@ -132,7 +132,7 @@ def test_garbage_and_ads_without_cmd_are_rejected(run):
 
 def test_claim_is_evicted_when_the_work_runs_out(run):
     evicts = run.calls("evict")
-    assert sorted(c.args[-1] for c in evicts) == ["DATABASE", "WEB"]
+    assert sorted(c.args[0] for c in evicts) == ["DATABASE", "WEB"]
     for call in evicts:
         job_ad, slot_ad = ads.split_pair(call.stdin)
         assert "ClaimId" in job_ad and slot_ad is not None

@@ -40,7 +40,7 @@ def replies(pool: Pool) -> dict[int, tuple[str, ads.classad2.ClassAd]]:
     found = {}
     for call in pool.calls("reply"):
         job_ad = ads.split_pair(call.stdin)[0]
-        found[job_ad["ClusterId"]] = (call.args[0], job_ad)
+        found[job_ad["ClusterId"]] = (call.args[-1], job_ad)
     return found
 
 
@@ -64,8 +64,8 @@ def test_evict_claim_hook_runs_for_the_preempted_claim_first(run):
 
 def test_preempted_job_is_vacated_and_its_exit_hook_gets_evict(run):
     by_cluster = {ads.parse_ad(c.stdin)["ClusterId"]: c for c in run.calls("exit")}
-    assert by_cluster[1].args[0] == "evict"
-    assert by_cluster[3].args[0] == "exit"
+    assert by_cluster[1].args[-1] == "evict"
+    assert by_cluster[3].args[-1] == "exit"
 
 
 def test_preempting_claim_takes_the_slot(run):

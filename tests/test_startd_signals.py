@@ -69,7 +69,7 @@ def test_sigterm_exits_zero_within_the_grace_bound(term):
 def test_sigterm_runs_the_exit_hooks_with_evict(term):
     exits = term.calls("exit")
     assert sorted(ads.parse_ad(c.stdin)["ClusterId"] for c in exits) == [1, 2]
-    assert {c.args[0] for c in exits} == {"evict"}
+    assert {c.args[-1] for c in exits} == {"evict"}
 
 
 def test_sigterm_evicts_the_claims(term):
@@ -113,7 +113,7 @@ def test_sigquit_kills_fast(quit_):
 
 def test_sigquit_job_is_killed(quit_):
     exits = quit_.calls("exit")
-    assert [c.args[0] for c in exits] == ["evict"]
+    assert [c.args[-1] for c in exits] == ["evict"]
     pids = _job_pids(quit_)
     wait_until(lambda: not any(_alive(pid) for pid in pids), 10, what="the job to be gone")
 
