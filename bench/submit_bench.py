@@ -8,7 +8,8 @@ broker named by FETCHWORK_BROKER), so both systems use the same server.
 - throughput: jobs/s to queue N jobs (fetchwork `Broker.submit` in clusters
   of --cluster-size; rq `Queue.enqueue_many` in pipelined batches of the
   same size);
-- latency: one job at a time onto an idle single-slot pool; the time from
+- latency: one job at a time onto an idle single-slot pool (each submitted
+  --idle-s after the previous one finished); the time from
   submit to the moment the job's program runs (`/bin/date +%s.%N` writes
   it), median and p99. rq: one worker, the job function returns time.time().
 """
@@ -69,9 +70,10 @@ def rq_throughput(client: redis.Redis, jobs: int, batch_size: int) -> float:
     return jobs / elapsed
 
 
-def fetchwork_latency(broker: Broker, work: Path, samples: int) -> list[float]:
+def fetchwork_latency(broker: Broker, work: Path, samples: int, idle_s: float) -> list[float]:
     latencies = []
     for index in range(samples):
+        time.sleep(idle_s)  # let the slot settle back to idle (waiting for work)
         out = work / f"stamp.{index}"
         submitted = time.time()
         [job_id] = broker.submit([{"Cmd": "/bin/date", "Arguments": "+%s.%N",
@@ -90,7 +92,7 @@ def fetchwork_latency(broker: Broker, work: Path, samples: int) -> list[float]:
     return latencies
 
 
-def rq_latency(url: str, samples: int) -> list[float]:
+def rq_latency(url: str, samples: int, idle_s: float) -> list[float]:
     from rq import Queue
 
     client = redis.Redis.from_url(url)
@@ -104,6 +106,7 @@ def rq_latency(url: str, samples: int) -> list[float]:
         _wait_rq(warm)
         latencies = []
         for _ in range(samples):
+            time.sleep(idle_s)
             submitted = time.time()
             job = queue.enqueue("bench.rq_probe.stamp")
             latencies.append(_wait_rq(job) - submitted)
@@ -136,6 +139,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--cluster-size", type=int, default=1000)
     parser.add_argument("--latency-samples", type=int, default=100)
+    parser.add_argument("--idle-s", type=float, default=0.5,
+                        help="pause before each latency sample so the slot is idle")
     options = parser.parse_args()
 
     state = Path(tempfile.mkdtemp(prefix="fw-bench-"))
@@ -163,8 +168,8 @@ def main() -> None:
         latency_broker = Broker(client, pool="bench", config=config)
         print("submit-to-start latency, one idle slot:")
         report("fetchwork (startd+starter)",
-               fetchwork_latency(latency_broker, work, options.latency_samples))
-        report("rq (one worker)", rq_latency(pool.url, options.latency_samples))
+               fetchwork_latency(latency_broker, work, options.latency_samples, options.idle_s))
+        report("rq (one worker)", rq_latency(pool.url, options.latency_samples, options.idle_s))
     finally:
         pool.stop()
         shutil.rmtree(state, ignore_errors=True)

@@ -26,7 +26,7 @@ from fetchwork.startd.lifecycle import ShutdownPlan
 from fetchwork.startd.policy import RunAction
 from fetchwork.startd.settings import StartdSettings
 from fetchwork.startd.slot import Slot
-from fetchwork.startd.starterproc import StarterProcess, sandbox_name
+from fetchwork.startd.starterproc import StandbyStarters, StarterProcess, sandbox_name
 from fetchwork.startd.states import Activity, State
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,8 @@ class Claims:
         self.host = host
         self.selector = selector
         self._sandbox_numbers = itertools.count(1)
+        self.standby = StandbyStarters(host.settings.starter_standby)
+        self.standby.refill()
 
     def spawn(self, slot: Slot) -> None:
         claim = slot.claim
@@ -67,7 +69,7 @@ class Claims:
             self.host.config, hook_keyword if isinstance(hook_keyword, str) else None)
         try:
             starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad(slot),
-                                           sandbox, keyword)
+                                           sandbox, keyword, standby=self.standby)
         except StarterError as exc:
             log.error("%s: job %s not started: %s", slot.label, claim.job_id, exc)
             self.evict(slot, "the starter could not be started")
@@ -169,6 +171,9 @@ class Claims:
         if kind == "started":
             claim.job_started_at = time.time()
             log.info("%s: job %s started, pid %s", slot.label, claim.job_id, event.get("pid"))
+            # Replace the standby starter now, not while this job was starting.
+            if self.host.shutdown_plan is None:
+                self.standby.refill()
         elif kind == "state" and slot.is_in(State.CLAIMED):
             target = {"Running": Activity.BUSY, "Suspended": Activity.SUSPENDED}.get(
                 str(event.get("state")))
@@ -199,6 +204,8 @@ class Claims:
             unregister(self.selector, starter.pidfd)
         starter.close()
         slot.starter = None
+        if self.host.shutdown_plan is None:
+            self.standby.refill()  # in case the job never started
         level = logging.INFO if status == 0 else logging.WARNING
         log.log(level, "%s: starter %s exited with status %s (job %s)", slot.label,
                 starter.pid, status, starter.exit_how or "ended without an exit event")

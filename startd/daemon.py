@@ -374,6 +374,7 @@ class Startd:
         return True
 
     def _close(self) -> None:
+        self.claims.standby.close()
         self._selector.close()
         for fd in (self._wake_r, self._wake_w):
             try:

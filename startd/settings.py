@@ -39,6 +39,7 @@ class StartdSettings:
     shutdown_grace_s: float
     fast_shutdown_grace_s: float
     polling_interval_s: float
+    starter_standby: int
 
     @classmethod
     def from_config(cls, config: Config) -> StartdSettings:
@@ -66,6 +67,7 @@ class StartdSettings:
             shutdown_grace_s=config.get_duration_s("STARTD_SHUTDOWN_GRACE", 60.0),
             fast_shutdown_grace_s=config.get_duration_s("STARTD_FAST_SHUTDOWN_GRACE", 5.0),
             polling_interval_s=config.get_duration_s("POLLING_INTERVAL", 5.0),
+            starter_standby=config.get_int("STARTER_STANDBY", 1),
         )
 
 

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 JOB_AD_FILE = ".job.ad"
 MACHINE_AD_FILE = ".machine.ad"
+STANDBY_FLAG = "--standby"
 CONTROL_WORDS = ("suspend", "continue", "vacate", "kill", "remove", "hold")
 _CHUNK = 65536
 
@@ -51,8 +52,10 @@ class StarterProcess:
     @classmethod
     def spawn(cls, slot_id: int, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
               sandbox: str, keyword: str | None,
-              env: Mapping[str, str] | None = None) -> StarterProcess:
-        """Make the sandbox, write both ads into it and start the starter."""
+              env: Mapping[str, str] | None = None,
+              standby: StandbyStarters | None = None) -> StarterProcess:
+        """Make the sandbox, write both ads into it and start the starter
+        (a standby one when `standby` has one ready)."""
         try:
             os.makedirs(sandbox, mode=0o755, exist_ok=False)
             _write(os.path.join(sandbox, JOB_AD_FILE), ads.format_ad(job_ad))
@@ -61,20 +64,18 @@ class StarterProcess:
             shutil.rmtree(sandbox, ignore_errors=True)
             raise StarterError(f"cannot set up the sandbox {sandbox}: {exc.strerror or exc} "
                                f"(check EXECUTE)") from exc
-        argv = [sys.executable, "-m", "fetchwork.starter",
-                "--job-ad", os.path.join(sandbox, JOB_AD_FILE),
+        args = ["--job-ad", os.path.join(sandbox, JOB_AD_FILE),
                 "--slot-ad", os.path.join(sandbox, MACHINE_AD_FILE),
                 "--slot", str(slot_id), "--sandbox", sandbox]
         if keyword:
-            argv += ["--keyword", keyword]
-        try:
-            # Its own session: a terminal's Ctrl-C reaches the startd, which decides.
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    env=dict(env) if env is not None else None,
-                                    close_fds=True, start_new_session=True)
-        except OSError as exc:
-            shutil.rmtree(sandbox, ignore_errors=True)
-            raise StarterError(f"cannot start the starter: {exc.strerror or exc}") from exc
+            args += ["--keyword", keyword]
+        proc = standby.take(args) if standby is not None and env is None else None
+        if proc is None:
+            try:
+                proc = _popen_starter(args, env)
+            except OSError as exc:
+                shutil.rmtree(sandbox, ignore_errors=True)
+                raise StarterError(f"cannot start the starter: {exc.strerror or exc}") from exc
         return cls(proc, sandbox, slot_id)
 
     # -- events --------------------------------------------------------------
@@ -156,6 +157,80 @@ class StarterProcess:
             self.pidfd = None
         # HTCondor's startd also cleans an execute directory its starter left.
         shutil.rmtree(self.sandbox, ignore_errors=True)
+
+
+def _popen_starter(args: list[str], env: Mapping[str, str] | None = None
+                   ) -> subprocess.Popen[bytes]:
+    # Its own session: a terminal's Ctrl-C reaches the startd, which decides.
+    return subprocess.Popen([sys.executable, "-m", "fetchwork.starter", *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=dict(env) if env is not None else None,
+                            close_fds=True, start_new_session=True)
+
+
+class StandbyStarters:
+    """Starters started ahead of need (`STARTER_STANDBY` of them).
+
+    A fresh starter spends a few hundred ms starting Python and importing
+    before it can run a job; a standby one has done that and waits for its
+    arguments on stdin (`python -m fetchwork.starter --standby`), so a
+    fetched job starts at once. One that died while waiting is replaced.
+    """
+
+    def __init__(self, count: int):
+        self.count = max(0, count)
+        self._ready: list[subprocess.Popen[bytes]] = []
+
+    def refill(self) -> None:
+        self._ready = [proc for proc in self._ready if proc.poll() is None or _closed(proc)]
+        while len(self._ready) < self.count:
+            try:
+                self._ready.append(_popen_starter([STANDBY_FLAG]))
+            except OSError as exc:
+                log.warning("cannot start a standby starter: %s", exc.strerror or exc)
+                return
+
+    def take(self, args: list[str]) -> subprocess.Popen[bytes] | None:
+        """A ready starter given `args`, or None when none is ready."""
+        while self._ready:
+            proc = self._ready.pop(0)
+            if proc.poll() is not None:
+                _closed(proc)
+                continue
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(json.dumps(args).encode() + b"\n")
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                proc.kill()
+                proc.wait()
+                _closed(proc)
+                continue
+            return proc
+        return None
+
+    def close(self) -> None:
+        """Let every waiting starter go: EOF before arguments makes it exit 0."""
+        for proc in self._ready:
+            _closed(proc)
+        for proc in self._ready:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._ready = []
+
+
+def _closed(proc: subprocess.Popen[bytes]) -> bool:
+    """Close the parent's ends of `proc`'s pipes; False (for filtering)."""
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
+    return False
 
 
 def sandbox_name(startd_pid: int, slot_id: int, number: int) -> str:
