@@ -277,7 +277,7 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, pipes: _Pipes, timeout_s: 
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     deadline = time.monotonic() + timeout_s
     selector = selectors.DefaultSelector()
-    pidfd = _open_pidfd(proc.pid)
+    pidfd = open_pidfd(proc.pid)
     try:
         if pidfd is not None:
             selector.register(pidfd, selectors.EVENT_READ, "exit")
@@ -323,7 +323,8 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, pipes: _Pipes, timeout_s: 
             os.close(pidfd)
 
 
-def _open_pidfd(pid: int) -> int | None:
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd for `pid` (readable once it exits), or None where the OS has none."""
     opener = getattr(os, "pidfd_open", None)
     if opener is None:
         return None

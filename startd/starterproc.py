@@ -23,6 +23,7 @@ import psutil
 
 from fetchwork.config import ads
 from fetchwork.errors import StarterError
+from fetchwork.hooks.runner import open_pidfd
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class StarterProcess:
         self.final_ad: dict[str, Any] | None = None
         self.stdout_closed = False
         self._partial = b""
-        self.pidfd = _open_pidfd(proc.pid)
+        self.pidfd = open_pidfd(proc.pid)
         assert proc.stdout is not None
         os.set_blocking(proc.stdout.fileno(), False)
 
@@ -279,13 +280,3 @@ def _parse_event(line: bytes, pid: int) -> dict[str, Any] | None:
         log.warning("starter %s wrote a line that is not an event: %.200s", pid, text)
         return None
     return event
-
-
-def _open_pidfd(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return opener(pid)
-    except OSError:
-        return None
