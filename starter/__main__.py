@@ -82,6 +82,22 @@ def _stand_by() -> list[str] | None:
     return argv
 
 
+def _log_to_file(config: Config, slot: int) -> None:
+    """Also log to LOG/StarterLog.slotN, as HTCondor's starter does."""
+    log_dir = (config.get("LOG") or "").strip()
+    if not log_dir:
+        return
+    path = os.path.join(log_dir, f"StarterLog.slot{slot}")
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError as exc:
+        log.warning("cannot write %s: %s; logging to stderr only", path, exc.strerror or exc)
+        return
+    handler.setFormatter(logging.getLogger().handlers[0].formatter)
+    logging.getLogger().addHandler(handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == [STANDBY]:
@@ -101,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout = sys.stderr
     try:
         config = Config.load()
+        _log_to_file(config, args.slot)
         job_ad = _read_ad(args.job_ad)
         slot_ad = _read_ad(args.slot_ad)
         starter = Starter(config, job_ad, slot_ad, args.slot, args.sandbox,  # type: ignore[arg-type]

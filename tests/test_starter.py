@@ -208,6 +208,8 @@ def test_job_runs_with_its_ad_and_hooks_see_everything(bench, standby):
     assert [e["event"] for e in run.events] == [
         "prepared", "started", "state", "exited"]
     assert not run.sandbox.exists()
+    starter_log = bench.base / "state" / "log" / "StarterLog.slot1"
+    assert "job ended (exit): exited normally with status 7" in starter_log.read_text()
 
     # The prepare hook got the job ad, -----, the slot ad; the exit hook `exit`
     # and the final ad; both the HTCondor environment.
