@@ -17,6 +17,7 @@ broker named by FETCHWORK_BROKER), so both systems use the same server.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -142,6 +143,7 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=0.5,
                         help="pause before each latency sample so the slot is idle")
     options = parser.parse_args()
+    have_rq = importlib.util.find_spec("rq") is not None
 
     state = Path(tempfile.mkdtemp(prefix="fw-bench-"))
     environ = {**os.environ, "FETCHWORK_STATE_DIR": str(state),
@@ -157,8 +159,9 @@ def main() -> None:
               f"(batches of {options.cluster_size}):")
         rate = fetchwork_throughput(broker, options.jobs, options.cluster_size)
         print(f"  fetchwork submit             {rate:10.0f} jobs/s")
-        rate = rq_throughput(client, options.jobs, options.cluster_size)
-        print(f"  rq enqueue_many              {rate:10.0f} jobs/s")
+        if have_rq:
+            rate = rq_throughput(client, options.jobs, options.cluster_size)
+            print(f"  rq enqueue_many              {rate:10.0f} jobs/s")
 
         work = state / "work"
         work.mkdir()
@@ -169,7 +172,11 @@ def main() -> None:
         print("submit-to-start latency, one idle slot:")
         report("fetchwork (startd+starter)",
                fetchwork_latency(latency_broker, work, options.latency_samples, options.idle_s))
-        report("rq (one worker)", rq_latency(pool.url, options.latency_samples, options.idle_s))
+        if have_rq:
+            report("rq (one worker)",
+                   rq_latency(pool.url, options.latency_samples, options.idle_s))
+        else:
+            print("rq is not installed (pip install 'fetchwork[rq]'): no rq figures")
     finally:
         pool.stop()
         shutil.rmtree(state, ignore_errors=True)
