@@ -9,6 +9,7 @@ its hooks with no configuration of its own.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -18,6 +19,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TextIO
 
 from fetchwork.broker.embedded import EmbeddedRedis, embedded_for
 from fetchwork.config.loader import DEFAULTS_FILE, POOL_FILE, Config
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 
 # The packaged configuration that makes a state directory a pool.
 POOL_TEMPLATE = Path(DEFAULTS_FILE).with_name("pool.conf")
+UP_LOCK = "up.lock"
 
 
 def _terminate_with_parent() -> None:
@@ -54,6 +57,7 @@ class Pool:
         self.redis: EmbeddedRedis | None = None
         self.started_redis = False
         self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self._lock_handle: TextIO | None = None
         # Where the parts' stderr goes; None: this process's stderr.
         self.log_path = log_path
 
@@ -61,6 +65,7 @@ class Pool:
 
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock()
         shutil.copyfile(POOL_TEMPLATE, self.state_dir / POOL_FILE)
         if not (self.config.get("FETCHWORK_BROKER") or "").strip():
             self.redis = embedded_for(self.config)
@@ -72,6 +77,25 @@ class Pool:
         except BaseException:
             self.stop()
             raise
+
+    def _lock(self) -> None:
+        """One pool per state directory: a second `up` would duplicate slot names."""
+        path = self.state_dir / UP_LOCK
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held while the pool runs
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise PoolError(f"a pool is already up on {self.state_dir} (pid {holder}); "
+                            "use that one, or set FETCHWORK_STATE_DIR to another "
+                            "directory") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._lock_handle = handle
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -145,3 +169,6 @@ class Pool:
                 child.wait()
         if self.redis is not None and self.started_redis:
             self.redis.stop()
+        if self._lock_handle is not None:
+            self._lock_handle.close()
+            self._lock_handle = None

@@ -281,3 +281,12 @@ def test_the_reference_hooks_work_as_programs(job_tmp):
     finally:
         assert up.stop() == 0, up.log_path.read_text()
         fw(env, "redis", "stop", check=False)
+
+
+def test_a_second_up_on_the_same_state_directory_is_refused(pool):
+    env, up, _tmp = pool
+    second = fw(env, "up", "--slots", "1", check=False, timeout_s=60)
+    assert second.returncode == 1
+    assert "a pool is already up" in second.stderr
+    assert f"pid {up.process.pid}" in second.stderr
+    assert up.died() is None
