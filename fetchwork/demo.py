@@ -126,7 +126,10 @@ def run_demo(console: Console, slots: int = 2, timeout_s: float = 120.0) -> int:
                 if time.monotonic() > deadline:
                     raise DemoError(f"the jobs did not finish within {timeout_s:.0f}s")
                 time.sleep(0.25)
-        history = broker.history(f"ClusterId == {cluster}")
+        history = sorted(broker.history(f"ClusterId == {cluster}"),
+                         key=lambda ad: ad.get("ProcId", 0))
+        console.line(2)
+        console.print(Text("the history", style="bold"))
         console.print(tables.history_table(history, time.time()))
         _summary(console, history, work, time.monotonic() - started)
         return 0
