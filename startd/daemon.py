@@ -111,6 +111,11 @@ class Startd:
                 log.info("%s: keyword %s, fetch hook %s", slot.label, slot.hooks.keyword,
                          slot.hooks.fetch.value)
 
+        if all(slot.hooks.fetch is None for slot in self.slots):
+            log.warning("no slot has a fetch hook, so this startd will run nothing: set "
+                        "STARTD_JOB_HOOK_KEYWORD (FETCHWORK for the reference hooks) and "
+                        "<KEYWORD>_HOOK_FETCH_WORK, or start a pool with 'fetchwork up'")
+
     def _wait(self, timeout_s: float) -> None:
         for key, _mask in self._selector.select(timeout_s):
             kind, slot, starter = key.data
