@@ -247,13 +247,16 @@ def _act_on(job_id: str, status: str) -> None:
 
 
 class LeaseKeeper(threading.Thread):
-    """Renews one job's lease every third of its duration until stopped."""
+    """Renews one job's lease until stopped, every FETCHWORK_RENEW_INTERVAL
+    seconds or every third of the lease, whichever is shorter."""
 
-    def __init__(self, job_id: str, token: str, lease_s: float):
+    def __init__(self, job_id: str, token: str, lease_s: float, renew_s: float):
         super().__init__(name=f"lease-{job_id}", daemon=True)
         self.job_id = job_id
         self.token = token
-        self.interval_s = max(0.2, min(lease_s / 3.0, 60.0))
+        # Often enough for the lease, and for `fetchwork rm` or `hold` of a
+        # running job to stop it soon.
+        self.interval_s = max(0.1, min(lease_s / 3.0, renew_s))
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -283,7 +286,8 @@ def _start_keeper(job_id: str, token: str, job_ad: classad2.ClassAd) -> None:
     lease_s = ads.as_number(ads.evaluate_attr(job_ad, "JobLeaseDuration"))
     if lease_s is None or lease_s <= 0:
         lease_s = get_config().get_duration_s("JOB_DEFAULT_LEASE_DURATION", 2400.0)
-    keeper = LeaseKeeper(job_id, token, lease_s)
+    renew_s = get_config().get_duration_s("FETCHWORK_RENEW_INTERVAL", 5.0)
+    keeper = LeaseKeeper(job_id, token, lease_s, renew_s)
     with _keepers_lock:
         old = _keepers.pop(job_id, None)
         _keepers[job_id] = keeper

@@ -36,6 +36,7 @@ def _env(state: Path, **knobs: str) -> dict[str, str]:
         "_FETCHWORK_FETCHWORK_FETCH_LONG_POLL": "1",
         "_FETCHWORK_STARTD_SHUTDOWN_GRACE": "10",
         "_FETCHWORK_MachineMaxVacateTime": "2",
+        "_FETCHWORK_FETCHWORK_RENEW_INTERVAL": "0.5",
     })
     env.update({f"_FETCHWORK_{k}": v for k, v in knobs.items()})
     return env
@@ -290,3 +291,24 @@ def test_a_second_up_on_the_same_state_directory_is_refused(pool):
     assert "a pool is already up" in second.stderr
     assert f"pid {up.process.pid}" in second.stderr
     assert up.died() is None
+
+
+def test_rm_and_hold_stop_running_jobs(pool):
+    env, up, tmp_path = pool
+    (tmp_path / "long.sub").write_text(
+        "executable = /bin/sleep\narguments = 617\nqueue 2\n")
+    fw(env, "submit", "long.sub", cwd=tmp_path)
+    wait_until(lambda: [ad["JobStatus"] for ad in q_json(env)] == [2, 2], timeout_s=60,
+               fail_if=up.died, what="both jobs running")
+    [first, second] = sorted(f"{ad['ClusterId']}.{ad['ProcId']}" for ad in q_json(env))
+    fw(env, "rm", first)
+    fw(env, "hold", second)
+    wait_until(lambda: [ad["JobStatus"] for ad in q_json(env)] == [5], timeout_s=60,
+               fail_if=up.died, what="the removed job gone and the other held")
+    [removed] = history_json(env)
+    assert removed["JobStatus"] == 3
+    wait_until(lambda: not any("sleep 617" in " ".join(p.info["cmdline"] or [])
+                               for p in psutil.process_iter(["cmdline"])),
+               timeout_s=30, what="both sleep processes killed")
+    fw(env, "rm", second)
+    wait_until(lambda: q_json(env) == [], timeout_s=30)
