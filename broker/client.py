@@ -269,6 +269,23 @@ class Broker:
             log.info("lease expired for %d job(s): %s", len(reaped), " ".join(reaped[:20]))
         return reaped
 
+    def trim_history(self, keep: int) -> int:
+        """Forget the oldest finished jobs beyond the newest `keep`; how many went."""
+        forgotten = 0
+        while True:
+            excess = self.client.zcard(self.keys.history) - max(0, keep)
+            if excess <= 0:
+                return forgotten
+            oldest = self._ids(self.client.zrange(self.keys.history, 0,
+                                                  min(excess, OP_BATCH) - 1))
+            if not oldest:
+                return forgotten
+            keys = [self.keys.history] + [self.keys.job(job) for job in oldest]
+            gone = int(self.scripts.call("trim_history", keys, oldest))
+            forgotten += gone
+            if gone == 0:
+                return forgotten
+
     # -- slots -------------------------------------------------------------------
 
     def publish_slot(self, slot_ad: AdLike, ttl_s: float) -> None:

@@ -20,7 +20,7 @@ from redis.exceptions import NoScriptError
 
 TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", "remove", "hold",
                "release")
-STANDALONE = ("leader_renew", "leader_resign", "read_ads")
+STANDALONE = ("leader_renew", "leader_resign", "read_ads", "trim_history")
 
 Arg = str | bytes | int | float
 

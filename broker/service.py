@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 class PassResult:
     leader: bool
     reaped: list[str] = field(default_factory=list)
+    forgotten: int = 0
 
 
 def tick_interval_s(reaper_interval_s: float, leader_lease_s: float) -> float:
@@ -52,8 +53,11 @@ class BrokerService:
     """One replica of `fetchwork broker`."""
 
     def __init__(self, broker: Broker, reaper_interval_s: float = 5.0,
-                 leader_lease_s: float = 15.0, replica: str | None = None):
+                 leader_lease_s: float = 15.0, replica: str | None = None,
+                 history_max_jobs: int | None = None):
         self.broker = broker
+        # The history keeps the newest finished jobs; None keeps them all.
+        self.history_max_jobs = history_max_jobs
         self.reaper_interval_s = reaper_interval_s
         self.leader_lease_s = leader_lease_s
         self.replica = replica or default_replica_name()
@@ -65,7 +69,8 @@ class BrokerService:
         return cls(broker,
                    reaper_interval_s=config.get_duration_s("BROKER_REAPER_INTERVAL", 5.0),
                    leader_lease_s=config.get_duration_s("BROKER_LEADER_LEASE", 15.0),
-                   replica=(config.get("BROKER_REPLICA_NAME") or "").strip() or None)
+                   replica=(config.get("BROKER_REPLICA_NAME") or "").strip() or None,
+                   history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS", 100000))
 
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""
@@ -95,6 +100,8 @@ class BrokerService:
         result = PassResult(leader=True)
         if reap_due(now_s, self._last_reap_s, self.reaper_interval_s):
             result.reaped = self.broker.reap_expired()
+            if self.history_max_jobs is not None:
+                result.forgotten = self.broker.trim_history(self.history_max_jobs)
             self._last_reap_s = now_s
         return result
 

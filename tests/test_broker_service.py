@@ -155,3 +155,29 @@ def test_broker_once_as_a_follower_does_nothing(broker, redis_url, pool_name, tm
     assert "not leader; reaped 0 job(s)" in done.stdout
     assert broker.get(job)["JobStatus"] == 2
     assert time.monotonic() - started < 60
+
+
+def _finish_all(broker, count):
+    jobs = broker.submit([{"Cmd": "x"}] * count)
+    for _ in jobs:
+        ad = broker.claim(SLOT)
+        assert broker.finish(f"{ad['ClusterId']}.{ad['ProcId']}", ad["FetchworkClaim"], "exit")
+    return jobs
+
+
+def test_the_history_keeps_only_the_newest_jobs(broker):
+    jobs = _finish_all(broker, 7)
+    assert broker.trim_history(3) == 4
+    kept = sorted(f"{ad['ClusterId']}.{ad['ProcId']}" for ad in broker.history())
+    assert kept == sorted(jobs[-3:])
+    assert all(broker.get(job) is None for job in jobs[:4])
+    assert broker.trim_history(3) == 0
+
+
+def test_the_leader_trims_the_history_on_its_pass(broker):
+    _finish_all(broker, 5)
+    service = BrokerService(broker, reaper_interval_s=0, history_max_jobs=2)
+    result = service.run_once()
+    assert result.leader and result.forgotten == 3
+    assert len(broker.history()) == 2
+    service.resign()
