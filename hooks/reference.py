@@ -34,7 +34,7 @@ import classad2
 from fetchwork.broker.client import Broker
 from fetchwork.config import ads
 from fetchwork.config.loader import get_config
-from fetchwork.errors import FetchworkError
+from fetchwork.errors import FetchworkError, RedisUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +129,16 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     """Claim a job for the slot ad on stdin; its ad, or None when there is no work."""
     slot_ad = ads.parse_ad(stdin_text, source="slot ad")
     config = get_config()
-    _publish(slot_ad, config)
     busy = slot_ad.get("Activity") == "Busy"
     wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL", 5.0)
-    job_ad = broker().claim(slot_ad, wait_s=wait_s)
+    try:
+        _publish(slot_ad, config)
+        job_ad = broker().claim(slot_ad, wait_s=wait_s)
+    except RedisUnavailableError:
+        # Fail no faster than a long poll would: a startd retrying a fetch
+        # against a broker that is down must not spin.
+        time.sleep(max(wait_s, 1.0))
+        raise
     if job_ad is None:
         return None
     return ads.format_ad(job_ad)

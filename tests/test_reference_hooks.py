@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -192,3 +193,13 @@ def test_the_program_form_needs_exactly_one_hook_name(hook_env):
                           env=hook_env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "FETCH_WORK" in done.stderr
+
+
+def test_a_fetch_against_a_broker_that_is_down_fails_slowly(hook_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("FETCHWORK_BROKER", f"unix://{tmp_path}/nobody-listens.sock")
+    reload_config()
+    reference.reset_broker()
+    started = time.monotonic()
+    with pytest.raises(FetchworkError, match="broker"):
+        reference.fetch_work([], SLOT_AD)
+    assert time.monotonic() - started >= 0.9
