@@ -118,8 +118,10 @@ def pool(job_tmp):
     wait_until(lambda: fw(env, "status", check=False).stdout.count("slot") >= 2,
                timeout_s=60, fail_if=up.died, what="two slots reported by fetchwork status")
     yield env, up, tmp_path
-    assert up.stop() == 0, up.log_path.read_text()
-    fw(env, "redis", "stop", check=False)
+    try:
+        assert up.stop() == 0, up.log_path.read_text()
+    finally:
+        fw(env, "redis", "stop", check=False)
 
 
 def test_twenty_jobs_from_one_submit_file(pool):
@@ -170,11 +172,29 @@ def test_a_held_job_waits_until_released(pool):
     assert history_json(env)[0]["JobStatus"] == 4
 
 
-def test_nothing_is_lost_when_the_whole_pool_is_killed(job_tmp):
-    tmp_path = job_tmp
+@pytest.fixture
+def fresh_state(job_tmp):
+    """A state directory for a test that runs its own `fetchwork up`s; whatever
+    they leave running (a test that failed half way) is stopped afterwards."""
+    env = _env(job_tmp / "state")
+    ups: list[Up] = []
+    yield env, job_tmp, ups
+    for up in ups:
+        if up.process.poll() is None:
+            up.kill_all()
+        if not up.log.closed:
+            up.log.close()
+    fw(env, "redis", "stop", check=False)
+    for proc in psutil.process_iter(["cmdline"]):
+        if str(job_tmp) in " ".join(proc.info["cmdline"] or []):
+            proc.kill()
+
+
+def test_nothing_is_lost_when_the_whole_pool_is_killed(fresh_state):
+    env, tmp_path, ups = fresh_state
     state = tmp_path / "state"
-    env = _env(state)
     up = Up(env, 2, tmp_path / "up1.log")
+    ups.append(up)
     wait_until(lambda: fw(env, "status", check=False).stdout.count("slot") >= 2,
                timeout_s=60, fail_if=up.died)
     runs = tmp_path / "runs"
@@ -209,18 +229,16 @@ def test_nothing_is_lost_when_the_whole_pool_is_killed(job_tmp):
     before = sorted(p.name.split(".")[0] for p in runs.iterdir())
     restarted.touch()
     up = Up(env, 2, tmp_path / "up2.log")
-    try:
-        wait_until(lambda: q_json(env) == [], timeout_s=120, fail_if=up.died,
-                   what="every job to complete after the restart")
-        history = history_json(env)
-        assert sorted(ad["ProcId"] for ad in history) == [0, 1, 2, 3]
-        assert all(ad["JobStatus"] == 4 and ad["ExitCode"] == 0 for ad in history)
-        after = sorted(p.name.split(".")[0] for p in runs.iterdir())
-        # The jobs killed mid-run ran again; the others ran once.
-        assert after == sorted(before * 2 + [p for p in "0123" if p not in before])
-    finally:
-        assert up.stop() == 0, up.log_path.read_text()
-        fw(env, "redis", "stop", check=False)
+    ups.append(up)
+    wait_until(lambda: q_json(env) == [], timeout_s=120, fail_if=up.died,
+               what="every job to complete after the restart")
+    history = history_json(env)
+    assert sorted(ad["ProcId"] for ad in history) == [0, 1, 2, 3]
+    assert all(ad["JobStatus"] == 4 and ad["ExitCode"] == 0 for ad in history)
+    after = sorted(p.name.split(".")[0] for p in runs.iterdir())
+    # The jobs killed mid-run ran again; the others ran once.
+    assert after == sorted(before * 2 + [p for p in "0123" if p not in before])
+    assert up.stop() == 0, up.log_path.read_text()
 
 
 def test_a_second_startd_joins_and_no_job_runs_twice(pool):
@@ -280,8 +298,10 @@ def test_the_reference_hooks_work_as_programs(job_tmp):
             wait_until(lambda name=name: f"hook FETCHWORK_HOOK_{name} ({script})"
                        in up.log_path.read_text(), timeout_s=60, what=f"{name} as a program")
     finally:
-        assert up.stop() == 0, up.log_path.read_text()
-        fw(env, "redis", "stop", check=False)
+        try:
+            assert up.stop() == 0, up.log_path.read_text()
+        finally:
+            fw(env, "redis", "stop", check=False)
 
 
 def test_a_second_up_on_the_same_state_directory_is_refused(pool):
