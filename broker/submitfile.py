@@ -3,8 +3,8 @@
 `htcondor2.Submit` does the submit language: macros, `$(...)` expansion,
 `if`/`else`, and the item data of every `queue` form (`queue`, `queue N`,
 `queue X in (...)`, `queue X from file`, `queue X from (...)`,
-`queue X matching globs`). What the commands mean is decided here: the
-mapping of submit commands to job attributes below. As in condor_submit,
+`queue X matching globs`). What the commands mean is decided in
+`submitmap.py`. As in condor_submit,
 every statement up to a `queue` line applies to the jobs it queues, so a file
 may hold several `queue` statements, and a relative `executable` or
 `initialdir` is taken from the submit directory (condor_submit's current
@@ -17,24 +17,20 @@ caller queues all of it or none of it; errors name the line.
 from __future__ import annotations
 
 import contextlib
-import functools
-import math
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import classad2
 import htcondor2
 
-from fetchwork.config import convert
-from fetchwork.config.ads import EXPR_KEY, parse_expr, unparse
-from fetchwork.errors import AdError, SubmitFileError
+from fetchwork.broker.submitmap import SubmitContext, clip, format_arguments, job_ad
+from fetchwork.errors import SubmitFileError
 
-VANILLA_UNIVERSE = 5
 # Macros set for each job as it is expanded; they are not submit commands.
 _JOB_MACROS = ("Cluster", "ClusterId", "Process", "ProcId", "Step", "ItemIndex", "Row", "Node")
 _ASSIGN_RE = re.compile(r"\s*(\+?[A-Za-z_][A-Za-z0-9_.]*)\s*=(.*)\Z", re.S)
@@ -43,9 +39,7 @@ _KEYWORD_RE = re.compile(r"\s*(if|elif|else|endif|include)\b", re.I)
 _ITEMS_RE = re.compile(r"\b(in|from|matching)\b", re.I)
 _HEAD_RE = re.compile(
     r"(?P<count>.*?)\s*(?P<vars>[A-Za-z_]\w*(?:\s*[,\s]\s*[A-Za-z_]\w*)*)?\s*\Z", re.S)
-_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGTP]?)B?\s*\Z", re.I)
 _TIMESTAMP_RE = re.compile(r"^\d+/\d+/\d+ \d+:\d+:\d+ ", re.M)
-_UNIT_KB = {"": None, "K": 1, "M": 1024, "G": 1024 ** 2, "T": 1024 ** 3, "P": 1024 ** 4}
 
 # Commands condor_submit knows that fetchwork accepts and ignores (with a warning).
 IGNORED_COMMANDS = frozenset({
@@ -121,7 +115,7 @@ def split_queues(text: str, source: str) -> tuple[list[str], list[tuple[Statemen
             continue
         assign = _ASSIGN_RE.match(statement.text)
         if not assign:
-            raise SubmitFileError(f"expected 'command = value', got {_clip(body)!r}",
+            raise SubmitFileError(f"expected 'command = value', got {clip(body)!r}",
                                   source, statement.line)
         name = assign.group(1)
         if name.startswith("+"):
@@ -138,10 +132,6 @@ def _inline_block_end(statements: Iterator[Statement], queue: Statement, source:
             return statement.end
     raise SubmitFileError("the queue statement's item list '(' has no closing ')'",
                           source, queue.line)
-
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class _Captured:
@@ -267,178 +257,6 @@ def _queue_count(submit: htcondor2.Submit, text: str, statement: Statement,
     return value
 
 
-# -- from submit commands to job attributes ------------------------------------
-
-@dataclass
-class _Context:
-    submit_dir: str
-    source: str
-    defined: Mapping[str, list[int]]
-    warnings: list[str]
-    names: dict[str, str] = field(default_factory=dict)
-    queue_line: int = 0
-    seen: dict[tuple[str, str], bool] = field(default_factory=dict)
-
-    def checked(self, key: tuple[str, str], check: Callable[[], bool]) -> bool:
-        """`check()`, asked once per key (the same path for many jobs)."""
-        if key not in self.seen:
-            self.seen[key] = check()
-        return self.seen[key]
-
-    def fail(self, message: str, command: str | None = None) -> SubmitFileError:
-        """An error naming the line that set `command` for the current queue statement,
-        else the queue statement's line."""
-        lines = [n for n in self.defined.get((command or "").lower(), []) if n < self.queue_line]
-        return SubmitFileError(message, self.source, max(lines) if lines else self.queue_line)
-
-
-class _JobAd(dict[str, Any]):
-    """A job ad in to_dict form whose names, as in a ClassAd, ignore case."""
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        for existing in [key for key in self if key.lower() == name.lower() and key != name]:
-            del self[existing]
-        super().__setitem__(name, value)
-
-
-@functools.lru_cache(maxsize=4096)
-def _parsed(text: str) -> Any:
-    """An expression's to_dict value (a literal, or {"$expr": text}); AdError if invalid."""
-    parsed = parse_expr(text)
-    return {EXPR_KEY: unparse(parsed)} if isinstance(parsed, classad2.ExprTree) else parsed
-
-
-def _expr(value: str, command: str, ctx: _Context) -> Any:
-    try:
-        parsed = _parsed(value.strip())
-    except AdError as exc:
-        raise ctx.fail(f"{command}: not a ClassAd expression: {_clip(value)!r}", command) from exc
-    return dict(parsed) if isinstance(parsed, dict) else parsed
-
-
-def _int(value: str, command: str, ctx: _Context, minimum: int | None = None) -> int:
-    try:
-        number = convert.to_int(value)
-    except ValueError as exc:
-        raise ctx.fail(f"{command} must be a whole number, got {value!r}", command) from exc
-    if minimum is not None and number < minimum:
-        raise ctx.fail(f"{command} must be at least {minimum}, got {number}", command)
-    return number
-
-
-def _size(value: str, command: str, ctx: _Context, unit_kb: int) -> Any:
-    """A size in units of `unit_kb` KB (rounded up); a bare number is in that unit.
-    Anything that is not a number with a unit is kept as an expression."""
-    match = _SIZE_RE.match(value)
-    if not match:
-        return _expr(value, command, ctx)
-    factor_kb = _UNIT_KB[match.group(2).upper()] or unit_kb
-    return math.ceil(float(match.group(1)) * factor_kb / unit_kb)
-
-
-def _bool(value: str, command: str, ctx: _Context) -> bool:
-    try:
-        return convert.to_bool(value)
-    except ValueError as exc:
-        raise ctx.fail(f"{command} must be true or false, got {value!r}", command) from exc
-
-
-def _quoted_inner(value: str, command: str, ctx: _Context) -> str:
-    """The new-syntax text inside `"..."`, with `""` read as one `"`; quotes must pair."""
-    inner = value.strip()[1:-1]
-    if '"' in inner.replace('""', ""):
-        raise ctx.fail(f'{command}: a double quote inside "..." must be doubled', command)
-    raw = inner.replace('""', '"')
-    if raw.replace("''", "").count("'") % 2:
-        raise ctx.fail(f"{command}: unbalanced single quote in {_clip(value)!r}", command)
-    return raw
-
-
-def _is_quoted(value: str) -> bool:
-    stripped = value.strip()
-    return len(stripped) >= 2 and stripped[0] == stripped[-1] == '"'
-
-
-def _absolute(path: str, base: str) -> str:
-    return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
-
-
-def job_ad(values: Mapping[str, str], ctx: _Context) -> dict[str, Any]:
-    """The job ad (to_dict form) of one job from its expanded submit commands
-    (lower-case names)."""
-    ad = _JobAd()
-    universe = values.get("universe", "vanilla").strip().lower() or "vanilla"
-    if universe != "vanilla":
-        raise ctx.fail(f"universe {universe} is not supported; fetchwork runs vanilla jobs only",
-                       "universe")
-    ad["JobUniverse"] = VANILLA_UNIVERSE
-    iwd = _absolute(values.get("initialdir") or ".", ctx.submit_dir)
-    if not ctx.checked(("dir", iwd), lambda: os.path.isdir(iwd)):
-        raise ctx.fail(f"initialdir {iwd} is not a directory", "initialdir")
-    ad["Iwd"] = iwd
-    ad["Cmd"] = _executable(values, ctx)
-    _arguments(ad, values, ctx)
-    for command, attr in (("input", "In"), ("output", "Out"), ("error", "Err"),
-                          ("batch_name", "JobBatchName"), ("kill_sig", "KillSig")):
-        if values.get(command, "").strip():
-            ad[attr] = values[command].strip()
-    _requests(ad, values, ctx)
-    for command, attr in (("requirements", "Requirements"), ("rank", "Rank")):
-        if values.get(command, "").strip():
-            ad[attr] = _expr(values[command], command, ctx)
-    if values.get("priority", "").strip():
-        ad["JobPrio"] = _int(values["priority"], "priority", ctx)
-    if values.get("job_lease_duration", "").strip():
-        ad["JobLeaseDuration"] = _int(values["job_lease_duration"], "job_lease_duration", ctx, 1)
-    if values.get("hold", "").strip() and _bool(values["hold"], "hold", ctx):
-        ad["Hold"] = True
-    for name, value in values.items():
-        if name.startswith("my."):
-            attr = ctx.names.get(name, name)[3:]
-            if not value.strip():
-                raise ctx.fail(f"attribute {attr} has no value", name)
-            ad[attr] = _expr(value, name, ctx)
-    return ad
-
-
-def _executable(values: Mapping[str, str], ctx: _Context) -> str:
-    executable = values.get("executable", "").strip()
-    if not executable:
-        raise ctx.fail("no executable given (executable = /path/to/program)")
-    cmd = _absolute(executable, ctx.submit_dir)
-    check = _bool(values.get("transfer_executable") or "true", "transfer_executable", ctx)
-    if check and not ctx.checked(("program", cmd),
-                                 lambda: os.path.isfile(cmd) and os.access(cmd, os.X_OK)):
-        raise ctx.fail(f"executable {cmd} is not an executable file", "executable")
-    return cmd
-
-
-def _arguments(ad: dict[str, Any], values: Mapping[str, str], ctx: _Context) -> None:
-    for command, new_attr, old_attr in (("arguments", "Arguments", "Args"),
-                                        ("environment", "Environment", "Env")):
-        value = values.get(command, "")
-        if not value.strip():
-            continue
-        if _is_quoted(value):
-            ad[new_attr] = _quoted_inner(value, command, ctx)
-        elif re.search(r'(?<!\\)"', value):
-            raise ctx.fail(f'{command}: the old syntax takes a double quote only as \\"; '
-                           'or write the whole value in double quotes (new syntax)', command)
-        else:
-            ad[old_attr] = value.strip()
-
-
-def _requests(ad: dict[str, Any], values: Mapping[str, str], ctx: _Context) -> None:
-    if values.get("request_cpus", "").strip():
-        text = values["request_cpus"]
-        ad["RequestCpus"] = (_int(text, "request_cpus", ctx, 1) if text.strip().isdigit()
-                             else _expr(text, "request_cpus", ctx))
-    if values.get("request_memory", "").strip():
-        ad["RequestMemory"] = _size(values["request_memory"], "request_memory", ctx, 1024)
-    if values.get("request_disk", "").strip():
-        ad["RequestDisk"] = _size(values["request_disk"], "request_disk", ctx, 1)
-
-
 # -- the whole description --------------------------------------------------------
 
 def parse_submit(text: str, cluster_id: int, submit_dir: str | None = None,
@@ -455,7 +273,7 @@ def parse_submit(text: str, cluster_id: int, submit_dir: str | None = None,
     submit_dir = os.path.abspath(submit_dir or os.getcwd())
     lines, queues, defined = split_queues(text, source)
     result = ParsedSubmit()
-    ctx = _Context(submit_dir, source, defined, result.warnings)
+    ctx = SubmitContext(submit_dir, source, defined, result.warnings)
     queue_lines = {number for statement, end in queues
                    for number in range(statement.line, end + 1)}
     for statement, end in queues:
@@ -484,7 +302,7 @@ def _in_directory(path: str) -> Iterator[None]:
 
 
 def _queue_jobs(submit: htcondor2.Submit, spec: QueueSpec, cluster_id: int,
-                owner: str | None, ctx: _Context, result: ParsedSubmit) -> None:
+                owner: str | None, ctx: SubmitContext, result: ParsedSubmit) -> None:
     commands = [name for name in submit.keys()
                 if name not in _JOB_MACROS and name != "FETCHWORK_QUEUE_COUNT"]
     ctx.names.update({name.lower(): name for name in commands})
@@ -504,17 +322,6 @@ def _queue_jobs(submit: htcondor2.Submit, spec: QueueSpec, cluster_id: int,
             if owner:
                 ad["Owner"] = owner
             result.ads.append(dict(ad))
-
-
-def _quote_word(word: str) -> str:
-    if word and not any(char.isspace() or char in "'\"" for char in word):
-        return word
-    return "'" + word.replace("'", "''") + "'"
-
-
-def format_arguments(words: Sequence[str]) -> str:
-    """Words in the new argument syntax as a job ad stores it (no outer double quotes)."""
-    return " ".join(_quote_word(word) for word in words)
 
 
 def command_jobs(argv: Sequence[str], cluster_id: int, commands: Mapping[str, str] | None = None,
