@@ -22,15 +22,10 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
-from fetchwork.broker import tables
+from fetchwork.broker import submitcli, tables, usercli
 from fetchwork.broker.client import Broker
-from fetchwork.broker.usercli import (
-    COMMANDS,
-    ClusterProgress,
-    ads_json,
-    id_constraint,
-    job_failed,
-)
+from fetchwork.broker.submitcli import ClusterProgress, job_failed
+from fetchwork.broker.usercli import ads_json, id_constraint
 from fetchwork.cli import FetchworkGroup
 from fetchwork.config.loader import Config
 from fetchwork.errors import JobIdError
@@ -47,7 +42,7 @@ def cli() -> None:
     """The user commands alone."""
 
 
-for _command in COMMANDS:
+for _command in submitcli.COMMANDS + usercli.COMMANDS:
     cli.add_command(_command)
 
 
