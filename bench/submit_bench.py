@@ -8,6 +8,8 @@ broker named by FETCHWORK_BROKER), so both systems use the same server.
 - throughput: jobs/s to queue N jobs (fetchwork `Broker.submit` in clusters
   of --cluster-size; rq `Queue.enqueue_many` in pipelined batches of the
   same size);
+- memory: Redis bytes per queued job (both systems), and the resident
+  memory of the pool's processes;
 - latency: one job at a time onto an idle single-slot pool (each submitted
   --idle-s after the previous one finished); the time from
   submit to the moment the job's program runs (`/bin/date +%s.%N` writes
@@ -27,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import redis
 
 from fetchwork.broker.client import Broker
@@ -53,7 +56,31 @@ def fetchwork_throughput(broker: Broker, jobs: int, cluster_size: int) -> float:
     return jobs / (time.perf_counter() - started)
 
 
-def rq_throughput(client: redis.Redis, jobs: int, batch_size: int) -> float:
+def used_memory(client: redis.Redis) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def rss_report(pool: Pool) -> None:
+    """Resident memory of the pool's processes (the startd's starters included)."""
+    procs = {"redis-server": pool.redis.server_pid() if pool.redis else None}
+    for name, child in pool.children.items():
+        procs[name] = child.pid
+    for name, pid in procs.items():
+        if pid is None:
+            continue
+        try:
+            process = psutil.Process(pid)
+            rss_mb = process.memory_info().rss / 2**20
+            print(f"  {name:<28} {rss_mb:8.1f} MB")
+            if name == "startd":
+                for kid in process.children():
+                    label = "standby starter" if "--standby" in kid.cmdline() else "starter"
+                    print(f"  {label:<28} {kid.memory_info().rss / 2**20:8.1f} MB")
+        except psutil.Error:
+            pass
+
+
+def rq_throughput(client: redis.Redis, jobs: int, batch_size: int) -> tuple[float, int]:
     from rq import Queue
 
     queue = Queue("bench-throughput", connection=client)
@@ -67,8 +94,9 @@ def rq_throughput(client: redis.Redis, jobs: int, batch_size: int) -> float:
             pipe.execute()
         left -= batch
     elapsed = time.perf_counter() - started
+    stored = used_memory(client)
     queue.empty()
-    return jobs / elapsed
+    return jobs / elapsed, stored
 
 
 def fetchwork_latency(broker: Broker, work: Path, samples: int, idle_s: float) -> list[float]:
@@ -157,11 +185,16 @@ def main() -> None:
         broker = Broker(client, pool="bench-throughput", config=config)
         print(f"submit throughput, {options.jobs} jobs "
               f"(batches of {options.cluster_size}):")
+        before = used_memory(client)
         rate = fetchwork_throughput(broker, options.jobs, options.cluster_size)
-        print(f"  fetchwork submit             {rate:10.0f} jobs/s")
+        per_job = (used_memory(client) - before) / options.jobs
+        print(f"  fetchwork submit             {rate:10.0f} jobs/s   "
+              f"{per_job:6.0f} bytes of Redis per queued job")
         if have_rq:
-            rate = rq_throughput(client, options.jobs, options.cluster_size)
-            print(f"  rq enqueue_many              {rate:10.0f} jobs/s")
+            before = used_memory(client)
+            rate, stored = rq_throughput(client, options.jobs, options.cluster_size)
+            print(f"  rq enqueue_many              {rate:10.0f} jobs/s   "
+                  f"{(stored - before) / options.jobs:6.0f} bytes of Redis per queued job")
 
         work = state / "work"
         work.mkdir()
@@ -177,6 +210,8 @@ def main() -> None:
                    rq_latency(pool.url, options.latency_samples, options.idle_s))
         else:
             print("rq is not installed (pip install 'fetchwork[rq]'): no rq figures")
+        print("resident memory of the pool:")
+        rss_report(pool)
     finally:
         pool.stop()
         shutil.rmtree(state, ignore_errors=True)
