@@ -71,10 +71,10 @@ def _parse_file(path: str, defined: dict[str, Definition]) -> None:
     parse(found[0], found[1], defined, _read_file)
 
 
-def _merge(env: Mapping[str, str], config_file: str | None, use_defaults: bool,
-           pool_file: str | None) -> dict[str, Definition]:
+def _merge(detected: list[Definition], env: Mapping[str, str], config_file: str | None,
+           use_defaults: bool, pool_file: str | None) -> dict[str, Definition]:
     defined: dict[str, Definition] = {}
-    for definition in detected_definitions():
+    for definition in detected:
         define(defined, definition)
     if use_defaults:
         _parse_file(DEFAULTS_FILE, defined)
@@ -119,12 +119,13 @@ class Config:
         configuration while the admin's file and the environment still win.
         """
         env = dict(os.environ if environ is None else environ)
-        defined = _merge(env, config_file, use_defaults, pool_file=None)
+        detected = detected_definitions()  # once: the resolver can be slow
+        defined = _merge(detected, env, config_file, use_defaults, pool_file=None)
         if use_defaults:
             state_dir = cls(defined, env).get("FETCHWORK_STATE_DIR")
             pool_file = os.path.join(state_dir, POOL_FILE) if state_dir else None
             if pool_file and os.path.isfile(pool_file):
-                defined = _merge(env, config_file, use_defaults, pool_file=pool_file)
+                defined = _merge(detected, env, config_file, use_defaults, pool_file=pool_file)
         return cls(defined, env)
 
     @classmethod

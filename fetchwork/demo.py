@@ -70,9 +70,8 @@ class DemoError(FetchworkError):
     """The demo could not finish its tour."""
 
 
-def _view(broker: Broker, note: str) -> Group:
+def _view(broker: Broker, note: str, jobs: list) -> Group:
     now = time.time()
-    jobs = broker.query()
     return Group(Text(note, style="bold"), tables.queue_table(jobs, now),
                  Text(tables.queue_summary(jobs)),
                  tables.slot_table(broker.slots()))
@@ -110,15 +109,16 @@ def run_demo(console: Console, slots: int = 2, timeout_s: float = 120.0) -> int:
         held = [job_ids[-1]]
         released = False
         deadline = time.monotonic() + timeout_s
-        with Live(_view(broker, "the queue"), console=console, refresh_per_second=4,
-                  transient=False) as live:
+        with Live(_view(broker, "the queue", broker.query()), console=console,
+                  refresh_per_second=4, transient=False) as live:
             while True:
                 if not released and time.monotonic() - started > 4:
                     broker.release(held)
                     released = True
                 note = "the queue" + ("" if released else f" (job {held[0]} is held)")
-                live.update(_view(broker, note))
-                if released and not broker.query():
+                jobs = broker.query()
+                live.update(_view(broker, note, jobs))
+                if released and not jobs:
                     break
                 dead = pool.dead_child()
                 if dead:

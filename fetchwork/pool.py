@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -72,8 +72,7 @@ class Pool:
             self.started_redis = self.redis.start()
         try:
             self._spawn("broker", ["broker"])
-            startd_args = ["startd"]
-            self._spawn("startd", startd_args, self._startd_env())
+            self._spawn("startd", ["startd"], self._startd_env())
         except BaseException:
             self.stop()
             raise
@@ -141,7 +140,7 @@ class Pool:
                 return f"{name} (exit status {child.returncode})"
         return None
 
-    def wait(self, stop_requested: callable) -> str | None:  # type: ignore[valid-type]
+    def wait(self, stop_requested: Callable[[], bool]) -> str | None:
         """Block until `stop_requested()` or a child dies; the dead child's name."""
         while not stop_requested():
             dead = self.dead_child()

@@ -38,9 +38,9 @@ def up_command(slots: int | None) -> None:
     pool.conf into the state directory so that other commands on this
     machine find the pool with no configuration. Ctrl-C stops everything.
     """
-    logging.getLogger("fetchwork").setLevel(min(logging.getLogger().level, logging.INFO))
-    if logging.getLogger().level > logging.INFO:
-        logging.getLogger().setLevel(logging.INFO)
+    root = logging.getLogger()
+    if root.level > logging.INFO:  # a daemon says what it does, -v or not
+        root.setLevel(logging.INFO)
     stop = {"requested": False}
 
     def request_stop(signum: int, _frame: object) -> None:

@@ -193,7 +193,9 @@ def _lookup(ad: Any, name: str) -> Any:
     return None
 
 
-def _text(ad: Any, name: str) -> str | None:
+def job_text(ad: Any, name: str) -> str | None:
+    """A string attribute of a job ad (case-insensitive), None when absent;
+    ArgSyntaxError when it holds something other than a string."""
     value = _lookup(ad, name)
     if value is None:
         return None
@@ -204,17 +206,17 @@ def _text(ad: Any, name: str) -> str | None:
 
 def job_args(ad: Any) -> list[str]:
     """The job's arguments (without the program): `Arguments`, else `Args`."""
-    arguments = _text(ad, "Arguments")
+    arguments = job_text(ad, "Arguments")
     if arguments is not None:
         # A job ad holds the raw new syntax, as HTCondor's starter reads it.
         return parse_arguments_raw(arguments)
-    args = _text(ad, "Args")
+    args = job_text(ad, "Args")
     return parse_args_old(args) if args is not None else []
 
 
 def job_argv(ad: Any, cmd: str | None = None) -> list[str]:
     """`[Cmd, *arguments]`; `cmd` replaces the ad's `Cmd` (e.g. once resolved)."""
-    program = cmd if cmd is not None else _text(ad, "Cmd")
+    program = cmd if cmd is not None else job_text(ad, "Cmd")
     if not program:
         raise ArgSyntaxError("the job ad has no Cmd")
     return [program, *job_args(ad)]
@@ -222,8 +224,8 @@ def job_argv(ad: Any, cmd: str | None = None) -> list[str]:
 
 def job_env(ad: Any) -> dict[str, str]:
     """The job's own environment: `Environment`, else `Env` (empty when neither)."""
-    environment = _text(ad, "Environment")
+    environment = job_text(ad, "Environment")
     if environment is not None:
         return parse_environment_raw(environment)
-    env = _text(ad, "Env")
+    env = job_text(ad, "Env")
     return parse_env_old(env) if env is not None else {}

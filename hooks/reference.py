@@ -35,6 +35,7 @@ from fetchwork.broker.client import Broker
 from fetchwork.config import ads
 from fetchwork.config.loader import get_config
 from fetchwork.errors import FetchworkError, RedisUnavailableError
+from fetchwork.hooks import control
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,11 @@ def _token_of(job_ad: classad2.ClassAd) -> str:
 
 
 def _reported(job_ad: classad2.ClassAd) -> dict[str, Any]:
-    full = ads.to_dict(job_ad)
-    return {name: full[name] for name in REPORTED_ATTRS if name in full}
+    reported = classad2.ClassAd()
+    for name in REPORTED_ATTRS:
+        if name in job_ad:
+            reported[name] = job_ad.lookup(name)
+    return ads.to_dict(reported)
 
 
 def _job_ad_of(stdin_text: str) -> classad2.ClassAd:
@@ -243,8 +247,6 @@ _STOP_REQUESTS = {"removed": "remove", "held": "hold", "gone": "kill"}
 
 def _act_on(job_id: str, status: str) -> None:
     if status in _STOP_REQUESTS and _mode["in_process"]:
-        from fetchwork.starter import control
-
         log.info("job %s is %s at the broker; stopping it", job_id, status)
         try:
             control.request(_STOP_REQUESTS[status])

@@ -23,6 +23,7 @@ import psutil
 
 from fetchwork.config import ads
 from fetchwork.errors import StarterError
+from fetchwork.hooks.control import REQUESTS
 from fetchwork.hooks.runner import open_pidfd
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 JOB_AD_FILE = ".job.ad"
 MACHINE_AD_FILE = ".machine.ad"
 STANDBY_FLAG = "--standby"
-CONTROL_WORDS = ("suspend", "continue", "vacate", "kill", "remove", "hold")
+# The starter protocol's control words.
+CONTROL_WORDS = REQUESTS
 _CHUNK = 65536
 
 
@@ -147,12 +149,7 @@ class StarterProcess:
 
     def close(self) -> None:
         """Release pipes and the pidfd; remove the sandbox if the starter left it behind."""
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+        _close_pipes(self.proc)
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
@@ -183,7 +180,9 @@ class StandbyStarters:
         self._ready: list[subprocess.Popen[bytes]] = []
 
     def refill(self) -> None:
-        self._ready = [proc for proc in self._ready if proc.poll() is None or _closed(proc)]
+        for proc in [proc for proc in self._ready if proc.poll() is not None]:
+            _close_pipes(proc)
+            self._ready.remove(proc)
         while len(self._ready) < self.count:
             try:
                 self._ready.append(_popen_starter([STANDBY_FLAG]))
@@ -196,7 +195,7 @@ class StandbyStarters:
         while self._ready:
             proc = self._ready.pop(0)
             if proc.poll() is not None:
-                _closed(proc)
+                _close_pipes(proc)
                 continue
             assert proc.stdin is not None
             try:
@@ -205,7 +204,7 @@ class StandbyStarters:
             except (BrokenPipeError, OSError):
                 proc.kill()
                 proc.wait()
-                _closed(proc)
+                _close_pipes(proc)
                 continue
             return proc
         return None
@@ -213,7 +212,7 @@ class StandbyStarters:
     def close(self) -> None:
         """Let every waiting starter go: EOF before arguments makes it exit 0."""
         for proc in self._ready:
-            _closed(proc)
+            _close_pipes(proc)
         for proc in self._ready:
             try:
                 proc.wait(timeout=5)
@@ -223,15 +222,14 @@ class StandbyStarters:
         self._ready = []
 
 
-def _closed(proc: subprocess.Popen[bytes]) -> bool:
-    """Close the parent's ends of `proc`'s pipes; False (for filtering)."""
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    """Close the parent's ends of `proc`'s pipes."""
     for stream in (proc.stdin, proc.stdout):
         if stream is not None:
             try:
                 stream.close()
             except OSError:
                 pass
-    return False
 
 
 def sandbox_name(startd_pid: int, slot_id: int, number: int) -> str:

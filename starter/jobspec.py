@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fetchwork.errors import ArgSyntaxError, StarterError
-from fetchwork.hooks.argsyntax import job_args, job_env
+from fetchwork.hooks.argsyntax import job_args, job_env, job_text
 
 JOB_AD_FILE = ".job.ad"
 MACHINE_AD_FILE = ".machine.ad"
@@ -29,17 +29,11 @@ class LaunchPlan:
     kill_sig: int
 
 
-def _get(ad: Any, name: str) -> Any:
-    return ad[name] if name in ad else None
-
-
 def _text(ad: Any, name: str) -> str | None:
-    value = _get(ad, name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise StarterError(f"job attribute {name} must be a string, got {value!r}")
-    return value
+    try:
+        return job_text(ad, name)
+    except ArgSyntaxError as exc:
+        raise StarterError(str(exc)) from exc
 
 
 def parse_signal(value: Any, default: int = signal.SIGTERM) -> int:
@@ -120,7 +114,7 @@ def launch_plan(ad: Any, sandbox: str, slot: int, marker: tuple[str, str]) -> La
     return LaunchPlan(
         argv=(program, *args), env=env, cwd=cwd, stdin_path=stream("In"),
         stdout_path=stream("Out"), stderr_path=stream("Err"),
-        kill_sig=parse_signal(_get(ad, "KillSig")),
+        kill_sig=parse_signal(ad["KillSig"] if "KillSig" in ad else None),
     )
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-SUSPEND, CONTINUE, VACATE, KILL, REMOVE, HOLD = (
-    "suspend", "continue", "vacate", "kill", "remove", "hold")
-REQUESTS = (SUSPEND, CONTINUE, VACATE, KILL, REMOVE, HOLD)
+from fetchwork.hooks.control import REQUESTS
+
+SUSPEND, CONTINUE, VACATE, KILL, REMOVE, HOLD = REQUESTS
 
 EXIT, EVICT = "exit", "evict"
 # How a stop request reports the job's end to the exit hook.

@@ -25,8 +25,9 @@ from fetchwork.config import keywords
 from fetchwork.config.ads import as_number, evaluate_attr, format_ad, join_pair, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.errors import AdError, StarterError
+from fetchwork.hooks import control
 from fetchwork.hooks.runner import HookResult, resolve_hook, run_hook, start_hook
-from fetchwork.starter import control, lifecycle
+from fetchwork.starter import lifecycle
 from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper, resolve_user
 from fetchwork.starter.jobspec import (

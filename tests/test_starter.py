@@ -450,7 +450,7 @@ def test_exit_hook_timeout(bench):
 
 def test_in_process_hook_asks_the_starter_to_hold(bench):
     (bench.hooks / "holdhook.py").write_text(
-        "from fetchwork.starter import control\n\n\n"
+        "from fetchwork.hooks import control\n\n\n"
         "def update(args, stdin_text):\n"
         "    print('noise that must not reach the event stream')\n"
         "    control.request('hold')\n")

@@ -16,9 +16,7 @@ for i = 5, #ARGV do
   elseif is_claimed(state) and status ~= 3 and status ~= 5 then
     setv(key, 'HoldReason', ARGV[3])
     setv(key, 'HoldReasonCode', code)
-    setv(key, 'JobStatus', 5)
-    setv(key, 'EnteredCurrentStatus', NOW_S)
-    event('hold', id, state, 5)
+    set_pending_status(key, id, 'hold', state, 5)
     done[#done + 1] = id
   end
 end

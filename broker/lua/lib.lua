@@ -88,6 +88,14 @@ local function set_state(key, state, status)
   setv(key, 'EnteredCurrentStatus', NOW_S)
 end
 
+-- A claimed job keeps its state and claim while its JobStatus shows a
+-- pending removal or hold (or its cancellation); one event says so.
+local function set_pending_status(key, id, kind, state, status)
+  setv(key, 'JobStatus', status)
+  setv(key, 'EnteredCurrentStatus', NOW_S)
+  event(kind, id, state, status)
+end
+
 local function is_claimed(state)
   return state == 'RUNNING' or state == 'SUSPENDED'
 end

@@ -13,10 +13,7 @@ for i = 3, #ARGV do
     to_idle(key, id, 'release')
     released = true
   elseif is_claimed(state) and status == 5 then
-    local back = state == 'SUSPENDED' and 7 or 2
-    setv(key, 'JobStatus', back)
-    setv(key, 'EnteredCurrentStatus', NOW_S)
-    event('release', id, state, back)
+    set_pending_status(key, id, 'release', state, state == 'SUSPENDED' and 7 or 2)
     released = true
   end
   if released then

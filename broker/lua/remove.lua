@@ -14,9 +14,7 @@ for i = 4, #ARGV do
     done[#done + 1] = id
   elseif is_claimed(state) and status ~= 3 then
     setv(key, 'RemoveReason', ARGV[3])
-    setv(key, 'JobStatus', 3)
-    setv(key, 'EnteredCurrentStatus', NOW_S)
-    event('remove', id, state, 3)
+    set_pending_status(key, id, 'remove', state, 3)
     done[#done + 1] = id
   end
 end

@@ -1,9 +1,12 @@
 """Control requests to the running starter from inside its own process.
 
-An in-process hook running in the starter calls `request("remove")` (or
-hold, vacate, kill, suspend, continue) exactly as the startd would write a
-control line. Thread-safe and safe in a signal handler: a request is one
-short write to a pipe the starter's loop watches.
+The words are the starter protocol's control words, which the startd writes
+to a starter's stdin one per line. An in-process hook running in the starter
+calls `request("remove")` (or hold, vacate, kill, suspend, continue) exactly
+as the startd would write a control line. It lives with the hooks so that a
+hook (the reference hooks among them) never imports the starter.
+Thread-safe and safe in a signal handler: a request is one short write to a
+pipe the starter's loop watches.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from __future__ import annotations
 import os
 
 from fetchwork.errors import StarterError
-from fetchwork.starter.lifecycle import REQUESTS
+
+REQUESTS = ("suspend", "continue", "vacate", "kill", "remove", "hold")
 
 _write_fd: int | None = None
 
