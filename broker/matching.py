@@ -1,8 +1,6 @@
 """Pure decisions of the broker: does a job fit a slot, and what do submitted ads say.
 
-The two-sided match of HTCondor: the job's `Requirements` with MY = job and
-TARGET = slot, and the slot's `START` with MY = slot and TARGET = job. An
-absent expression accepts; undefined or an error refuses.
+The match itself is `config.matching`, the rule the startd uses too.
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ from typing import Any
 import classad2
 
 from fetchwork.config.ads import as_bool, as_number, evaluate_attr
+from fetchwork.config.matching import matches
 from fetchwork.errors import AdError
 
 from .states import clamp_prio
@@ -20,19 +19,9 @@ from .states import clamp_prio
 log = logging.getLogger(__name__)
 
 
-def _accepts(ad: classad2.ClassAd, name: str, target: classad2.ClassAd) -> bool:
-    if name not in ad:
-        return True
-    try:
-        return as_bool(evaluate_attr(ad, name, target))
-    except AdError as exc:
-        log.debug("%s does not evaluate: %s", name, exc)
-        return False
-
-
 def job_matches_slot(job: classad2.ClassAd, slot: classad2.ClassAd) -> bool:
     """True when the job's Requirements accept the slot and the slot's START accepts the job."""
-    return _accepts(job, "Requirements", slot) and _accepts(slot, "START", job)
+    return matches(job, slot)
 
 
 def slot_name(slot: classad2.ClassAd) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import classad2
 
+from fetchwork.config.protocol import clip
 from fetchwork.errors import AdError
 
 SEPARATOR = "-----"
@@ -39,7 +40,7 @@ def parse_ad(text: str, source: str | None = None) -> classad2.ClassAd:
             continue
         match = _ATTR_RE.match(line)
         if not match:
-            raise AdError(f"expected 'Name = expression', got {_clip(line)!r}", number, source)
+            raise AdError(f"expected 'Name = expression', got {clip(line)!r}", number, source)
         name, expr_text = match.group(1), match.group(2).strip()
         if not expr_text:
             raise AdError(f"attribute {name} has no value", number, source)
@@ -57,16 +58,12 @@ def _parse_new(text: str, source: str | None) -> classad2.ClassAd:
     return parsed
 
 
-def _clip(line: str, limit: int = 80) -> str:
-    return line if len(line) <= limit else line[:limit] + "..."
-
-
 def parse_expr(text: str, line: int | None = None, source: str | None = None) -> Any:
     """Parse one expression; literals come back as Python values, the rest as ExprTree."""
     try:
         expr = classad2.ExprTree(text)
     except Exception as exc:
-        raise AdError(f"not a ClassAd expression: {_clip(text)!r}", line, source) from exc
+        raise AdError(f"not a ClassAd expression: {clip(text)!r}", line, source) from exc
     holder = classad2.ClassAd()
     holder["x"] = expr
     value = holder["x"]

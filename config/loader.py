@@ -39,6 +39,15 @@ ENVIRONMENT = "<environment>"
 T = TypeVar("T")
 
 
+def environ_without_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`environ` (default: this process's) less every variable fetchwork reads as
+    configuration (`FETCHWORK_*`, `_FETCHWORK_*`): for a child that must see only
+    the configuration it is given, such as the demo's private pool."""
+    env = os.environ if environ is None else environ
+    return {name: value for name, value in env.items()
+            if not name.startswith(("FETCHWORK_", OVERRIDE_PREFIX))}
+
+
 def detected_definitions() -> list[Definition]:
     """Facts about this machine, available as macros and to the startd."""
     hostname = socket.gethostname()

@@ -25,7 +25,7 @@ from fetchwork.broker import tables
 from fetchwork.broker.client import Broker
 from fetchwork.broker.submitfile import parse_submit
 from fetchwork.broker.usercli import table_console
-from fetchwork.config.loader import Config
+from fetchwork.config.loader import Config, environ_without_config
 from fetchwork.errors import FetchworkError
 from fetchwork.pool import Pool
 
@@ -86,8 +86,7 @@ def run_demo(console: Console, slots: int = 2, timeout_s: float = 120.0) -> int:
         # nobody, who must be able to reach and write the demo's work folder.
         state.chmod(0o755)
         work.chmod(0o777)
-    environ = {k: v for k, v in os.environ.items()
-               if not k.startswith(("FETCHWORK_", "_FETCHWORK_"))}
+    environ = environ_without_config()
     environ.update(DEMO_KNOBS)
     environ.update({"FETCHWORK_STATE_DIR": str(state), "FETCHWORK_CONFIG": os.devnull})
     config = Config.load(environ=environ)

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import os
 
+from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import StarterError
-
-REQUESTS = ("suspend", "continue", "vacate", "kill", "remove", "hold")
 
 _write_fd: int | None = None
 
@@ -29,8 +28,8 @@ def install(write_fd: int | None) -> None:
 def request(action: str) -> None:
     """Ask the starter of this process to `action` its job."""
     action = action.strip().lower()
-    if action not in REQUESTS:
-        raise StarterError(f"unknown starter request {action!r}; one of {', '.join(REQUESTS)}")
+    if action not in CONTROL_WORDS:
+        raise StarterError(f"unknown starter request {action!r}; one of {', '.join(CONTROL_WORDS)}")
     fd = _write_fd
     if fd is None:
         raise StarterError("no starter is running in this process")

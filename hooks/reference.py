@@ -34,6 +34,7 @@ import classad2
 from fetchwork.broker.client import Broker
 from fetchwork.config import ads
 from fetchwork.config.loader import get_config
+from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
 from fetchwork.hooks import control
 
@@ -44,7 +45,6 @@ REPORTED_ATTRS = (
     "JobState", "JobPid", "NumPids", "JobStartDate", "RemoteSysCpu", "RemoteUserCpu",
     "ImageSize", "ExitReason", "ExitBySignal", "ExitSignal", "ExitCode", "JobDuration",
 )
-EXIT_HOWS = ("exit", "evict", "hold", "remove")
 CLAIM_ATTR = "FetchworkClaim"
 
 _broker_lock = threading.Lock()
@@ -74,11 +74,11 @@ def reset_broker() -> None:
 
 
 def job_id_of(job_ad: classad2.ClassAd) -> str:
-    try:
-        return f"{int(job_ad['ClusterId'])}.{int(job_ad['ProcId'])}"
-    except (KeyError, TypeError, ValueError) as exc:
+    job = ad_job_id(job_ad)
+    if job is None:
         raise HookUsageError("the job ad has no ClusterId/ProcId: it was not fetched "
-                             "from the fetchwork broker") from exc
+                             "from the fetchwork broker")
+    return job
 
 
 def _token_of(job_ad: classad2.ClassAd) -> str:
@@ -151,10 +151,10 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
 def reply_fetch(args: Sequence[str], stdin_text: str) -> None:
     """On `reject`, hand the job back to the head of its group."""
     decision = args[-1] if args else ""
-    if decision not in ("accept", "reject"):
+    if decision not in (ACCEPT, REJECT):
         raise HookUsageError(f"reply_fetch expects 'accept' or 'reject', got {decision!r}")
     job_ad = _job_ad_of(stdin_text)
-    if decision == "reject":
+    if decision == REJECT:
         job_id = job_id_of(job_ad)
         if broker().reject(job_id, _token_of(job_ad)):
             log.info("job %s rejected by the slot; back at the head of its group", job_id)
@@ -242,7 +242,7 @@ def set_program_mode() -> None:
 
 
 # What the starter is asked to do when a renewal answers other than "ok".
-_STOP_REQUESTS = {"removed": "remove", "held": "hold", "gone": "kill"}
+_STOP_REQUESTS = {"removed": REMOVE, "held": HOLD, "gone": KILL}
 
 
 def _act_on(job_id: str, status: str) -> None:

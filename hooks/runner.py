@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fetchwork.config import keywords
+from fetchwork.config.argsyntax import parse_hook_args
 from fetchwork.config.loader import Config
-from fetchwork.hooks.argsyntax import parse_hook_args
 from fetchwork.hooks.inprocess import IN_PROCESS_PREFIX, HookCall, call_function, current_call
 
 __all__ = ["HookCall", "HookResult", "HookSpec", "current_call", "program_refusal",

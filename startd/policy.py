@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import classad2
 
 from fetchwork.config import ads
+from fetchwork.config.matching import mismatch
 from fetchwork.errors import AdError
 from fetchwork.startd.states import Activity, SlotStatus, State
 
@@ -82,24 +83,6 @@ class Decision:
     def reply(self) -> str:
         """The reply hook's argument."""
         return "reject" if self.verdict is Verdict.REJECT else "accept"
-
-
-def mismatch(slot_ad: classad2.ClassAd, job_ad: classad2.ClassAd) -> str | None:
-    """Why the job and the slot do not match, or None when they do.
-
-    Both sides are checked: the slot's START against the job, and the job's
-    Requirements against the slot (HTCondor checks only START for fetched work).
-    Undefined counts as false, as in matchmaking.
-    """
-    try:
-        if not ads.as_bool(ads.evaluate_attr(slot_ad, "Start", job_ad)):
-            return "START is not true for this job"
-        if "Requirements" in job_ad and not ads.as_bool(
-                ads.evaluate_attr(job_ad, "Requirements", slot_ad)):
-            return "the job's Requirements are not true for this slot"
-    except AdError as exc:
-        return f"cannot evaluate the match: {exc}"
-    return None
 
 
 def job_rank(slot_ad: classad2.ClassAd, job_ad: classad2.ClassAd) -> float:

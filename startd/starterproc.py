@@ -22,17 +22,12 @@ import classad2
 import psutil
 
 from fetchwork.config import ads
+from fetchwork.config.protocol import CONTROL_WORDS, JOB_AD_FILE, MACHINE_AD_FILE, STANDBY_FLAG
 from fetchwork.errors import StarterError
-from fetchwork.hooks.control import REQUESTS
 from fetchwork.hooks.runner import open_pidfd
 
 log = logging.getLogger(__name__)
 
-JOB_AD_FILE = ".job.ad"
-MACHINE_AD_FILE = ".machine.ad"
-STANDBY_FLAG = "--standby"
-# The starter protocol's control words.
-CONTROL_WORDS = REQUESTS
 _CHUNK = 65536
 
 

@@ -20,6 +20,7 @@ import sys
 
 from fetchwork.config.ads import parse_ad
 from fetchwork.config.loader import Config
+from fetchwork.config.protocol import STANDBY_FLAG
 from fetchwork.errors import FetchworkError
 
 log = logging.getLogger("fetchwork.starter")
@@ -28,7 +29,6 @@ log = logging.getLogger("fetchwork.starter")
 # start-up time is on every job's path.
 
 
-STANDBY = "--standby"
 # Starter hooks whose in-process modules a standby starter imports ahead.
 _STARTER_HOOKS = ("_HOOK_PREPARE_JOB", "_HOOK_UPDATE_JOB_INFO", "_HOOK_JOB_EXIT")
 
@@ -100,7 +100,7 @@ def _log_to_file(config: Config, slot: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == [STANDBY]:
+    if argv == [STANDBY_FLAG]:
         given = _stand_by()
         if given is None:
             return 0

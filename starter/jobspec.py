@@ -8,11 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fetchwork.config.argsyntax import job_args, job_env, job_text
+from fetchwork.config.protocol import EVICT, EXIT, HOLD, JOB_AD_FILE, MACHINE_AD_FILE, REMOVE
 from fetchwork.errors import ArgSyntaxError, StarterError
-from fetchwork.hooks.argsyntax import job_args, job_env, job_text
 
-JOB_AD_FILE = ".job.ad"
-MACHINE_AD_FILE = ".machine.ad"
 NULL_DEVICE = os.devnull
 
 
@@ -137,7 +136,7 @@ def exit_attributes(status: int | None, how: str, duration_s: float,
     else:
         attrs.update(ExitBySignal=False, ExitCode=status)
         described = f"exited normally with status {status}"
-    prefix = {"exit": "", "evict": "evicted; ", "remove": "removed; ", "hold": "held; "}
+    prefix = {EXIT: "", EVICT: "evicted; ", REMOVE: "removed; ", HOLD: "held; "}
     attrs["ExitReason"] = reason or prefix.get(how, f"{how}; ") + described
     return attrs
 

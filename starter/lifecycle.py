@@ -19,11 +19,18 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from fetchwork.hooks.control import REQUESTS
+from fetchwork.config.protocol import (
+    CONTINUE,
+    CONTROL_WORDS,
+    EVICT,
+    EXIT,
+    HOLD,
+    KILL,
+    REMOVE,
+    SUSPEND,
+    VACATE,
+)
 
-SUSPEND, CONTINUE, VACATE, KILL, REMOVE, HOLD = REQUESTS
-
-EXIT, EVICT = "exit", "evict"
 # How a stop request reports the job's end to the exit hook.
 _HOW = {VACATE: EVICT, KILL: EVICT, REMOVE: REMOVE, HOLD: HOLD}
 # A later request may turn an eviction into a removal or hold (the job must
@@ -63,7 +70,7 @@ def _stronger(current: str | None, new: str) -> str:
 
 def handle(status: Status, request: str, now: float, vacate_time_s: float) -> Step:
     """The effect of one control request."""
-    if request not in REQUESTS:
+    if request not in CONTROL_WORDS:
         raise ValueError(f"unknown request {request!r}")
     phase = status.phase
     if phase is Phase.DONE:

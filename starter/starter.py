@@ -24,6 +24,7 @@ import classad2
 from fetchwork.config import keywords
 from fetchwork.config.ads import as_number, evaluate_attr, format_ad, join_pair, parse_ad
 from fetchwork.config.loader import Config
+from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks import control
 from fetchwork.hooks.runner import HookResult, resolve_hook, run_hook, start_hook
@@ -311,7 +312,7 @@ class Starter:
 
     def _requests(self, words: list[str]) -> None:
         for word in words:
-            if word not in lifecycle.REQUESTS:
+            if word not in CONTROL_WORDS:
                 log.warning("ignoring unknown control line %r", word)
                 continue
             log.info("control request: %s", word)

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fetchwork.config import argsyntax as ax
 from fetchwork.errors import ArgSyntaxError
-from fetchwork.hooks import argsyntax as ax
 
 _words = st.lists(st.text(st.characters(blacklist_categories=("Cs",),
                                         blacklist_characters="\x00"), max_size=12),

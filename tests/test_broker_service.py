@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import pytest
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.service import BrokerService
-from fetchwork.config.loader import Config
+from fetchwork.config.loader import Config, environ_without_config
 from tests.waiting import wait_until
 
 SLOT = {"Name": "slot1@svc", "Memory": 1}
@@ -102,8 +101,7 @@ COMMAND = ("import logging; logging.basicConfig(); "
 
 
 def command_env(redis_url, pool_name, tmp_path, **knobs):
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("FETCHWORK_", "_FETCHWORK_"))}
+    env = environ_without_config()
     env.update(FETCHWORK_BROKER=redis_url, FETCHWORK_POOL=pool_name,
                FETCHWORK_CONFIG=str(tmp_path / "none.conf"), FETCHWORK_STATE_DIR=str(tmp_path))
     (tmp_path / "none.conf").write_text("")

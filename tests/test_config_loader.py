@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fetchwork.config import keywords
-from fetchwork.config.loader import DEFAULTS_FILE, Config
+from fetchwork.config.loader import DEFAULTS_FILE, Config, environ_without_config
 from fetchwork.errors import ConfigError, UndefinedKnobError
 
 
@@ -141,8 +141,7 @@ def test_starter_keyword_is_forced_by_config(conf):
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items()
-                if not k.startswith(("_FETCHWORK_", "FETCHWORK_"))}
+    full_env = environ_without_config()
     full_env.update(env)
     return subprocess.run([sys.executable, "-m", "fetchwork.cli", *args], env=full_env,
                           capture_output=True, text=True, timeout=60)

@@ -8,11 +8,12 @@ import sys
 
 import pytest
 
+from fetchwork.config.loader import environ_without_config
+
 
 @pytest.mark.timeout(240)
 def test_the_demo_runs_its_tour_and_exits_zero(job_tmp):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FETCHWORK_", "_FETCHWORK_"))}
+    env = environ_without_config()
     env["TMPDIR"] = str(job_tmp)
     done = subprocess.run([sys.executable, "-m", "fetchwork", "demo"], env=env,
                           capture_output=True, text=True, timeout=200)

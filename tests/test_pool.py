@@ -17,14 +17,14 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fetchwork.config.loader import environ_without_config
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def _env(state: Path, **knobs: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FETCHWORK_", "_FETCHWORK_"))}
+    env = environ_without_config()
     env["FETCHWORK_STATE_DIR"] = str(state)
     env["FETCHWORK_CONFIG"] = os.devnull
     # Small timing knobs so nothing waits on production defaults.

@@ -12,7 +12,7 @@ import pytest
 
 from fetchwork.broker.client import Broker
 from fetchwork.config import ads
-from fetchwork.config.loader import reload_config
+from fetchwork.config.loader import environ_without_config, reload_config
 from fetchwork.errors import FetchworkError
 from fetchwork.hooks import reference
 from tests.waiting import wait_until
@@ -33,8 +33,7 @@ FORMS = ["in-process", "program"]
 
 @pytest.fixture
 def hook_env(redis_url, pool_name, monkeypatch, tmp_path):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FETCHWORK_", "_FETCHWORK_"))}
+    env = environ_without_config()
     env.update({"FETCHWORK_BROKER": redis_url, "FETCHWORK_POOL": pool_name,
                 "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path),
                 "_FETCHWORK_FETCHWORK_FETCH_LONG_POLL": "0.2"})

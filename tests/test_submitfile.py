@@ -16,8 +16,8 @@ from fetchwork.broker.submitfile import (
     parse_submit,
     split_qargs,
 )
+from fetchwork.config.argsyntax import parse_arguments_raw
 from fetchwork.errors import FetchworkError, SubmitFileError
-from fetchwork.hooks.argsyntax import parse_arguments_raw
 
 
 def jobs(text: str, tmp_path: Path, cluster: int = 7, **kwargs: object) -> list[dict]:

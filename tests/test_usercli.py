@@ -27,9 +27,9 @@ from fetchwork.broker.client import Broker
 from fetchwork.broker.submitcli import ClusterProgress, job_failed
 from fetchwork.broker.usercli import ads_json, id_constraint
 from fetchwork.cli import FetchworkGroup
-from fetchwork.config.loader import Config
+from fetchwork.config.argsyntax import job_argv
+from fetchwork.config.loader import Config, environ_without_config
 from fetchwork.errors import JobIdError
-from fetchwork.hooks.argsyntax import job_argv
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -281,8 +281,7 @@ def test_submit_hold_true_keeps_job_held(run, tmp_path: Path) -> None:
 
 
 def test_the_fetchwork_program_runs_the_commands(env: dict[str, str], tmp_path: Path) -> None:
-    full_env = {**{k: v for k, v in os.environ.items()
-                   if not k.startswith(("FETCHWORK_", "_FETCHWORK_"))}, **env}
+    full_env = {**environ_without_config(), **env}
 
     def fetchwork(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "fetchwork", *args], env=full_env,
