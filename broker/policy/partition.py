@@ -72,8 +72,12 @@ def policy_pass(jobs: Sequence[PolicyJob], settings: PolicySettings, now: float,
     fairshare = None
     if settings.weights.fairshare:
         fairshare = FairShare([*usage, *running_usage(jobs, now)], settings, now)
-    priorities = {job.job_id: job_priority(job, settings, now, fairshare) for job in queued}
-    queued.sort(key=lambda job: sort_key(job, priorities[job.job_id]))
+    if settings.priority_on():
+        priorities = {job.job_id: job_priority(job, settings, now, fairshare) for job in queued}
+        queued.sort(key=lambda job: sort_key(job, priorities[job.job_id]))
+    else:
+        priorities = {job.job_id: Priority(job.prio_group) for job in queued}
+        queued.sort(key=lambda job: (-job.prio_group, job.order))
     result.priorities = priorities
     result.order = [job.job_id for job in queued]
     if not settings.limits_on() and not settings.max_walltime_s:

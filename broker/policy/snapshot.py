@@ -92,8 +92,27 @@ class Usage:
     end_s: float
 
 
+# The attributes policy reads, lower-case, by their usual spelling.
+_WANTED = {name: name.lower() for name in (
+    "ClusterId", "ProcId", "Owner", "AccountingGroup", "ProjectName", "RequestCpus",
+    "AllowedJobDuration", "FetchworkState", "JobStatus", "JobPrio", "FetchworkOrder", "QDate",
+    "EnteredCurrentStatus", "JobCurrentStartDate", "JobStartDate", "CompletionDate", "QOS",
+    "RequestMemory", "RequestDisk", "BypassCount", "HoldReason", BLOCKED_REASON_ATTR,
+    SOFT_BLOCKED_ATTR)}
+_WANTED_LOWER = frozenset(_WANTED.values())
+
+
 def _lowered(ad: Mapping[str, Any]) -> dict[str, Any]:
-    return {name.lower(): value for name, value in ad.items()}
+    """The attributes policy reads, under lower-case names (ad names are case-insensitive)."""
+    out = {}
+    for name, value in ad.items():
+        low = _WANTED.get(name)
+        if low is None:
+            low = name.lower()
+            if low not in _WANTED_LOWER:
+                continue
+        out[low] = value
+    return out
 
 
 def _number(attrs: Mapping[str, Any], name: str) -> float | None:
