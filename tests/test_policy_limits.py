@@ -6,6 +6,7 @@ from __future__ import annotations
 from fetchwork.broker.policy.limits import (
     past_walltime,
     start_refusal,
+    submit_refusal,
     walltime_refusal,
     walltime_remove_reason,
 )
@@ -210,3 +211,11 @@ def test_a_job_past_its_walltime_is_due_to_stop():
     assert not past_walltime(running, NOW)
     assert past_walltime(running, NOW + 1)
     assert walltime_remove_reason(running) == "the job ran past its AllowedJobDuration of 100 s"
+
+
+def test_a_submission_over_the_cap_is_refused_naming_the_knob():
+    assert "MAX_WALLTIME = 432000" in submit_refusal({"allowedjobduration": 500000}, hpc2n())
+    assert submit_refusal({"AllowedJobDuration": 3600}, hpc2n()) is None
+    refusal = submit_refusal({}, settings("MAX_WALLTIME = 60"))
+    assert refusal == ("the job asks for 3600 s of wall-clock time (DEFAULT_JOB_WALLTIME), "
+                       "more than MAX_WALLTIME = 60 s")

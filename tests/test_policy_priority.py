@@ -12,7 +12,13 @@ from pytest import approx
 
 from fetchwork.broker.policy.fairshare import FairShare, decayed_seconds
 from fetchwork.broker.policy.partition import policy_pass
-from fetchwork.broker.policy.priority import describe, job_priority, qos_target_term
+from fetchwork.broker.policy.priority import (
+    PRIORITY_COLUMNS,
+    describe,
+    job_priority,
+    priority_row,
+    qos_target_term,
+)
 from fetchwork.broker.policy.snapshot import Usage
 from fetchwork.broker.states import State
 
@@ -134,6 +140,16 @@ def test_describe_shows_each_contribution():
     text = describe(job_priority(job(1, idle_for_s=600, bypass_count=1), knobs, NOW))
     assert text == "group 0 (JobPrio); 25 = queuetime 10 -> +20, bypass 1 -> +5"
     assert "no priority weights" in describe(job_priority(job(1), settings(), NOW))
+
+
+def test_priority_rows_have_a_cell_per_factor():
+    knobs = settings("PRIORITY_QUEUETIME_WEIGHT = 2")
+    one = job(1, idle_for_s=600, owner="alice", prio=1)
+    row = priority_row(one, job_priority(one, knobs, NOW))
+    assert len(row) == len(PRIORITY_COLUMNS)
+    assert dict(zip(PRIORITY_COLUMNS, row, strict=True)) == {
+        "ID": "1.0", "OWNER": "alice", "GROUP": "1", "PRIORITY": "20", "QUEUETIME": "20",
+        "XFACTOR": "-", "RESOURCE": "-", "BYPASS": "-", "QOS": "-", "FAIRSHARE": "-"}
 
 
 # -- properties of the partition over random queues ----------------------------------

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import enum
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..states import State
 from .settings import Budget, PolicySettings
-from .snapshot import ACTIVE, PolicyJob
+from .snapshot import ACTIVE, PolicyJob, walltime_of
 
 BudgetKey = tuple[str, str]
 
@@ -138,6 +139,12 @@ def walltime_refusal(walltime_s: float, settings: PolicySettings, own: bool = Tr
     source = "AllowedJobDuration" if own else "DEFAULT_JOB_WALLTIME"
     return (f"the job asks for {number(walltime_s)} s of wall-clock time ({source}), "
             f"more than MAX_WALLTIME = {number(cap)} s")
+
+
+def submit_refusal(ad: Mapping[str, Any], settings: PolicySettings) -> str | None:
+    """Why a submitted job ad may not be queued under MAX_WALLTIME, or None."""
+    own = any(name.lower() == "allowedjobduration" for name in ad)
+    return walltime_refusal(walltime_of(ad, settings.default_walltime_s), settings, own)
 
 
 def past_walltime(job: PolicyJob, now: float) -> bool:

@@ -23,6 +23,8 @@ from .settings import PolicySettings
 from .snapshot import KB_PER_MB, PolicyJob
 
 FACTORS = ("queuetime", "xfactor", "resource", "bypass", "qos", "fairshare")
+# `q -priority`: one row per queued job, each factor's contribution in a column.
+PRIORITY_COLUMNS = ("ID", "OWNER", "GROUP", "PRIORITY", *(name.upper() for name in FACTORS))
 # The QOS target term: 2 ** (TARGET_DOUBLINGS x queue time / target) - 1, the
 # ratio capped at TARGET_CAP (1023 at the target, about a million at twice it).
 TARGET_DOUBLINGS = 10.0
@@ -98,3 +100,10 @@ def describe(priority: Priority) -> str:
     parts = ", ".join(f"{name} {value:.4g} -> {contribution:+.4g}"
                       for name, (value, contribution) in priority.parts.items())
     return f"group {priority.group} (JobPrio); {priority.total:.4g} = {parts}"
+
+
+def priority_row(job: PolicyJob, priority: Priority) -> tuple[str, ...]:
+    """A `q -priority` row: id, owner, JobPrio group, the sum, each factor's contribution."""
+    cells = [f"{priority.parts[name][1]:.4g}" if name in priority.parts else "-"
+             for name in FACTORS]
+    return (job.job_id, job.owner, str(priority.group), f"{priority.total:.4g}", *cells)
