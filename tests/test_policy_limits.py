@@ -4,6 +4,7 @@ policy text with their own numbers, per-project limits, MAXPS soft and hard."""
 from __future__ import annotations
 
 from fetchwork.broker.policy.limits import (
+    claim_attrs,
     past_walltime,
     start_refusal,
     submit_refusal,
@@ -219,3 +220,15 @@ def test_a_submission_over_the_cap_is_refused_naming_the_knob():
     refusal = submit_refusal({}, settings("MAX_WALLTIME = 60"))
     assert refusal == ("the job asks for 3600 s of wall-clock time (DEFAULT_JOB_WALLTIME), "
                        "more than MAX_WALLTIME = 60 s")
+
+
+def test_the_claims_recheck_reads_the_budget_and_its_limit():
+    running, wide, narrow = _maxps_example()
+    assert claim_attrs(narrow, hpc2n(), soft=False) == {
+        "FetchworkBudget": "user:user1", "FetchworkCpus": 1, "FetchworkWalltime": 1000,
+        "FetchworkPsLimit": 72000}
+    assert claim_attrs(wide, hpc2n(), soft=True)["FetchworkPsLimit"] == 1080000
+    project = job(1, project="SNAC", owner="bob")
+    assert claim_attrs(project, settings("MAXPS_SOFT_snac = 10"), soft=False)[
+        "FetchworkBudget"] == "project:snac"
+    assert claim_attrs(narrow, settings(), soft=False)["FetchworkPsLimit"] == 0

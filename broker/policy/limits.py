@@ -130,6 +130,20 @@ class Counts:
             self.idle_by_project[job.project] += 1
 
 
+def claim_attrs(job: PolicyJob, settings: PolicySettings, soft: bool) -> dict[str, Any]:
+    """What a claim's atomic re-check reads on a job: its budget, size and PS limit.
+
+    An IDLE job may start within its budget's soft limit (the hard one when
+    only that is set); one BLOCKED by a soft limit only (`soft`) within the
+    hard one. A limit of 0 means none.
+    """
+    key = budget_key(job, settings)
+    budget = _limits(key, settings)[0]
+    limit = budget.hard if soft else (budget.soft or budget.hard)
+    return {"FetchworkBudget": f"{key[0]}:{key[1]}", "FetchworkCpus": job.cpus,
+            "FetchworkWalltime": job.walltime_s, "FetchworkPsLimit": limit}
+
+
 def walltime_refusal(walltime_s: float, settings: PolicySettings, own: bool = True) -> str | None:
     """Why a job asking for `walltime_s` may not be queued (MAX_WALLTIME), or None.
     `own` says whether the job set AllowedJobDuration (else DEFAULT_JOB_WALLTIME gave it)."""
