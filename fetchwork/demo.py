@@ -21,13 +21,13 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from fetchwork.broker import tables
 from fetchwork.broker.client import Broker
-from fetchwork.broker.submitfile import parse_submit
-from fetchwork.broker.usercli import table_console
 from fetchwork.config.loader import Config, environ_without_config
 from fetchwork.errors import FetchworkError
 from fetchwork.pool import Pool
+from fetchwork.submit import tables
+from fetchwork.submit.submitfile import parse_submit
+from fetchwork.submit.usercli import table_console
 
 SUBMIT = """\
 # A mixed cluster: five jobs of different lengths, one that exits 3.

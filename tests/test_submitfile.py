@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fetchwork.broker.submitfile import (
+from fetchwork.config.argsyntax import parse_arguments_raw
+from fetchwork.errors import FetchworkError, SubmitFileError
+from fetchwork.submit.submitfile import (
     command_jobs,
     format_arguments,
     logical_lines,
     parse_submit,
     split_qargs,
 )
-from fetchwork.config.argsyntax import parse_arguments_raw
-from fetchwork.errors import FetchworkError, SubmitFileError
 
 
 def jobs(text: str, tmp_path: Path, cluster: int = 7, **kwargs: object) -> list[dict]:

@@ -24,12 +24,12 @@ from click.testing import CliRunner, Result
 
 from fetchwork.broker import submitcli, tables, usercli
 from fetchwork.broker.client import Broker
-from fetchwork.broker.submitcli import ClusterProgress, job_failed
-from fetchwork.broker.usercli import ads_json, id_constraint
 from fetchwork.cli import FetchworkGroup
 from fetchwork.config.argsyntax import job_argv
 from fetchwork.config.loader import Config, environ_without_config
 from fetchwork.errors import JobIdError
+from fetchwork.submit.submitcli import ClusterProgress, job_failed
+from fetchwork.submit.usercli import ads_json, id_constraint
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)

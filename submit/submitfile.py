@@ -28,8 +28,8 @@ from typing import Any
 import classad2
 import htcondor2
 
-from fetchwork.broker.submitmap import SubmitContext, clip, format_arguments, job_ad
 from fetchwork.errors import SubmitFileError
+from fetchwork.submit.submitmap import SubmitContext, clip, format_arguments, job_ad
 
 # Macros set for each job as it is expanded; they are not submit commands.
 _JOB_MACROS = ("Cluster", "ClusterId", "Process", "ProcId", "Step", "ItemIndex", "Row", "Node")

@@ -15,7 +15,6 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fetchwork.broker import tables
 from fetchwork.broker.client import Broker
 from fetchwork.broker.states import (
     COMPLETED_STATUS,
@@ -24,8 +23,10 @@ from fetchwork.broker.states import (
     RUNNING_STATUS,
     SUSPENDED_STATUS,
 )
-from fetchwork.broker.submitfile import ParsedSubmit, command_jobs, parse_submit
-from fetchwork.broker.usercli import (
+from fetchwork.errors import SubmitFileError
+from fetchwork.submit import tables
+from fetchwork.submit.submitfile import ParsedSubmit, command_jobs, parse_submit
+from fetchwork.submit.usercli import (
     FINISHED_STATES,
     FINISHED_STATUS,
     RECONCILE_S,
@@ -33,7 +34,6 @@ from fetchwork.broker.usercli import (
     connect_broker,
     queued,
 )
-from fetchwork.errors import SubmitFileError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ import click
 from rich.console import Console, Group
 from rich.live import Live
 
-from fetchwork.broker import tables
 from fetchwork.broker.client import Broker
 from fetchwork.broker.states import (
     FINISHED,
@@ -32,6 +31,7 @@ from fetchwork.broker.states import (
 from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
+from fetchwork.submit import tables
 
 log = logging.getLogger(__name__)
 
