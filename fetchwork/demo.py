@@ -101,8 +101,7 @@ def run_demo(console: Console, slots: int = 2, timeout_s: float = 120.0) -> int:
         (work / "demo.sub").write_text(SUBMIT)
         console.print("\n[bold]demo.sub[/bold]\n" + SUBMIT)
         cluster = broker.next_cluster()
-        parsed = parse_submit(SUBMIT, cluster, submit_dir=str(work),
-                              owner=getpass.getuser(), source="demo.sub")
+        parsed = parse_submit(SUBMIT, cluster, submit_dir=str(work), source="demo.sub")
         job_ids = broker.submit(parsed.ads, owner=getpass.getuser(), cluster_id=cluster)
         console.print(f"{len(job_ids)} job(s) submitted to cluster {cluster}.\n")
         held = [job_ids[-1]]

@@ -22,12 +22,12 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
-from fetchwork.broker import submitcli, tables, usercli
 from fetchwork.broker.client import Broker
 from fetchwork.cli import FetchworkGroup
 from fetchwork.config.argsyntax import job_argv
 from fetchwork.config.loader import Config, environ_without_config
 from fetchwork.errors import JobIdError
+from fetchwork.submit import submitcli, tables, usercli
 from fetchwork.submit.submitcli import ClusterProgress, job_failed
 from fetchwork.submit.usercli import ads_json, id_constraint
 from tests.waiting import wait_until
@@ -55,7 +55,7 @@ def env(redis_url: str, pool_name: str, tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def broker(redis_url: str, pool_name: str) -> Iterator[Broker]:
     client = redis.Redis.from_url(redis_url)
-    yield Broker(client, pool_name, Config.from_text(""))
+    yield Broker(client, pool_name, Config.load(environ={}))
     client.close()
 
 
