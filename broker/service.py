@@ -76,10 +76,7 @@ class BrokerService:
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""
         lease_ms = max(1, int(self.leader_lease_s * 1000))
-        key = self.store.keys.leader
-        leads = bool(self.store.scripts.call("leader_renew", [key], [self.replica, lease_ms]))
-        if not leads:
-            leads = bool(self.store.client.set(key, self.replica, nx=True, px=lease_ms))
+        leads = self.store.lead(self.replica, lease_ms)
         if leads != self.is_leader:
             log.info("replica %s %s leadership of pool %s", self.replica,
                      "took" if leads else "lost", self.broker.pool)
@@ -89,7 +86,7 @@ class BrokerService:
 
     def resign(self) -> None:
         """Give leadership up (on shutdown) so another replica takes over at once."""
-        if self.store.scripts.call("leader_resign", [self.store.keys.leader], [self.replica]):
+        if self.store.resign(self.replica):
             log.info("replica %s resigned leadership of pool %s", self.replica, self.broker.pool)
         self.is_leader = False
 

@@ -55,7 +55,6 @@ JOB_STATUS = {
 }
 
 FINISHED = frozenset({State.COMPLETED, State.REMOVED, State.FAILED})
-RENEW_ANSWERS = ("ok", "gone", "removed", "held")
 
 # Attributes only the broker writes; renew()/finish() ignore them in `attrs`
 # and submit() replaces them.

@@ -1,10 +1,11 @@
-"""A pool's store: the only code that reads or writes a pool's keys.
+"""A pool's store: one Redis client, the pool's keys and its Lua scripts.
 
-One Redis client (it must return bytes, redis-py's default), the pool's key
-schema (keys.py) and its Lua scripts (scripts.py). The client API, the
-claimer, the submitter and the service each take a Store; none of them
-spells a key or calls a script another way. One Store may be shared by
-threads.
+The client (must return bytes, redis-py's default), the pool's key schema
+(keys.py) and its scripts (scripts.py), with the few operations every user
+of them needs: running a transition script, reading job hashes and events,
+and the leader lease. The client API, the claimer, the submitter and the
+service each take a Store and reach Redis through it alone. One Store may be
+shared by threads.
 """
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ class Store:
         """Id of the newest event ("0-0" when there is none)."""
         newest = self.client.xrevrange(self.keys.events, count=1)
         return codec.text(newest[0][0]) if newest else "0-0"
+
+    def lead(self, replica: str, lease_ms: int) -> bool:
+        """Extend `replica`'s leadership (leader_renew.lua) or take it when free (SET NX PX)."""
+        key = self.keys.leader
+        if self.scripts.call("leader_renew", [key], [replica, lease_ms]):
+            return True
+        return bool(self.client.set(key, replica, nx=True, px=lease_ms))
+
+    def resign(self, replica: str) -> bool:
+        """Give up `replica`'s leadership; False when it did not lead."""
+        return bool(self.scripts.call("leader_resign", [self.keys.leader], [replica]))
 
     @staticmethod
     def ids(raw: Iterable[bytes]) -> list[str]:
