@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 AdLike = classad2.ClassAd | Mapping[str, Any]
 OP_BATCH = 500
-# The script and the arguments before the job ids of each user action.
+# The user actions Broker.apply runs, each one Lua script of that name.
 ACTIONS = ("remove", "hold", "release")
 
 
