@@ -19,8 +19,8 @@ log = logging.getLogger(__name__)
 # Modules that define click commands, each exporting `COMMANDS` (a list).
 # Only components whose commands work are listed.
 COMMAND_MODULES = [
-    "fetchwork.broker.submitcli",
-    "fetchwork.broker.usercli",
+    "fetchwork.submit.submitcli",
+    "fetchwork.submit.usercli",
     "fetchwork.poolcli",
     "fetchwork.startd.cli",
     "fetchwork.broker.cli",

@@ -12,8 +12,9 @@ for i = 3, #ARGV do
   if state == 'HELD' then
     to_idle(key, id, 'release')
     released = true
-  elseif is_claimed(state) and status == 5 then
-    set_pending_status(key, id, 'release', state, state == 'SUSPENDED' and 7 or 2)
+  elseif is_claimed(state) and status == STATUS_HELD then
+    local resumed = state == 'SUSPENDED' and STATUS_SUSPENDED or STATUS_RUNNING
+    set_pending_status(key, id, 'release', state, resumed)
     released = true
   end
   if released then

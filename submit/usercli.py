@@ -20,18 +20,13 @@ import click
 from rich.console import Console, Group
 from rich.live import Live
 
-from fetchwork.broker import tables
 from fetchwork.broker.client import Broker
-from fetchwork.broker.states import (
-    FINISHED,
-    IDLE_STATUS,
-    RUNNING_STATUS,
-    SUSPENDED_STATUS,
-    parse_job_id,
-)
+from fetchwork.broker.states import FINISHED
 from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.loader import Config
+from fetchwork.config.protocol import JobStatus, parse_job_id
 from fetchwork.errors import FetchworkError
+from fetchwork.submit import tables
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +36,7 @@ RECONCILE_S = 5.0
 FINISHED_STATUS = 0
 FINISHED_STATES = frozenset(state.value for state in FINISHED)
 PIPE_WIDTH = 200
-ACTIVE = (IDLE_STATUS, RUNNING_STATUS, SUSPENDED_STATUS)
+ACTIVE = (JobStatus.IDLE, JobStatus.RUNNING, JobStatus.SUSPENDED)
 
 
 def connect_broker() -> Broker:
@@ -179,12 +174,7 @@ def _act(action: str, ids: Sequence[str], constraint: str | None, all_jobs: bool
     selected = broker.select(list(ids), constraint=constraint, all_jobs=all_jobs or not ids)
     if not selected:
         raise FetchworkError("no matching jobs")
-    if action == "remove":
-        done = broker.remove(selected, reason=reason)
-    elif action == "hold":
-        done = broker.hold(selected, reason=reason)
-    else:
-        done = broker.release(selected)
+    done = broker.apply(action, selected, reason)
     verb = {"remove": "marked for removal", "hold": "held", "release": "released"}[action]
     for job in done:
         click.echo(f"Job {job} {verb}.")
