@@ -109,7 +109,9 @@ class Pool:
         return env
 
     def _spawn(self, name: str, args: list[str], env: Mapping[str, str] | None = None) -> None:
-        argv = [sys.executable, "-m", "fetchwork", *args]
+        # -P: the current folder is not put on the child's sys.path, so a
+        # `fetchwork/` folder there (a clone's root) cannot shadow the package.
+        argv = [sys.executable, "-P", "-m", "fetchwork", *args]
         log.info("starting %s: %s", name, " ".join(argv))
         # Own process group: Ctrl-C reaches only `up`, which stops the parts in
         # order. If `up` itself dies, the kernel sends each part SIGTERM.
