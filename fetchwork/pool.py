@@ -155,7 +155,7 @@ class Pool:
 
     def stop(self) -> None:
         """Startd first (its jobs vacate and requeue), then the broker, then Redis."""
-        grace_s = self.config.get_duration_s("STARTD_SHUTDOWN_GRACE", 60.0) + 10.0
+        grace_s = self.config.get_duration_s("STARTD_SHUTDOWN_GRACE") + 10.0
         for name in ("startd", "broker"):
             child = self.children.get(name)
             if child is None or child.poll() is not None:
