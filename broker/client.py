@@ -199,7 +199,10 @@ class Broker:
         fields = self._attr_fields(attrs)
         if reason is None and attrs is not None:
             reason = _reason_in(attrs, "HoldReason" if how == "hold" else "RemoveReason")
-        args = [job_id, token, how, reason or "", *fields]
+        codes = ["", ""]
+        if how == "hold" and attrs is not None:
+            codes = [_code_in(attrs, "HoldReasonCode"), _code_in(attrs, "HoldReasonSubCode")]
+        args = [job_id, token, how, reason or "", *codes, *fields]
         state = self.store.run("finish", [job_id], args)
         if state is None:
             return False
@@ -276,12 +279,22 @@ class Broker:
         return [from_dict(codec.unpack(raw)) for raw in raws if raw is not None]
 
 
-def _reason_in(attrs: AdLike, name: str) -> str | None:
-    """A HoldReason/RemoveReason the execute side put in its attributes (which are
-    otherwise the broker's to write)."""
-    value = attrs.get(name) if isinstance(attrs, classad2.ClassAd) else next(
+def _given(attrs: AdLike, name: str) -> Any:
+    """An attribute the execute side put in its attributes, though the broker owns it."""
+    return attrs.get(name) if isinstance(attrs, classad2.ClassAd) else next(
         (v for k, v in attrs.items() if k.lower() == name.lower()), None)
+
+
+def _reason_in(attrs: AdLike, name: str) -> str | None:
+    """The execute side's HoldReason/RemoveReason, if it gave one."""
+    value = _given(attrs, name)
     return value if isinstance(value, str) and value else None
+
+
+def _code_in(attrs: AdLike, name: str) -> str:
+    """The execute side's HoldReasonCode/HoldReasonSubCode as script text ('' for none)."""
+    value = _given(attrs, name)
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
 
 
 def _constraint(text: str | None) -> Any:

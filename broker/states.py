@@ -63,6 +63,7 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     "EnteredCurrentStatus", "FetchworkState", "FetchworkClaim", "FetchworkOrder",
     "FetchworkLeaseExpiry", "RemoteHost", "LastRemoteHost", "CompletionDate",
     "HoldReason", "HoldReasonCode", "LastHoldReason", "RemoveReason", "NumJobMatches",
+    "HoldReasonSubCode",
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

@@ -40,10 +40,12 @@ from fetchwork.hooks import control
 
 log = logging.getLogger(__name__)
 
-# Attributes the starter adds to the job ad that the broker keeps.
+# Attributes the starter adds to the job ad that the broker keeps (the hold
+# attributes when the job could not start: the broker decides what to store).
 REPORTED_ATTRS = (
     "JobState", "JobPid", "NumPids", "JobStartDate", "RemoteSysCpu", "RemoteUserCpu",
     "ImageSize", "ExitReason", "ExitBySignal", "ExitSignal", "ExitCode", "JobDuration",
+    "HoldReason", "HoldReasonCode", "HoldReasonSubCode",
 )
 CLAIM_ATTR = "FetchworkClaim"
 

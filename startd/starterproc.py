@@ -155,7 +155,7 @@ class StarterProcess:
 def _popen_starter(args: list[str], env: Mapping[str, str] | None = None
                    ) -> subprocess.Popen[bytes]:
     # Its own session: a terminal's Ctrl-C reaches the startd, which decides.
-    return subprocess.Popen([sys.executable, "-m", "fetchwork.starter", *args],
+    return subprocess.Popen([sys.executable, "-P", "-m", "fetchwork.starter", *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env=dict(env) if env is not None else None,
                             close_fds=True, start_new_session=True)

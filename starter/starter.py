@@ -35,6 +35,7 @@ from fetchwork.starter.jobspec import (
     JOB_AD_FILE,
     MACHINE_AD_FILE,
     exit_attributes,
+    hold_attributes,
     hook_env,
     job_directory,
     launch_plan,
@@ -136,8 +137,8 @@ class Starter:
             except StarterError as exc:
                 # HTCondor puts a job it cannot start on hold, with the reason.
                 log.warning("cannot start the job: %s", exc)
-                how, reason = lifecycle.HOLD, str(exc)
-                self.ad["HoldReason"] = reason
+                self.ad.update(hold_attributes(self.slot_ad, self.slot, exc))
+                how, reason = lifecycle.HOLD, self.ad["HoldReason"]
         if self.job is None:
             self.status = Status(Phase.DONE, how)
             self._finish(None, reason, 0.0)

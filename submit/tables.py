@@ -181,6 +181,22 @@ def slot_table(ads: Iterable[Any]) -> Table:
     return _table(SLOT_COLUMNS, (slot_row(ad) for ad in ads))
 
 
+# condor_q -hold: when and why each held job was held; the reason is never cut.
+HOLD_COLUMNS = ("ID", "OWNER", "HELD_SINCE", "HOLD_REASON")
+
+
+def hold_row(ad: Any, now: float) -> tuple[str, ...]:
+    return (*queue_row(ad, now)[:2], date_text(_number(ad, "EnteredCurrentStatus")),
+            _text(ad, "HoldReason"))
+
+
+def hold_table(ads: Iterable[Any], now: float) -> Table:
+    table = _table(HOLD_COLUMNS, (hold_row(ad, now) for ad in ads))
+    table.columns[-1].no_wrap = False
+    table.columns[-1].overflow = "fold"
+    return table
+
+
 def queue_summary(ads: Sequence[Any]) -> str:
     """condor_q's last line: `Total for query: 3 jobs; 0 completed, ... 0 suspended`."""
     counts = dict.fromkeys(("completed", "removed", "idle", "running", "held", "suspended"), 0)

@@ -80,7 +80,14 @@ def id_constraint(ids: Sequence[str], constraint: str | None) -> str | None:
     return selection or constraint or None
 
 
-def _show_jobs(ads: Sequence[Any], as_json: bool, long: bool, history: bool) -> None:
+def held_only(constraint: str | None) -> str:
+    """condor_q -hold: held jobs only (and `constraint`)."""
+    held = f"JobStatus == {int(JobStatus.HELD)}"
+    return f"{held} && ({constraint})" if constraint else held
+
+
+def _show_jobs(ads: Sequence[Any], as_json: bool, long: bool, history: bool,
+               held: bool = False) -> None:
     if as_json:
         click.echo(ads_json(ads))
         return
@@ -89,7 +96,9 @@ def _show_jobs(ads: Sequence[Any], as_json: bool, long: bool, history: bool) -> 
         return
     console = table_console()
     now = time.time()
-    console.print(tables.history_table(ads, now) if history else tables.queue_table(ads, now))
+    table = tables.hold_table if held else tables.history_table if history else \
+        tables.queue_table
+    console.print(table(ads, now))
     console.print()
     console.print(tables.queue_summary(ads))
 
@@ -111,15 +120,20 @@ _long_option = click.option("-l", "-long", "--long", "long", is_flag=True,
 @_long_option
 @click.option("-w", "--watch", is_flag=True,
               help="A live table, redrawn as jobs change, until none is idle or running.")
+@click.option("-hold", "--hold", "held", is_flag=True,
+              help="Only held jobs, with when and why they were held.")
 def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long: bool,
-              watch: bool) -> None:
+              watch: bool, held: bool) -> None:
     """List jobs in the queue (idle, running, held), optionally only IDS (C or C.P)."""
     broker = connect_broker()
     selection = id_constraint(ids, constraint)
+    if held:
+        selection = held_only(selection)
     if watch:
         watch_queue(broker, selection, table_console())
         return
-    _show_jobs(sorted(queued(broker, selection), key=_order), as_json, long, history=False)
+    _show_jobs(sorted(queued(broker, selection), key=_order), as_json, long, history=False,
+               held=held)
 
 
 def _queue_view(ads: Sequence[Any]) -> Group:

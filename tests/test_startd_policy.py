@@ -314,7 +314,9 @@ def test_slot_keyword_and_its_hooks():
         "STARTD_JOB_HOOK_KEYWORD = DATABASE\nSLOT4_JOB_HOOK_KEYWORD = WEB\n"
         "DATABASE_HOOK_FETCH_WORK = /db/fetch\nDATABASE_HOOK_REPLY_FETCH = /db/reply\n"
         "DATABASE_HOOK_FETCH_WORK_TIMEOUT = 7\nWEB_HOOK_FETCH_WORK = python:web:fetch\n"
-        "WEB_HOOK_EVICT_CLAIM = /web/evict\nHOOK_OUTPUT_LIMIT = 100\n")
+        "WEB_HOOK_EVICT_CLAIM = /web/evict\nHOOK_OUTPUT_LIMIT = 100\n"
+        "HOOK_TIMEOUT_FETCH_WORK = 60\nHOOK_TIMEOUT_REPLY_FETCH = 60\n"
+        "HOOK_TIMEOUT_EVICT_CLAIM = 60\n")
     db, web = slot_hooks(config, 1), slot_hooks(config, 4)
     assert (db.keyword, db.fetch.value, db.fetch.timeout_s) == ("DATABASE", "/db/fetch", 7.0)
     assert db.reply.value == "/db/reply" and db.evict is None

@@ -141,10 +141,11 @@ local function to_idle(key, id, kind, ...)
 end
 
 -- -> HELD
-local function to_held(key, id, kind, reason, code)
+local function to_held(key, id, kind, reason, code, subcode)
   redis.call('ZREM', K_IDLE, id)
   if reason then setv(key, 'HoldReason', reason) end
   if code then setv(key, 'HoldReasonCode', code) end
+  if subcode then setv(key, 'HoldReasonSubCode', subcode) end
   set_state(key, 'HELD', STATUS_HELD)
   event(kind, id, 'HELD', STATUS_HELD)
 end
@@ -165,8 +166,10 @@ end
 
 -- End a claim (the job is RUNNING or SUSPENDED): `how` is exit, evict, hold
 -- or remove. A pending removal (JobStatus 3) wins over any `how`; a pending
--- hold (JobStatus 5) wins over evict. Returns the new state.
-local function settle(key, id, kind, how, reason)
+-- hold (JobStatus 5) wins over evict. `code` and `subcode` (numbers or nil)
+-- are the execute side's HoldReasonCode and HoldReasonSubCode for a hold; without
+-- a code the hold is the job policy's (3). Returns the new state.
+local function settle(key, id, kind, how, reason, code, subcode)
   local status = getv(key, 'JobStatus')
   leave_claim(key, id)
   if how == 'remove' or status == STATUS_REMOVED then
@@ -184,7 +187,8 @@ local function settle(key, id, kind, how, reason)
     if status == STATUS_HELD then
       to_held(key, id, kind, nil, nil)
     else
-      to_held(key, id, kind, reason ~= '' and reason or 'held by the execute side', HOLD_JOB_POLICY)
+      to_held(key, id, kind, reason ~= '' and reason or 'held by the execute side',
+              code or HOLD_JOB_POLICY, code and subcode)
     end
     return 'HELD'
   end

@@ -2,7 +2,7 @@
 -- job marked held gets its claim back (JobStatus 2, or 7 when suspended).
 -- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3..] job ids.
--- HoldReason moves to LastHoldReason. Returns the ids affected.
+-- HoldReason moves to LastHoldReason; its code and subcode go. Returns the ids affected.
 local done = {}
 for i = 3, #ARGV do
   local key, id = KEYS[FIRST_JOB_KEY + i - 3], ARGV[i]
@@ -20,7 +20,7 @@ for i = 3, #ARGV do
   if released then
     local reason = redis.call('HGET', key, 'HoldReason')
     if reason then redis.call('HSET', key, 'LastHoldReason', reason) end
-    redis.call('HDEL', key, 'HoldReason', 'HoldReasonCode')
+    redis.call('HDEL', key, 'HoldReason', 'HoldReasonCode', 'HoldReasonSubCode')
     done[#done + 1] = id
   end
 end
