@@ -21,9 +21,8 @@ from fetchwork.config import ads, keywords
 from fetchwork.config.loader import Config
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks.runner import HookSpec
-from fetchwork.startd import policy
 from fetchwork.startd.lifecycle import ShutdownPlan
-from fetchwork.startd.policy import RunAction
+from fetchwork.startd.running import RunAction, running_action
 from fetchwork.startd.settings import StartdSettings
 from fetchwork.startd.slot import Slot
 from fetchwork.startd.starterproc import StandbyStarters, StarterProcess, sandbox_name
@@ -145,7 +144,7 @@ class Claims:
         """SUSPEND / CONTINUE / PREEMPT for the slot's running job (HTCondor's policy)."""
         if slot.starter is None or slot.claim is None:
             return
-        action = policy.running_action(slot.status, self.host.slot_ad(slot), slot.claim.job_ad,
+        action = running_action(slot.status, self.host.slot_ad(slot), slot.claim.job_ad,
                                        self.host.settings.running)
         if action is RunAction.VACATE:
             self.evict(slot, "PREEMPT is true")

@@ -4,7 +4,8 @@ Hooks run in the runner's threads and post their results to a queue that
 wakes the loop through a pipe; starters are child processes whose stdout
 (JSON-line events) and pidfd sit in the same selector; signals wake it through
 `signal.set_wakeup_fd`. All slot state is touched only by the loop thread.
-Decisions come from `policy`; this module does the I/O they call for.
+Decisions come from the pure modules (`acceptance`, `fetchdelay`,
+`fetchoutput`, `running`); this module does the I/O they call for.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from fetchwork.config import ads
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
-from fetchwork.startd import policy
+from fetchwork.startd import fetchdelay
+from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
 from fetchwork.startd.claims import Claims
+from fetchwork.startd.fetchoutput import read_fetch_output
 from fetchwork.startd.lifecycle import ShutdownPlan
-from fetchwork.startd.policy import Decision, Verdict
 from fetchwork.startd.settings import StartdSettings, slot_hooks
 from fetchwork.startd.signals import SignalInbox
 from fetchwork.startd.slot import Claim, Slot, new_claim_id
@@ -170,7 +172,7 @@ class Startd:
     def update_owner(self, slot: Slot) -> None:
         """Owner <-> Unclaimed as START (without a job) is false or not (HTCondor's IS_OWNER)."""
         if slot.is_in(State.UNCLAIMED) or slot.is_in(State.OWNER):
-            start_false = policy.start_is_false(self.slot_ad(slot))
+            start_false = start_is_false(self.slot_ad(slot))
             if slot.is_in(State.UNCLAIMED) and start_false:
                 slot.move(State.OWNER, Activity.IDLE, time.time(), "START is false")
             elif slot.is_in(State.OWNER) and not start_false and self._shutdown is None:
@@ -182,15 +184,15 @@ class Startd:
         if not slot.can_fetch or slot.clock.outstanding:
             return None
         slot_ad = self.slot_ad(slot)
-        if not policy.may_fetch(slot.status, policy.start_is_false(slot_ad)):
+        if not fetchdelay.may_fetch(slot.status, start_is_false(slot_ad)):
             return None
-        delay_s, problem = policy.fetch_delay_s(self.settings.fetch_delay, slot_ad,
+        delay_s, problem = fetchdelay.fetch_delay_s(self.settings.fetch_delay, slot_ad,
                                                 slot.running_job_ad)
         if problem != self._delay_problem.get(slot.slot_id):
             self._delay_problem[slot.slot_id] = problem
             if problem:
                 log.warning("%s: %s; using %gs", slot.label, problem, delay_s)
-        return policy.fetch_due_at(slot.clock, delay_s, self.settings.fetch_min_interval_s)
+        return fetchdelay.fetch_due_at(slot.clock, delay_s, self.settings.fetch_min_interval_s)
 
     def _start_fetch(self, slot: Slot) -> None:
         spec = slot.hooks.fetch
@@ -227,7 +229,7 @@ class Startd:
     def _on_fetched(self, slot: Slot, result: HookResult) -> None:
         now = time.monotonic()
         failure = result.error or (result.outcome() if result.timed_out else None)
-        fetched = policy.read_fetch_output(result.stdout, failure=failure,
+        fetched = read_fetch_output(result.stdout, failure=failure,
                                            output_too_large=result.output_too_large)
         if fetched.empty:
             slot.clock.finished(now, found_work=False, empty=True)
@@ -248,7 +250,7 @@ class Startd:
             decision = Decision(Verdict.REJECT, "the startd is shutting down")
         else:
             running = slot.claim.rank if slot.claim and slot.starter else None
-            decision = policy.decide(slot.status, slot_ad, job_ad, running)
+            decision = decide(slot.status, slot_ad, job_ad, running)
         slot.clock.finished(now, found_work=decision.verdict is not Verdict.REJECT)
         log.info("%s: fetch hook took %.3fs: job %s %sed (%s)", slot.label, result.duration_s,
                  ads_job_id(job_ad), decision.reply, decision.reason)

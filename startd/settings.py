@@ -11,7 +11,7 @@ from fetchwork.config import keywords
 from fetchwork.config.loader import Config
 from fetchwork.errors import ConfigError
 from fetchwork.hooks.runner import HookSpec, resolve_hook
-from fetchwork.startd.policy import RunningPolicy
+from fetchwork.startd.running import RunningPolicy
 from fetchwork.startd.slotad import SlotPolicy, read_policy
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import classad2
 
-from fetchwork.startd.policy import FetchClock
+from fetchwork.startd.fetchdelay import FetchClock
 from fetchwork.startd.settings import SlotHooks
 from fetchwork.startd.slotad import ClaimView, job_id_of
 from fetchwork.startd.starterproc import StarterProcess
