@@ -27,10 +27,9 @@ from fetchwork.errors import FetchworkError
 from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
 from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
-from fetchwork.startd.claims import Claims
 from fetchwork.startd.fetchoutput import read_fetch_output
-from fetchwork.startd.lifecycle import ShutdownPlan
 from fetchwork.startd.settings import StartdSettings, slot_hooks
+from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.signals import SignalInbox
 from fetchwork.startd.slot import Claim, Slot, new_claim_id
 from fetchwork.startd.slotad import (
@@ -41,6 +40,7 @@ from fetchwork.startd.slotad import (
     slot_name,
 )
 from fetchwork.startd.starterproc import remove_stale_sandboxes
+from fetchwork.startd.starters import StarterSupervisor
 from fetchwork.startd.states import Activity, State, initial_status
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class Startd:
         self._signals = SignalInbox(self._wake_w)
         self._advisory = 0
         self._shutdown: ShutdownPlan | None = None
-        self.claims = Claims(self, self._selector)
+        self.starters = StarterSupervisor(self, self._selector)
         self._delay_problem: dict[int, str | None] = {}
         self._next_policy_at = 0.0
 
@@ -126,9 +126,9 @@ class Startd:
             elif slot.starter is not starter:
                 continue  # that starter was reaped earlier in this round
             elif kind == "stdout":
-                self.claims.read_events(slot)
+                self.starters.read_events(slot)
             elif kind == "exit":
-                self.claims.reap(slot)
+                self.starters.reap(slot)
 
     def _next_wake(self, now: float) -> float:
         wake = min(now + self.settings.polling_interval_s, self._next_policy_at)
@@ -153,10 +153,10 @@ class Startd:
         for slot in self.slots:
             self.update_owner(slot)
             if policy_due and self._shutdown is None:
-                self.claims.apply_policy(slot)
-            self.claims.check_timers(slot, now)
+                self.starters.apply_policy(slot)
+            self.starters.check_timers(slot, now)
             if slot.starter is not None and slot.starter.pidfd is None:
-                self.claims.reap(slot)
+                self.starters.reap(slot)
             if self._shutdown is None:
                 due = self._fetch_due_at(slot)
                 if due is not None and due <= now:
@@ -270,19 +270,19 @@ class Startd:
         self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("accept",))
         if decision.verdict is Verdict.PREEMPT:
             slot.pending = claim
-            self.claims.evict(slot, f"preempted by job {ads_job_id(job_ad)} ({decision.reason})")
+            self.starters.evict(slot, f"preempted by job {ads_job_id(job_ad)} ({decision.reason})")
             return
         if slot.is_in(State.UNCLAIMED):
             slot.move(State.CLAIMED, Activity.IDLE, time.time(),
                       f"claimed for job {ads_job_id(job_ad)}")
         slot.claim = claim
-        self.claims.spawn(slot)
+        self.starters.spawn(slot)
 
     def _no_more_work(self, slot: Slot) -> None:
         """A claim with nothing to run is evicted (the text: no more work -> evict the claim)."""
         if slot.is_in(State.CLAIMED, Activity.IDLE) and slot.starter is None \
                 and slot.pending is None:
-            self.claims.evict(slot, "no more work")
+            self.starters.evict(slot, "no more work")
 
     def advise(self, slot: Slot, spec: HookSpec | None, job_ad: classad2.ClassAd,
                slot_ad: classad2.ClassAd, args: tuple[str, ...]) -> None:
@@ -338,9 +338,9 @@ class Startd:
                  self._shutdown.deadline - now)
         for slot in self.slots:
             if slot.is_in(State.CLAIMED) or (fast and slot.is_in(State.PREEMPTING)):
-                self.claims.evict(slot, "the startd is shutting down", fast=fast)
+                self.starters.evict(slot, "the startd is shutting down", fast=fast)
             if slot.pending is not None and slot.starter is None:
-                self.claims.release(slot)
+                self.starters.release(slot)
 
     def _busy(self) -> bool:
         return (any(s.starter is not None or s.clock.outstanding for s in self.slots)
@@ -362,7 +362,7 @@ class Startd:
                 for slot in self.slots:
                     if slot.starter is not None:
                         slot.starter.kill_hard()
-                        self.claims.abandon(slot)
+                        self.starters.abandon(slot)
                 return True
             return False
         return self.once and self._once_done()
@@ -381,7 +381,7 @@ class Startd:
         return True
 
     def _close(self) -> None:
-        self.claims.standby.close()
+        self.starters.standby.close()
         self._selector.close()
         for fd in (self._wake_r, self._wake_w):
             try:

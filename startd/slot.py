@@ -1,4 +1,4 @@
-"""One slot at run time: its status, fetch clock, claim and starter.
+"""One slot at run time: its status, fetch clock, claim (ClaimId) and starter.
 
 A `Slot` holds what the daemon loop needs to remember about a slot; every
 status change goes through `move`, which takes the guarded edge and logs one
@@ -27,7 +27,11 @@ _claim_numbers = itertools.count(1)
 
 @dataclass
 class Claim:
-    """Fetched work a slot has accepted: the job ad (with HookKeyword and ClaimId) and its RANK."""
+    """The startd's claim on a slot (HTCondor's ClaimId) for an accepted job, and the job's RANK.
+
+    Not the broker's token (`FetchworkClaim` in the job ad): that one belongs
+    to whatever the hooks speak to; the startd only passes the ad along.
+    """
 
     claim_id: str
     job_ad: classad2.ClassAd

@@ -47,7 +47,7 @@ class SlotPolicy:
 
 @dataclass(frozen=True)
 class ClaimView:
-    """The part of a claim a slot ad shows."""
+    """The part of the slot's claim (its ClaimId's job) a slot ad shows."""
 
     job_id: str | None
     rank: float

@@ -14,8 +14,8 @@ from fetchwork.errors import ConfigError, SlotStateError
 from fetchwork.startd import acceptance, fetchdelay, fetchoutput, running
 from fetchwork.startd.acceptance import Verdict
 from fetchwork.startd.fetchdelay import FetchClock
-from fetchwork.startd.lifecycle import KILL_WAIT_S, ShutdownPlan
 from fetchwork.startd.settings import StartdSettings, slot_hooks
+from fetchwork.startd.shutdown import KILL_WAIT_S, ShutdownPlan
 from fetchwork.startd.slotad import (
     ClaimView,
     MachineFacts,

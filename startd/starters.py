@@ -1,8 +1,9 @@
-"""Claims and their starters: spawn, evict (vacate or kill), timers, starter events.
+"""The starters of claimed slots: spawn, evict (vacate or kill), reap, starter events.
 
-`Claims` does what the daemon loop decides for a slot that holds a claim. It
-registers each starter's stdout and pidfd in the loop's selector and turns the
-starter's JSON-line events into slot changes.
+`StarterSupervisor` does what the daemon loop decides for a slot that holds a
+claim (the startd's ClaimId, `slot.Claim`). It registers each starter's stdout
+and pidfd in the loop's selector and turns the starter's JSON-line events into
+slot changes.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from fetchwork.config import ads, keywords
 from fetchwork.config.loader import Config
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks.runner import HookSpec
-from fetchwork.startd.lifecycle import ShutdownPlan
 from fetchwork.startd.running import RunAction, running_action
 from fetchwork.startd.settings import StartdSettings
+from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.slot import Slot
 from fetchwork.startd.starterproc import StandbyStarters, StarterProcess, sandbox_name
 from fetchwork.startd.states import Activity, State
@@ -31,8 +32,8 @@ from fetchwork.startd.states import Activity, State
 log = logging.getLogger(__name__)
 
 
-class ClaimHost(Protocol):
-    """What `Claims` needs from the daemon."""
+class SupervisorHost(Protocol):
+    """What `StarterSupervisor` needs from the daemon."""
 
     config: Config
     settings: StartdSettings
@@ -48,10 +49,10 @@ class ClaimHost(Protocol):
     def update_owner(self, slot: Slot) -> None: ...
 
 
-class Claims:
-    """The claim side of every slot: starters in, events out, evictions and their timers."""
+class StarterSupervisor:
+    """The starters of every slot: spawned, told to vacate or kill, read, reaped."""
 
-    def __init__(self, host: ClaimHost, selector: selectors.BaseSelector):
+    def __init__(self, host: SupervisorHost, selector: selectors.BaseSelector):
         self.host = host
         self.selector = selector
         self._sandbox_numbers = itertools.count(1)
