@@ -134,7 +134,7 @@ class Startd:
         wake = min(now + self.settings.polling_interval_s, self._next_policy_at)
         for slot in self.slots:
             due = self._fetch_due_at(slot) if self._shutdown is None else None
-            for when in (due, slot.vacate_deadline, slot.kill_deadline):
+            for when in (due, slot.deadlines.next_at()):
                 if when is not None:
                     wake = min(wake, when)
             if slot.starter is not None and slot.starter.pidfd is None:

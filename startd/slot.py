@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import classad2
 
+from fetchwork.startd.eviction import Deadlines
 from fetchwork.startd.fetchdelay import FetchClock
 from fetchwork.startd.settings import SlotHooks
 from fetchwork.startd.slotad import ClaimView, job_id_of
@@ -62,8 +63,7 @@ class Slot:
     claim: Claim | None = None
     pending: Claim | None = None        # a preempting claim waiting for the slot
     starter: StarterProcess | None = None
-    vacate_deadline: float | None = None   # monotonic: Vacating turns into Killing
-    kill_deadline: float | None = None     # monotonic: the starter gets SIGKILL
+    deadlines: Deadlines = field(default_factory=Deadlines)  # of an eviction under way
     control_sent: str | None = None        # suspend/continue sent, until the starter reports
 
     @property

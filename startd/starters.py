@@ -22,6 +22,8 @@ from fetchwork.config import ads, keywords
 from fetchwork.config.loader import Config
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks.runner import HookSpec
+from fetchwork.startd import eviction
+from fetchwork.startd.eviction import Effect
 from fetchwork.startd.running import RunAction, running_action
 from fetchwork.startd.settings import StartdSettings
 from fetchwork.startd.shutdown import ShutdownPlan
@@ -94,12 +96,9 @@ class StarterSupervisor:
         if slot.starter is None:
             self.release(slot)
         elif slot.is_in(State.PREEMPTING, Activity.KILLING):
-            slot.starter.send("kill")
-            slot.vacate_deadline = None
-            slot.kill_deadline = now + self._killing_timeout_s()
+            self._step(slot, eviction.Kill(self._killing_timeout_s()), now)
         else:
-            slot.starter.send("vacate")
-            slot.vacate_deadline = now + self.host.settings.max_vacate_s
+            self._step(slot, eviction.Vacate(self.host.settings.max_vacate_s), now)
 
     def _evict_hook(self, slot: Slot, job_ad: classad2.ClassAd) -> None:
         """The evict-claim hook: job ad, `-----`, slot ad; never waited for."""
@@ -111,24 +110,37 @@ class StarterSupervisor:
         return self.host.settings.killing_timeout_s
 
     def check_timers(self, slot: Slot, now: float) -> None:
-        if slot.vacate_deadline is not None and now >= slot.vacate_deadline:
-            slot.vacate_deadline = None
-            if slot.starter is not None and slot.is_in(State.PREEMPTING, Activity.VACATING):
-                slot.move(State.PREEMPTING, Activity.KILLING, time.time(),
-                          "vacating took longer than MachineMaxVacateTime")
-                slot.starter.send("kill")
-                slot.kill_deadline = now + self._killing_timeout_s()
-        if slot.kill_deadline is not None and now >= slot.kill_deadline:
-            slot.kill_deadline = None
-            if slot.starter is not None:
-                log.warning("%s: starter %s did not exit in time; killing it", slot.label,
-                            slot.starter.pid)
-                slot.starter.kill_hard()
+        """Carry out the eviction deadlines that are due."""
+        self._step(slot, eviction.Tick(
+            has_starter=slot.starter is not None,
+            vacating=slot.is_in(State.PREEMPTING, Activity.VACATING),
+            killing_timeout_s=self._killing_timeout_s()), now)
+
+    def _step(self, slot: Slot, event: eviction.Event, now: float) -> None:
+        slot.deadlines, effects = eviction.step(slot.deadlines, event, now)
+        for effect in effects:
+            self._carry_out(slot, effect)
+
+    def _carry_out(self, slot: Slot, effect: eviction.Effect) -> None:
+        starter = slot.starter
+        if starter is None:
+            return
+        if effect is Effect.SEND_VACATE:
+            starter.send("vacate")
+        elif effect is Effect.SEND_KILL:
+            starter.send("kill")
+        elif effect is Effect.VACATE_TIMED_OUT:
+            slot.move(State.PREEMPTING, Activity.KILLING, time.time(),
+                      "vacating took longer than MachineMaxVacateTime")
+        elif effect is Effect.KILL_STARTER:
+            log.warning("%s: starter %s did not exit in time; killing it", slot.label,
+                        starter.pid)
+            starter.kill_hard()
 
     def release(self, slot: Slot) -> None:
         """The Preempting slot's starter is gone: hand it to a waiting claim, or to Owner."""
         slot.claim = None
-        slot.vacate_deadline = slot.kill_deadline = None
+        slot.deadlines, _ = eviction.step(slot.deadlines, eviction.Released(), time.monotonic())
         if slot.pending is not None and self.host.shutdown_plan is None:
             slot.claim, slot.pending = slot.pending, None
             slot.move(State.CLAIMED, Activity.IDLE, time.time(),
