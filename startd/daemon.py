@@ -35,7 +35,7 @@ from fetchwork.startd.slot import Claim, Slot, new_claim_id
 from fetchwork.startd.slotad import (
     build_slot_ad,
     gather_facts,
-    job_id_of,
+    job_label,
     read_policy,
     slot_name,
 )
@@ -253,7 +253,7 @@ class Startd:
             decision = decide(slot.status, slot_ad, job_ad, running)
         slot.clock.finished(now, found_work=decision.verdict is not Verdict.REJECT)
         log.info("%s: fetch hook took %.3fs: job %s %sed (%s)", slot.label, result.duration_s,
-                 ads_job_id(job_ad), decision.reply, decision.reason)
+                 job_label(job_ad), decision.reply, decision.reason)
         if decision.verdict is Verdict.REJECT:
             self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("reject",))
             self._no_more_work(slot)
@@ -270,11 +270,11 @@ class Startd:
         self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("accept",))
         if decision.verdict is Verdict.PREEMPT:
             slot.pending = claim
-            self.starters.evict(slot, f"preempted by job {ads_job_id(job_ad)} ({decision.reason})")
+            self.starters.evict(slot, f"preempted by job {job_label(job_ad)} ({decision.reason})")
             return
         if slot.is_in(State.UNCLAIMED):
             slot.move(State.CLAIMED, Activity.IDLE, time.time(),
-                      f"claimed for job {ads_job_id(job_ad)}")
+                      f"claimed for job {job_label(job_ad)}")
         slot.claim = claim
         self.starters.spawn(slot)
 
@@ -291,7 +291,7 @@ class Startd:
             return
         self._advisory += 1
         start_hook(spec, ads.join_pair(job_ad, slot_ad), args,
-                   on_done=self._poster(_ADVISORY, slot.slot_id, ads_job_id(job_ad)))
+                   on_done=self._poster(_ADVISORY, slot.slot_id, job_label(job_ad)))
 
     @property
     def shutdown_plan(self) -> ShutdownPlan | None:
@@ -388,10 +388,6 @@ class Startd:
                 os.close(fd)
             except OSError:
                 pass
-
-
-def ads_job_id(job_ad: classad2.ClassAd) -> str:
-    return job_id_of(job_ad) or "(no id)"
 
 
 def _drain_fd(fd: int) -> None:

@@ -17,7 +17,7 @@ import classad2
 from fetchwork.startd.eviction import Deadlines
 from fetchwork.startd.fetchdelay import FetchClock
 from fetchwork.startd.settings import SlotHooks
-from fetchwork.startd.slotad import ClaimView, job_id_of
+from fetchwork.startd.slotad import ClaimView, job_id_of, job_label
 from fetchwork.startd.starterproc import StarterProcess
 from fetchwork.startd.states import Activity, SlotStatus, State, initial_status, transition
 
@@ -41,7 +41,7 @@ class Claim:
 
     @property
     def job_id(self) -> str:
-        return job_id_of(self.job_ad) or "?"
+        return job_label(self.job_ad)
 
     def view(self) -> ClaimView:
         return ClaimView(job_id=job_id_of(self.job_ad), rank=self.rank,

@@ -22,6 +22,7 @@ from fetchwork.startd.slotad import (
     SlotPolicy,
     build_slot_ad,
     job_id_of,
+    job_label,
     read_policy,
 )
 from fetchwork.startd.starterproc import remove_stale_sandboxes, sandbox_name
@@ -139,6 +140,8 @@ def test_job_id_of():
     assert job_id_of(job("ClusterId = 4\nProcId = 2")) == "4.2"
     assert job_id_of(job('GlobalJobId = "g#1"')) == "g#1"
     assert job_id_of(job()) is None
+    assert job_label(job()) == "(no id)"
+    assert job_label(job("ClusterId = 4\nProcId = 2")) == "4.2"
 
 
 # -- fetch output ----------------------------------------------------------
