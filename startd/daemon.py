@@ -24,6 +24,7 @@ import classad2
 from fetchwork.config import ads
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
+from fetchwork.hooks.pipes import drain
 from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
 from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
@@ -122,7 +123,7 @@ class Startd:
         for key, _mask in self._selector.select(timeout_s):
             kind, slot, starter = key.data
             if kind == "wake":
-                _drain_fd(self._wake_r)
+                drain(self._wake_r)
             elif slot.starter is not starter:
                 continue  # that starter was reaped earlier in this round
             elif kind == "stdout":
@@ -388,12 +389,3 @@ class Startd:
                 os.close(fd)
             except OSError:
                 pass
-
-
-def _drain_fd(fd: int) -> None:
-    while True:
-        try:
-            if not os.read(fd, 4096):
-                return
-        except (BlockingIOError, OSError):
-            return
