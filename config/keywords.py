@@ -56,4 +56,4 @@ def hook_timeout_s(config: Config, keyword: str | None, hook: str) -> float:
     """`<KEYWORD>_HOOK_<hook>_TIMEOUT`, else `HOOK_TIMEOUT_<hook>` (seconds)."""
     if keyword and _nonempty(config.get(f"{keyword}_HOOK_{hook}_TIMEOUT")):
         return config.get_duration_s(f"{keyword}_HOOK_{hook}_TIMEOUT")
-    return config.get_duration_s(f"HOOK_TIMEOUT_{hook}", 60.0)
+    return config.get_duration_s(f"HOOK_TIMEOUT_{hook}")

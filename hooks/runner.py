@@ -108,7 +108,7 @@ def resolve_hook(config: Config, keyword: str | None, hook: str) -> HookSpec | N
         value=value,
         args=tuple(parse_hook_args(keywords.hook_args(config, keyword, hook))),
         timeout_s=keywords.hook_timeout_s(config, keyword, hook),
-        output_limit=config.get_int("HOOK_OUTPUT_LIMIT", DEFAULT_OUTPUT_LIMIT),
+        output_limit=config.get_int("HOOK_OUTPUT_LIMIT"),
     )
 
 

@@ -77,10 +77,10 @@ class Starter:
         self._update_running = threading.Event()
         # Intervals of 0 would make the loop spin: 50 ms is the floor.
         self.sample_interval_s = max(_MIN_INTERVAL_S,
-                                     config.get_duration_s("STARTER_SAMPLE_INTERVAL", 1.0))
-        self.initial_update_s = config.get_duration_s("STARTER_INITIAL_UPDATE_INTERVAL", 8.0)
+                                     config.get_duration_s("STARTER_SAMPLE_INTERVAL"))
+        self.initial_update_s = config.get_duration_s("STARTER_INITIAL_UPDATE_INTERVAL")
         self.update_interval_s = max(_MIN_INTERVAL_S,
-                                     config.get_duration_s("STARTER_UPDATE_INTERVAL", 300.0))
+                                     config.get_duration_s("STARTER_UPDATE_INTERVAL"))
         self.vacate_time_s = self._vacate_time_s()
 
     def _vacate_time_s(self) -> float:
@@ -89,7 +89,7 @@ class Starter:
         value = as_number(evaluate_attr(self.slot_ad, "MachineMaxVacateTime", self.ad))
         if value is not None:
             return max(0.0, value)
-        return max(0.0, self.config.get_float("MachineMaxVacateTime", 600.0))
+        return max(0.0, self.config.get_float("MachineMaxVacateTime"))
 
     # -- the whole run -----------------------------------------------------
 

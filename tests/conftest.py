@@ -11,13 +11,14 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
 from fetchwork.broker.embedded import EmbeddedRedis
+from fetchwork.config.loader import Config
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +63,18 @@ def job_tmp(tmp_path: Path) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def config_with_defaults(tmp_path: Path) -> Callable[[str], Config]:
+    """Build a configuration: defaults.conf, then the given text as the admin's file.
+
+    No environment variable and no pool file take part, so knobs the text does
+    not set have their defaults.conf values.
+    """
+    def build(text: str) -> Config:
+        path = tmp_path / "fetchwork.conf"
+        path.write_text(text)
+        environ = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+        return Config.load(environ=environ, config_file=str(path))
+    return build

@@ -313,8 +313,8 @@ def test_fast_request_shortens_a_graceful_shutdown_never_the_reverse():
 
 # -- per-slot hooks ----------------------------------------------------------
 
-def test_slot_keyword_and_its_hooks():
-    config = Config.from_text(
+def test_slot_keyword_and_its_hooks(config_with_defaults):
+    config = config_with_defaults(
         "STARTD_JOB_HOOK_KEYWORD = DATABASE\nSLOT4_JOB_HOOK_KEYWORD = WEB\n"
         "DATABASE_HOOK_FETCH_WORK = /db/fetch\nDATABASE_HOOK_REPLY_FETCH = /db/reply\n"
         "DATABASE_HOOK_FETCH_WORK_TIMEOUT = 7\nWEB_HOOK_FETCH_WORK = python:web:fetch\n"
@@ -378,3 +378,12 @@ def test_settings_refuse_an_unparsable_start_with_its_source():
     config = Config.from_text("NUM_SLOTS = 1\nEXECUTE = /x\nLOG = /y\nSTART = (((\n", "cfg")
     with pytest.raises(ConfigError, match="cfg"):
         StartdSettings.from_config(config)
+
+
+def test_settings_take_unset_knobs_from_defaults_conf(config_with_defaults):
+    config = config_with_defaults("EXECUTE = /x\nLOG = /y\n")
+    settings = StartdSettings.from_config(config)
+    # defaults.conf: NUM_SLOTS = $(DETECTED_CPUS), as in HTCondor.
+    assert settings.num_slots == config.get_int("DETECTED_CPUS")
+    assert settings.max_vacate_s == config.get_float("MachineMaxVacateTime")
+    assert settings.running.continue_ == config.get("CONTINUE")
