@@ -66,9 +66,8 @@ class StarterSupervisor:
         assert claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
         sandbox = os.path.join(self.host.settings.execute_dir, sandbox_name(
             os.getpid(), slot.slot_id, next(self._sandbox_numbers)))
-        hook_keyword = claim.job_ad.get("HookKeyword")
-        keyword = keywords.starter_keyword(
-            self.host.config, hook_keyword if isinstance(hook_keyword, str) else None)
+        keyword = keywords.starter_keyword(self.host.config,
+                                           keywords.hook_keyword_of(claim.job_ad))
         try:
             starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad(slot),
                                            sandbox, keyword, standby=self.standby)

@@ -64,7 +64,7 @@ class Starter:
         self.slot = slot
         self.sandbox = os.path.abspath(sandbox)
         # STARTER_JOB_HOOK_KEYWORD wins, then the startd's word, then the ad's HookKeyword.
-        self.keyword = keywords.starter_keyword(config, keyword or _str(job_ad, "HookKeyword"))
+        self.keyword = keywords.starter_keyword(config, keyword or keywords.hook_keyword_of(job_ad))
         self.events = Events(events if events is not None else sys.stdout)
         self.control_fd = 0 if control_fd is None else control_fd
         self.user = resolve_user(config.get("SLOT_USER"))
@@ -87,9 +87,9 @@ class Starter:
         # HTCondor evaluates MachineMaxVacateTime in the slot; the startd may
         # publish it there, else the configuration decides.
         value = as_number(evaluate_attr(self.slot_ad, "MachineMaxVacateTime", self.ad))
-        if value is not None:
-            return max(0.0, value)
-        return max(0.0, self.config.get_float("MachineMaxVacateTime"))
+        if value is None:
+            value = self.config.get_float("MachineMaxVacateTime")
+        return max(0.0, value)
 
     # -- the whole run -----------------------------------------------------
 
@@ -239,7 +239,7 @@ class Starter:
         self.ad["JobPid"] = pid
         self.ad["JobStartDate"] = int(time.time())
         self.ad["JobState"] = "Running"
-        log.info("job %s started: pid %s, %s", _str(self.ad, "GlobalJobId") or "", pid,
+        log.info("job %s started: pid %s, %s", self.ad.get("GlobalJobId", ""), pid,
                  " ".join(plan.argv))
         self.events.emit("started", pid=pid)
         self.events.emit("state", state="Running")
@@ -397,8 +397,3 @@ class Starter:
                 pass
 
         return handler
-
-
-def _str(ad: classad2.ClassAd, name: str) -> str | None:
-    value = ad.get(name) if name in ad else None
-    return value if isinstance(value, str) else None
