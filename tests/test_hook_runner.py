@@ -31,6 +31,7 @@ from fetchwork.hooks.runner import (
     run_hook,
     start_hook,
 )
+from tests.processes import alive, kill_now
 from tests.waiting import wait_until
 
 LIMIT = 4096
@@ -135,7 +136,7 @@ def test_timeout_kills_and_reports(make_hook, kind, tmp_path, monkeypatch):
         assert result.signal == signal.SIGKILL
         pids = [int(line) for line in record.read_text().split()]
         assert len(pids) == 2
-        wait_until(lambda: not any(_alive(pid) for pid in pids), 10, what="group killed")
+        wait_until(lambda: not any(alive(pid) for pid in pids), 10, what="group killed")
 
 
 @both
@@ -234,7 +235,7 @@ def test_cancel_ends_a_run_early(make_hook, kind, tmp_path):
     assert results[0].cancelled and not results[0].ok and not results[0].timed_out
     assert "cancelled" in results[0].outcome()
     if kind == "program":
-        wait_until(lambda: not any(_alive(pid) for pid in _pids_in(record)), 10)
+        wait_until(lambda: not any(alive(pid) for pid in _pids_in(record)), 10)
 
 
 def _pids_in(path: Path) -> list[int]:
@@ -255,35 +256,42 @@ def test_start_hook_reaps_the_program(make_hook):
     assert zombies == []
 
 
-def test_leftover_processes_die_with_the_main_process(tmp_path):
-    record = tmp_path / "left"
-    script = tmp_path / "leave.sh"
-    # The background sleep keeps stdout open; the runner must not wait for it.
-    script.write_text(f'#!/bin/sh\nsleep 1000 &\necho $! > "{record}"\necho bye\n')
-    script.chmod(0o755)
-    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=60)
+def shell_hook(path: Path, body: str, **fields) -> HookSpec:
+    """An executable `#!/bin/sh` script at `path` running `body`, as a hook spec."""
+    path.write_text(f"#!/bin/sh\n{body}")
+    path.chmod(0o755)
+    return HookSpec(hook="TEST", keyword="T", value=str(path), **{"timeout_s": 60, **fields})
+
+
+def _run_leaving_a_sleep(tmp_path: Path, launch: str) -> tuple[HookResult, float]:
+    """Run a hook that leaves `launch sleep 1000` behind (holding its stdout), and says bye.
+
+    The sleep's pid is written to tmp_path/left.
+    """
+    spec = shell_hook(tmp_path / "leave.sh",
+                      f'{launch}sleep 1000 &\necho $! > "{tmp_path / "left"}"\necho bye\n')
     started = time.monotonic()
     result = run_hook(spec, "")
+    return result, time.monotonic() - started
+
+
+def test_leftover_processes_die_with_the_main_process(tmp_path):
+    # The background sleep keeps stdout open; the runner must not wait for it.
+    result, took_s = _run_leaving_a_sleep(tmp_path, "")
     assert result.ok and result.stdout == "bye\n"
-    assert time.monotonic() - started < 10
-    pid = int(record.read_text())
-    wait_until(lambda: not _alive(pid), 10, what="leftover sleep killed")
+    assert took_s < 10
+    pid = int((tmp_path / "left").read_text())
+    wait_until(lambda: not alive(pid), 10, what="leftover sleep killed")
 
 
 def test_a_hook_that_left_its_group_does_not_hold_the_runner(tmp_path):
-    record = tmp_path / "escaped"
-    script = tmp_path / "escape.sh"
-    script.write_text(f'#!/bin/sh\nsetsid sleep 1000 &\necho $! > "{record}"\necho bye\n')
-    script.chmod(0o755)
-    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=60)
-    started = time.monotonic()
     try:
-        result = run_hook(spec, "")
+        result, took_s = _run_leaving_a_sleep(tmp_path, "setsid ")
         assert result.ok and result.stdout == "bye\n"
-        assert time.monotonic() - started < 10
+        assert took_s < 10
     finally:
-        if record.exists():
-            _kill(int(record.read_text()))
+        if (tmp_path / "left").exists():
+            kill_now(int((tmp_path / "left").read_text()))
 
 
 # -- refusing unsafe or missing programs -------------------------------------
@@ -397,26 +405,9 @@ def test_resolve_hook_reads_the_keyword_knobs():
     assert resolve_hook(config, None, "FETCH_WORK") is None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def test_too_much_stderr_is_cut_short_not_bad_output(tmp_path):
-    script = tmp_path / "noisy.sh"
-    script.write_text(f'#!/bin/sh\nhead -c {LIMIT * 4} /dev/zero >&2\necho fine\n')
-    script.chmod(0o755)
-    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=20,
-                    output_limit=LIMIT)
+    spec = shell_hook(tmp_path / "noisy.sh", f"head -c {LIMIT * 4} /dev/zero >&2\necho fine\n",
+                      timeout_s=20, output_limit=LIMIT)
     result = run_hook(spec, "")
     assert result.ok and result.stdout == "fine\n"
     assert len(result.stderr) == LIMIT

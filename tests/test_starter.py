@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from fetchwork.config.ads import format_ad, parse_ad
+from tests.processes import alive
 from tests.waiting import wait_until
 
 JOB_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -164,13 +165,6 @@ def bench() -> Iterator[Bench]:
     for run in setup.runs:
         run.close()
     shutil.rmtree(base, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _pids(path: Path) -> list[int]:
@@ -335,7 +329,7 @@ def test_tree_is_measured_and_removed_on_request(bench):
     assert exited["ad"]["ExitSignal"] == signal.SIGTERM
     assert exited["ad"]["ImageSize"] >= 60000
     assert bench.recorded("exit", "args") == ["remove\n"]
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_cpu_of_exited_children_counts(bench):
@@ -392,14 +386,14 @@ def test_vacate_sends_killsig_then_sigkill_and_leaves_no_orphans(bench):
     run.event("started")
     wait_until(lambda: len(_pids(pids_file)) == 2, 20, fail_if=run._died)
     leftovers = _pids(pids_file)
-    assert all(_alive(pid) for pid in leftovers)
+    assert all(alive(pid) for pid in leftovers)
     run.send("vacate")
     wait_until(lambda: record.exists() and "got-term" in record.read_text(), 20)
     exited = run.finish()
     assert exited["how"] == "evict"
     assert exited["ad"]["ExitSignal"] == signal.SIGKILL
     assert bench.recorded("exit", "args") == ["evict\n"]
-    wait_until(lambda: not any(_alive(pid) for pid in leftovers), 10, what="no orphans")
+    wait_until(lambda: not any(alive(pid) for pid in leftovers), 10, what="no orphans")
 
 
 def test_a_standby_starter_hands_on_control_words_sent_behind_its_arguments(bench):
@@ -445,7 +439,7 @@ def test_exit_hook_timeout(bench):
     assert exited["how"] == "exit" and exited["ad"]["ExitCode"] == 0
     assert "took" in run.log.read_text() and "timed out" in run.log.read_text()
     hook_pid = int((bench.work / "hookpid").read_text())
-    assert not _alive(hook_pid)
+    assert not alive(hook_pid)
 
 
 def test_in_process_hook_asks_the_starter_to_hold(bench):
@@ -473,10 +467,10 @@ def test_starter_keyword_overrides_the_job_keyword(bench):
 def test_a_killed_starter_takes_its_job_with_it(bench):
     run = bench.start({"Cmd": "/bin/sleep", "Arguments": "1000"})
     pid = run.event("started")["pid"]
-    assert _alive(pid)
+    assert alive(pid)
     run.proc.kill()
     run.proc.wait(10)
-    wait_until(lambda: not _alive(pid), 10, what="the job died with its starter")
+    wait_until(lambda: not alive(pid), 10, what="the job died with its starter")
 
 
 def test_a_stop_request_during_prepare_kills_the_hook(bench):
@@ -489,4 +483,4 @@ def test_a_stop_request_during_prepare_kills_the_hook(bench):
     exited = run.finish()
     assert exited["how"] == "remove" and not marker.exists()
     assert bench.recorded("exit", "args") == ["remove\n"]
-    assert not _alive(int((bench.work / "hookpid").read_text()))
+    assert not alive(int((bench.work / "hookpid").read_text()))
