@@ -19,6 +19,7 @@ import redis
 
 from fetchwork.broker.embedded import EmbeddedRedis
 from fetchwork.config.loader import Config
+from tests.starter_bench import Bench
 
 
 @pytest.fixture(scope="session")
@@ -78,3 +79,15 @@ def config_with_defaults(tmp_path: Path) -> Callable[[str], Config]:
         environ = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
         return Config.load(environ=environ, config_file=str(path))
     return build
+
+
+@pytest.fixture
+def bench() -> Iterator[Bench]:
+    """A fresh folder for starters, their hooks and records; every starter is closed after."""
+    base = Path(tempfile.mkdtemp(prefix="fw-starter-"))
+    base.chmod(0o755)
+    setup = Bench(base)
+    yield setup
+    for run in setup.runs:
+        run.close()
+    shutil.rmtree(base, ignore_errors=True)
