@@ -4,8 +4,9 @@ Hooks run in the runner's threads and post their results to a queue that
 wakes the loop through a pipe; starters are child processes whose stdout
 (JSON-line events) and pidfd sit in the same selector; signals wake it through
 `signal.set_wakeup_fd`. All slot state is touched only by the loop thread.
-Decisions come from the pure modules (`acceptance`, `fetchdelay`,
-`fetchoutput`, `running`); this module does the I/O they call for.
+Decisions come from the pure modules (`fetchoutput`, `acceptance`,
+`fetchdelay`, `running`, `shutdown`); this module and `starters` (which
+follows `eviction`) do the I/O they call for.
 """
 
 from __future__ import annotations
