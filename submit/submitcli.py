@@ -239,5 +239,3 @@ def _why(ad: Any) -> str:
         return f"status {status}"
     return f"exit {tables.exit_text(ad)}"
 
-
-COMMANDS = [submit_command]

@@ -237,6 +237,3 @@ def status_command(as_json: bool) -> None:
     console.print()
     console.print(tables.slot_summary(slots))
 
-
-COMMANDS = [q_command, history_command, rm_command, hold_command,
-            release_command, status_command]

@@ -23,7 +23,7 @@ import redis
 from click.testing import CliRunner, Result
 
 from fetchwork.broker.client import Broker
-from fetchwork.cli import FetchworkGroup
+from fetchwork.cli import COMMANDS, FetchworkGroup
 from fetchwork.config.argsyntax import job_argv
 from fetchwork.config.loader import Config, environ_without_config
 from fetchwork.submit import submitcli, tables, usercli
@@ -39,8 +39,10 @@ def cli() -> None:
     """The user commands alone."""
 
 
-for _command in submitcli.COMMANDS + usercli.COMMANDS:
-    cli.add_command(_command)
+_USER_MODULES = {module.__name__: module for module in (submitcli, usercli)}
+for _module, _attr in COMMANDS.values():
+    if _module in _USER_MODULES:
+        cli.add_command(getattr(_USER_MODULES[_module], _attr))
 
 
 @pytest.fixture
