@@ -19,7 +19,7 @@ import redis
 
 from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
 from fetchwork.config.loader import Config, get_config
-from fetchwork.config.protocol import EXIT_HOWS, HoldCode, job_id_key, parse_job_id
+from fetchwork.config.protocol import EXIT_HOWS, HOLD, HoldCode, job_id_key, parse_job_id
 from fetchwork.errors import AdError, BrokerError
 
 from . import codec
@@ -198,9 +198,9 @@ class Broker:
             raise BrokerError(f"finish: how must be one of {', '.join(EXIT_HOWS)}, not {how!r}")
         fields = self._attr_fields(attrs)
         if reason is None and attrs is not None:
-            reason = _reason_in(attrs, "HoldReason" if how == "hold" else "RemoveReason")
+            reason = _reason_in(attrs, "HoldReason" if how == HOLD else "RemoveReason")
         codes = ["", ""]
-        if how == "hold" and attrs is not None:
+        if how == HOLD and attrs is not None:
             codes = [_code_in(attrs, "HoldReasonCode"), _code_in(attrs, "HoldReasonSubCode")]
         args = [job_id, token, how, reason or "", *codes, *fields]
         state = self.store.run("finish", [job_id], args)

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from fetchwork.broker.client import Broker
 from fetchwork.config.loader import Config, environ_without_config
+from fetchwork.config.protocol import JobStatus
 from fetchwork.errors import FetchworkError
 from fetchwork.pool import Pool
 from fetchwork.submit import tables
@@ -143,7 +144,8 @@ def run_demo(console: Console, slots: int = 2, timeout_s: float = 120.0) -> int:
 
 
 def _summary(console: Console, history: list, work: Path, elapsed_s: float) -> None:
-    ok = sum(1 for ad in history if ad.get("JobStatus") == 4 and ad.get("ExitCode") == 0)
+    ok = sum(1 for ad in history
+             if ad.get("JobStatus") == JobStatus.COMPLETED and ad.get("ExitCode") == 0)
     failed = len(history) - ok
     cpu_s = sum(float(ad.get("RemoteUserCpu", 0) or 0) + float(ad.get("RemoteSysCpu", 0) or 0)
                 for ad in history)
