@@ -132,11 +132,11 @@ def policy_settings(config: Config) -> PolicySettings:
         fairshare_depth=config.get_int("FAIRSHARE_DEPTH"),
     )
     if settings.default_walltime_s <= 0:
-        _fail(config, "DEFAULT_JOB_WALLTIME", "must be more than 0 seconds")
+        _fail(config, "DEFAULT_JOB_WALLTIME", problem="must be more than 0 seconds")
     if settings.fairshare_depth < 1:
-        _fail(config, "FAIRSHARE_DEPTH", "must be at least 1")
+        _fail(config, "FAIRSHARE_DEPTH", problem="must be at least 1")
     if settings.fairshare_window_s <= 0:
-        _fail(config, "FAIRSHARE_WINDOW", "must be more than 0 seconds")
+        _fail(config, "FAIRSHARE_WINDOW", problem="must be more than 0 seconds")
     return settings
 
 
@@ -149,14 +149,14 @@ def _fail(config: Config, name: str, problem: str) -> None:
 def _count(config: Config, name: str) -> int:
     value = config.get_int(name)
     if value < 0:
-        _fail(config, name, "must be 0 (no limit) or more")
+        _fail(config, name, problem="must be 0 (no limit) or more")
     return value
 
 
 def _limit(config: Config, name: str) -> float:
     value = config.get_float(name)
     if value < 0:
-        _fail(config, name, "must be 0 (no limit) or more")
+        _fail(config, name, problem="must be 0 (no limit) or more")
     return value
 
 
@@ -213,6 +213,6 @@ def _fairshare_targets(config: Config) -> dict[str, float]:
         percent = _optional(config, FAIRSHARE_PREFIX + name, convert.to_float)
         if percent is not None:
             if not 0 <= percent <= 100:
-                _fail(config, FAIRSHARE_PREFIX + name, "must be a percentage (0 to 100)")
+                _fail(config, FAIRSHARE_PREFIX + name, problem="must be a percentage (0 to 100)")
             targets[name.lower()] = percent
     return targets
