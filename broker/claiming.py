@@ -43,21 +43,25 @@ class Claimer:
     """Claims jobs of one pool for slots; leases last `default_lease_s` unless the job
     says JobLeaseDuration; scans read at most `scan_batch` idle jobs at a time."""
 
-    def __init__(self, store: Store, default_lease_s: float, scan_batch: int):
+    def __init__(self, store: Store, default_lease_s: float, scan_batch: int,
+                 soft_tier: bool = False):
         self.store = store
         self.default_lease_s = default_lease_s
         self.scan_batch = scan_batch
+        # Scheduling policy with limits: a slot no IDLE job fits may take a job
+        # BLOCKED only by a soft PS limit (the soft set), as a last resort.
+        self.soft_tier = soft_tier
 
     def claim(self, slot_ad: classad2.ClassAd | Mapping[str, Any],
               wait_s: float = 0.0) -> classad2.ClassAd | None:
         slot = slot_ad if isinstance(slot_ad, classad2.ClassAd) else from_dict(slot_ad)
         name = slot_name(slot)
         if wait_s <= 0:
-            return self._scan(slot, name)
+            return self._find(slot, name)
         deadline = time.monotonic() + wait_s
         last_id = self.store.last_event_id()
         while True:
-            job = self._scan(slot, name)
+            job = self._find(slot, name)
             if job is not None:
                 return job
             next_id = self._wait_for_idle(last_id, deadline)
@@ -65,13 +69,22 @@ class Claimer:
                 return None
             last_id = next_id
 
-    def _scan(self, slot: classad2.ClassAd, name: str) -> classad2.ClassAd | None:
+    def _find(self, slot: classad2.ClassAd, name: str) -> classad2.ClassAd | None:
+        """The best idle job for the slot; else, with the soft tier, a soft-blocked one."""
+        job = self._scan(slot, name)
+        if job is None and self.soft_tier:
+            job = self._scan(slot, name, last_resort=True)
+        return job
+
+    def _scan(self, slot: classad2.ClassAd, name: str,
+              last_resort: bool = False) -> classad2.ClassAd | None:
         keys = self.store.keys
         client = self.store.client
         low: str = "-inf"
         batch = FIRST_BATCH
+        source = keys.soft if last_resort else keys.idle
         while True:
-            rows = client.zrangebyscore(keys.idle, low, "+inf", start=0, num=batch,
+            rows = client.zrangebyscore(source, low, "+inf", start=0, num=batch,
                                         withscores=True)
             if not rows:
                 return None
@@ -81,12 +94,12 @@ class Claimer:
                 if self._fits(job_id, data, slot):
                     matched.append(job_id)
                 if len(matched) == CLAIM_GROUP:
-                    claimed = self._claim_first(matched, name)
+                    claimed = self._claim_first(matched, name, last_resort)
                     if claimed is not None:
                         return claimed
                     matched = []
             if matched:
-                claimed = self._claim_first(matched, name)
+                claimed = self._claim_first(matched, name, last_resort)
                 if claimed is not None:
                     return claimed
             if len(rows) < batch:
@@ -103,11 +116,16 @@ class Claimer:
             return False
         return job_matches_slot(job, slot)
 
-    def _claim_first(self, job_ids: list[str], name: str) -> classad2.ClassAd | None:
-        """claim.lua on matched candidates: the first one still idle is ours."""
+    def _claim_first(self, job_ids: list[str], name: str,
+                     last_resort: bool = False) -> classad2.ClassAd | None:
+        """claim.lua on matched candidates: the first one still idle (and, with a
+        policy budget, within it) is ours."""
         token = uuid.uuid4().hex
+        keys = self.store.keys
         reply = self.store.run("claim", job_ids,
-                                [token, name, str(self.default_lease_s), *job_ids])
+                                [token, name, str(self.default_lease_s), *job_ids],
+                                extra_keys=[keys.ps_ledger, keys.soft] if last_resort
+                                else [keys.ps_ledger])
         if reply is None:
             return None
         job_id, flat = msgpack.unpackb(reply, raw=True)

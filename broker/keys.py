@@ -14,6 +14,8 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:slot:<name>   string: a published slot ad (msgpack), with a TTL
     fw:{P}:slots         zset: published slot names, scored by expiry (ms)
     fw:{P}:leader        string: the broker replica holding leadership, with a TTL
+    fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
+    fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
 """
 
 from __future__ import annotations
@@ -60,3 +62,5 @@ class PoolKeys:
     head_counter = _named("counter:head")
     slots = _named("slots")
     leader = _named("leader")
+    soft = _named("soft")
+    ps_ledger = _named("psledger")

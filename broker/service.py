@@ -6,7 +6,9 @@ it when it is free (SET NX PX); only the leader reaps. The tick is
 short enough to renew the leadership three times per BROKER_LEADER_LEASE,
 and the reaper runs every BROKER_REAPER_INTERVAL. A leader that dies simply
 stops renewing; another replica takes over when the key expires. More
-periodic policy (holds expiring, dependencies) joins `run_once`.
+periodic policy (holds expiring, dependencies) joins `run_once`. With
+scheduling policy knobs set, the leader also runs a policy pass
+(broker/policing.py) after every transition and every POLICY_INTERVAL.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 
 from .client import Broker
+from .policing import PolicyResult, PolicyRunner
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,7 @@ class PassResult:
     leader: bool
     reaped: list[str] = field(default_factory=list)
     forgotten: int = 0
+    policy: PolicyResult | None = None
 
 
 def tick_interval_s(reaper_interval_s: float, leader_lease_s: float) -> float:
@@ -64,6 +68,8 @@ class BrokerService:
         self.replica = replica or default_replica_name()
         self.is_leader = False
         self._last_reap_s: float | None = None
+        # The scheduling policy's passes; None while no policy knob is set.
+        self.policy = PolicyRunner.for_broker(broker)
 
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
@@ -101,11 +107,15 @@ class BrokerService:
             if self.history_max_jobs is not None:
                 result.forgotten = self.broker.trim_history(self.history_max_jobs)
             self._last_reap_s = now_s
+        if self.policy is not None and self.policy.due(now_s):
+            result.policy = self.policy.run_pass(monotonic_s=now_s)
         return result
 
     def run(self, stop: threading.Event) -> None:
         """Pass after pass until `stop` is set, then resign."""
         interval_s = tick_interval_s(self.reaper_interval_s, self.leader_lease_s)
+        if self.policy is not None:
+            interval_s = min(interval_s, max(0.05, self.policy.settings.interval_s))
         log.info("broker replica %s serving pool %s (reaper every %ss, leader lease %ss)",
                  self.replica, self.broker.pool, self.reaper_interval_s, self.leader_lease_s)
         try:
@@ -115,7 +125,10 @@ class BrokerService:
                 except (redis.RedisError, FetchworkError):
                     log.exception("broker pass failed; retrying in %ss", interval_s)
                     self.is_leader = False
-                stop.wait(interval_s)
+                if self.policy is not None and self.is_leader:
+                    self.policy.wait_for_change(stop, interval_s)
+                else:
+                    stop.wait(interval_s)
         finally:
             try:
                 self.resign()

@@ -4,7 +4,11 @@ Every job ad carries `FetchworkState` (the state name below) and `JobStatus`
 (HTCondor's code). The transitions, each one Lua script:
 
     (submit)   -> IDLE | HELD         stage.lua then submit.lua (HELD when the ad says hold = true)
-    IDLE       -> RUNNING             claim.lua
+    (submit)   -> BLOCKED             submit.lua, when scheduling policy limits are set
+    IDLE       -> BLOCKED             block.lua (the leader's policy pass, broker/policing.py)
+    BLOCKED    -> IDLE                unblock.lua (the same pass)
+    IDLE       -> RUNNING             claim.lua (also BLOCKED by a soft PS limit only -> RUNNING,
+                                      for a slot no IDLE job fits)
     RUNNING    -> IDLE                reject.lua (head of its priority group)
     RUNNING    -> SUSPENDED -> RUNNING renew.lua (suspended flag)
     RUNNING    -> COMPLETED           finish.lua how=exit
@@ -22,7 +26,8 @@ the execute side stops it; its finish(), or the reaper when the lease lapses,
 completes the transition (a pending removal wins over any `how`; a pending
 hold wins over evict). FAILED has no HTCondor code: such a job leaves the
 queue like a job removed by the system, with JobStatus 3 and a RemoveReason.
-BLOCKED is reserved for scheduling policy; nothing produces it yet.
+BLOCKED jobs (JobStatus 1, with a BlockedReason) are the ones scheduling
+policy keeps out of scheduling; with every policy knob 0 there are none.
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     "FetchworkLeaseExpiry", "RemoteHost", "LastRemoteHost", "CompletionDate",
     "HoldReason", "HoldReasonCode", "LastHoldReason", "RemoveReason", "NumJobMatches",
     "HoldReasonSubCode",
+    # Written by the scheduling policy's pass (broker/policing.py).
+    "BlockedReason", "BlockedBySoftLimit", "FetchworkBudget", "FetchworkCpus",
+    "FetchworkWalltime", "FetchworkPsLimit", "FetchworkPriority",
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

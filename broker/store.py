@@ -52,9 +52,10 @@ class Store:
         return ["" if now_ms is None else str(now_ms), str(self.events_maxlen)]
 
     def run(self, name: str, job_ids: Sequence[str], args: Sequence[Any],
-            now_ms: int | None = None) -> Any:
-        """Run transition script `name` on `job_ids` (their hashes become KEYS[10..])."""
-        keys = self.pool_keys() + [self.keys.job(job) for job in job_ids]
+            now_ms: int | None = None, extra_keys: Sequence[str] = ()) -> Any:
+        """Run transition script `name` on `job_ids` (their hashes become KEYS[10..],
+        followed by `extra_keys`)."""
+        keys = self.pool_keys() + [self.keys.job(job) for job in job_ids] + list(extra_keys)
         try:
             return self.scripts.call(name, keys, self.head_args(now_ms) + list(args))
         except redis.ConnectionError as exc:

@@ -38,6 +38,10 @@ class PsCheck:
     reason: str | None = None
 
 
+# A submitted job's BlockedReason until the leader's first policy pass places it.
+WAITING_REASON = "waiting for the scheduling policy's first look"
+
+
 def number(value: float) -> str:
     """A count or a number of seconds as people write it: `72000`, not `72000.0`."""
     return f"{value:.0f}"

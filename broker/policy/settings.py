@@ -216,3 +216,11 @@ def _fairshare_targets(config: Config) -> dict[str, float]:
                 _fail(config, FAIRSHARE_PREFIX + name, problem="must be a percentage (0 to 100)")
             targets[name.lower()] = percent
     return targets
+
+
+def policy_in_force(config: Config) -> PolicySettings | None:
+    """The policy of `config`, or None when every policy knob is 0 (nothing to enforce)."""
+    settings = policy_settings(config)
+    if settings.limits_on() or settings.priority_on() or settings.max_walltime_s:
+        return settings
+    return None

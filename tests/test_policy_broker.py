@@ -1,0 +1,137 @@
+"""The policy layer in a real pool: the leader's pass blocks and unblocks jobs with
+Lua, submission places jobs BLOCKED, and a claim refuses what policy no longer allows."""
+
+from __future__ import annotations
+
+import pytest
+
+from fetchwork.broker.client import Broker
+from fetchwork.broker.policing import PolicyRunner
+from fetchwork.broker.policy.settings import policy_settings
+from fetchwork.broker.service import BrokerService
+from fetchwork.config.loader import Config
+from fetchwork.errors import SubmitError
+
+pytestmark = pytest.mark.timeout(60)
+
+SLOT = {"Name": "slot1@policy", "Cpus": 64, "Memory": 1}
+
+
+def pool(redis_client, pool_name, **knobs):
+    config = Config.load(environ={}).with_values(**knobs)
+    broker = Broker(redis_client, pool_name, config)
+    return broker, PolicyRunner(broker.store, policy_settings(config))
+
+
+def states(broker):
+    return {f"{ad['ClusterId']}.{ad['ProcId']}": ad["FetchworkState"] for ad in broker.query()}
+
+
+def count(broker, state):
+    return list(states(broker).values()).count(state)
+
+
+def test_ten_jobs_of_one_user_are_eight_idle_and_two_blocked(redis_client, pool_name):
+    broker, runner = pool(redis_client, pool_name, MAX_IDLE_JOBS_PER_USER=8)
+    ids = broker.submit([{"Cmd": "x"}] * 10, owner="alice")
+    assert count(broker, "BLOCKED") == 10, "submission waits for the policy's pass"
+    runner.run_pass()
+    assert [states(broker)[job] for job in ids] == ["IDLE"] * 8 + ["BLOCKED"] * 2
+    ad = broker.get(ids[8])
+    assert ad["BlockedReason"] == "user alice has 8 idle jobs (MAX_IDLE_JOBS_PER_USER = 8)"
+    assert ad["JobStatus"] == 1
+    assert broker.claim(SLOT) is not None
+    runner.run_pass()
+    assert states(broker)[ids[8]] == "IDLE" and states(broker)[ids[9]] == "BLOCKED"
+
+
+def test_no_slot_is_handed_a_blocked_job(redis_client, pool_name):
+    broker, runner = pool(redis_client, pool_name, MAX_IDLE_JOBS_PER_USER=3)
+    broker.submit([{"Cmd": "x"}] * 5, owner="alice")
+    runner.run_pass()
+    claimed = [broker.claim(SLOT) for _ in range(4)]
+    assert [ad is not None for ad in claimed] == [True, True, True, False]
+
+
+def test_per_project_limits_count_every_user(redis_client, pool_name):
+    broker, runner = pool(redis_client, pool_name, MAX_IDLE_JOBS_PER_PROJECT=3)
+    broker.submit([{"Cmd": "x", "AccountingGroup": "phys"}] * 2, owner="alice")
+    broker.submit([{"Cmd": "x", "AccountingGroup": "phys"}] * 2, owner="bob")
+    broker.submit([{"Cmd": "x"}] * 2, owner="carol")
+    runner.run_pass()
+    assert count(broker, "IDLE") == 5 and count(broker, "BLOCKED") == 1
+
+
+def test_two_racing_claims_do_not_break_maxps(redis_client, pool_name):
+    broker, runner = pool(redis_client, pool_name, MAXPS_SOFT=72000, MAXPS_HARD=72000)
+    broker.submit([{"Cmd": "x", "AllowedJobDuration": 40000}] * 2, owner="alice")
+    runner.run_pass()
+    assert count(broker, "IDLE") == 2, "each fits alone"
+    assert broker.claim(SLOT) is not None
+    assert broker.claim(SLOT) is None, "the second would make 80000 > 72000"
+
+
+def test_between_soft_and_hard_a_job_takes_a_slot_nothing_else_can_use(redis_client,
+                                                                      pool_name):
+    broker, runner = pool(redis_client, pool_name, MAXPS_SOFT=72000, MAXPS_HARD=1080000)
+    (first,) = broker.submit([{"Cmd": "x", "RequestCpus": 2, "AllowedJobDuration": 34948}],
+                             owner="user1")
+    runner.run_pass()
+    assert broker.claim(SLOT)["ProcId"] == 0
+    wide = broker.submit([{"Cmd": "x", "RequestCpus": 8, "AllowedJobDuration": 3600}],
+                         owner="user1")[0]
+    narrow = broker.submit([{"Cmd": "x", "RequestCpus": 1, "AllowedJobDuration": 1000}],
+                           owner="user1")[0]
+    runner.run_pass()
+    assert states(broker)[wide] == "BLOCKED" and states(broker)[narrow] == "IDLE"
+    reason = broker.get(wide)["BlockedReason"]
+    assert "+ 28800 of this job" in reason and "> MAXPS_SOFT = 72000" in reason
+    claimed = broker.claim(SLOT)
+    assert f"{claimed['ClusterId']}.{claimed['ProcId']}" == narrow
+    claimed = broker.claim(SLOT)
+    assert claimed is not None, "no other job is eligible: the soft one may start"
+    assert f"{claimed['ClusterId']}.{claimed['ProcId']}" == wide
+
+
+def test_above_hard_a_job_never_starts(redis_client, pool_name):
+    broker, runner = pool(redis_client, pool_name, MAXPS_SOFT=1000, MAXPS_HARD=2000)
+    broker.submit([{"Cmd": "x", "AllowedJobDuration": 3000}], owner="alice")
+    runner.run_pass()
+    assert broker.claim(SLOT) is None
+    assert "MAXPS_HARD = 2000" in broker.query()[0]["BlockedReason"]
+
+
+def test_max_walltime_refuses_the_submission(redis_client, pool_name):
+    broker, _runner = pool(redis_client, pool_name, MAX_WALLTIME=432000)
+    with pytest.raises(SubmitError, match="MAX_WALLTIME = 432000"):
+        broker.submit([{"Cmd": "x"}, {"Cmd": "x", "AllowedJobDuration": 500000}])
+    assert broker.query() == []
+
+
+def test_with_every_knob_off_nothing_changes(redis_client, pool_name):
+    broker, _runner = pool(redis_client, pool_name)
+    broker.submit([{"Cmd": "x"}] * 3)
+    assert count(broker, "IDLE") == 3
+    service = BrokerService.from_config(broker, Config.load(environ={}))
+    assert service.policy is None
+
+
+def test_weights_reorder_the_idle_jobs(redis_client, pool_name):
+    broker, runner = pool(redis_client, pool_name, PRIORITY_RESOURCE_WEIGHT=1)
+    broker.submit([{"Cmd": "x", "RequestCpus": 1}, {"Cmd": "x", "RequestCpus": 4}])
+    runner.run_pass()
+    claimed = broker.claim(SLOT)
+    assert claimed["RequestCpus"] == 4 and claimed["FetchworkPriority"] == 4
+
+
+def test_the_leader_runs_a_pass_when_a_job_changes(redis_client, pool_name):
+    config = Config.load(environ={}).with_values(MAX_IDLE_JOBS_PER_USER=1,
+                                                 POLICY_INTERVAL=3600)
+    broker = Broker(redis_client, pool_name, config)
+    service = BrokerService.from_config(broker, config)
+    broker.submit([{"Cmd": "x"}] * 2, owner="alice")
+    service.run_once()
+    assert count(broker, "IDLE") == 1
+    broker.claim(SLOT)
+    service.run_once()
+    assert count(broker, "IDLE") == 1 and count(broker, "BLOCKED") == 0
