@@ -115,7 +115,7 @@ def analyze_text(job: PolicyJob, now: float, placement: Placement | None = None,
     if blocked:
         reason = placement.reason if placement else job.blocked_reason
         lines.append(f"{head} is blocked by policy: {reason or 'no reason recorded'}.")
-        if placement is not None and placement.soft:
+        if placement.soft if placement is not None else job.soft_blocked:
             lines.append("It is past only a soft limit: a slot that no idle job can use "
                          "may still start it.")
     else:
