@@ -15,11 +15,11 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import codec
-from .policy.limits import claim_attrs
+from .policy.limits import claim_attrs, overrun, walltime_remove_reason
 from .policy.partition import PolicyPass, changes, policy_pass
 from .policy.settings import PolicySettings
 from .policy.snapshot import PolicyJob, Usage, build_snapshot, usage_of
@@ -43,6 +43,8 @@ class PolicyResult:
     blocked: int = 0
     unblocked: int = 0
     jobs: int = 0
+    # Running jobs marked to stop for running past their walltime.
+    overrun: list[str] = field(default_factory=list)
 
 
 class PolicyRunner:
@@ -92,6 +94,7 @@ class PolicyRunner:
         result = policy_pass(jobs, self.settings, now, usage)
         with_attrs = {job_id for job_id, data in rows if BUDGET_ATTR in data}
         outcome = self._apply(jobs, result, with_attrs)
+        outcome.overrun = self._stop_overrun(jobs, now)
         if self.settings.priority_on():
             self._reorder(jobs, result)
         outcome.jobs = len(jobs)
@@ -120,6 +123,19 @@ class PolicyRunner:
         if blocked or unblocked:
             log.info("policy pass: %d job(s) blocked, %d made idle", blocked, unblocked)
         return PolicyResult(blocked, unblocked)
+
+    def _stop_overrun(self, jobs: Sequence[PolicyJob], now: float) -> list[str]:
+        """overrun.lua on running jobs past their walltime (they end FAILED)."""
+        marked: list[str] = []
+        late = overrun(jobs, self.settings, now)
+        for start in range(0, len(late), BATCH):
+            chunk = late[start:start + BATCH]
+            args = [text for job in chunk for text in (job.job_id, walltime_remove_reason(job))]
+            marked += self.store.ids(self.store.run("overrun", [job.job_id for job in chunk],
+                                                    args))
+        if marked:
+            log.info("stopping %d job(s) past their walltime: %s", len(marked), marked)
+        return marked
 
     def _run(self, script: str, items: list[list[Any]]) -> None:
         store = self.store

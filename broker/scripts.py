@@ -27,7 +27,7 @@ from fetchwork.config.protocol import HoldCode, JobStatus
 from .states import PRIO_SCALE
 
 TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", "remove", "hold",
-               "release", "block", "unblock")
+               "release", "block", "unblock", "overrun")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "trim_history")
 
 Arg = str | bytes | int | float

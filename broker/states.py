@@ -15,6 +15,7 @@ Every job ad carries `FetchworkState` (the state name below) and `JobStatus`
     RUNNING    -> IDLE | FAILED       finish.lua how=evict, reap.lua (Rerunnable decides)
     RUNNING    -> HELD                finish.lua how=hold
     RUNNING    -> REMOVED             finish.lua how=remove
+    RUNNING    -> FAILED              overrun.lua marks a job past its walltime; its end settles it
     IDLE|HELD  -> REMOVED             remove.lua
     IDLE       -> HELD                hold.lua
     HELD       -> IDLE                release.lua
@@ -71,7 +72,7 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     "HoldReasonSubCode",
     # Written by the scheduling policy's pass (broker/policing.py).
     "BlockedReason", "BlockedBySoftLimit", "FetchworkBudget", "FetchworkCpus",
-    "FetchworkWalltime", "FetchworkPsLimit", "FetchworkPriority",
+    "FetchworkWalltime", "FetchworkPsLimit", "FetchworkPriority", "FetchworkOverrun",
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

@@ -3,6 +3,8 @@ Lua, submission places jobs BLOCKED, and a claim refuses what policy no longer a
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from fetchwork.broker.client import Broker
@@ -135,3 +137,29 @@ def test_the_leader_runs_a_pass_when_a_job_changes(redis_client, pool_name):
     broker.claim(SLOT)
     service.run_once()
     assert count(broker, "IDLE") == 1 and count(broker, "BLOCKED") == 0
+
+
+def test_a_job_past_its_walltime_is_stopped_and_fails(redis_client, pool_name):
+    broker, runner = pool(redis_client, pool_name, MAX_JOBS_PER_USER=10)
+    (job,) = broker.submit([{"Cmd": "x", "AllowedJobDuration": 60}], owner="alice")
+    runner.run_pass()
+    ad = broker.claim(SLOT)
+    token = ad["FetchworkClaim"]
+    assert runner.run_pass().overrun == []
+    assert runner.run_pass(now=time.time() + 61).overrun == [job]
+    assert broker.get(job)["JobStatus"] == 3
+    assert broker.renew(job, token) == "removed", "the execute side is told to stop it"
+    assert broker.finish(job, token, "remove")
+    (done,) = broker.history()
+    assert done["FetchworkState"] == "FAILED"
+    assert done["RemoveReason"] == "the job ran past its walltime (AllowedJobDuration) of 60 s"
+
+
+def test_a_removal_while_running_still_ends_removed(redis_client, pool_name):
+    broker, runner = pool(redis_client, pool_name, MAX_JOBS_PER_USER=10)
+    (job,) = broker.submit([{"Cmd": "x"}], owner="alice")
+    runner.run_pass()
+    ad = broker.claim(SLOT)
+    broker.remove([job])
+    assert broker.finish(job, ad["FetchworkClaim"], "remove")
+    assert broker.history()[0]["FetchworkState"] == "REMOVED"

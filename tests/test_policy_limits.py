@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fetchwork.broker.policy.limits import (
     claim_attrs,
+    overrun,
     past_walltime,
     start_refusal,
     submit_refusal,
@@ -211,7 +212,18 @@ def test_a_job_past_its_walltime_is_due_to_stop():
     running = job(1, state=RUNNING, walltime_s=100, remaining_s=0)
     assert not past_walltime(running, NOW)
     assert past_walltime(running, NOW + 1)
-    assert walltime_remove_reason(running) == "the job ran past its AllowedJobDuration of 100 s"
+    assert walltime_remove_reason(running) == (
+        "the job ran past its walltime (AllowedJobDuration) of 100 s")
+
+
+def test_overrun_jobs_need_their_own_walltime_unless_limits_are_set():
+    own = job(1, state=RUNNING, walltime_s=100, remaining_s=0)
+    default = job(2, state=RUNNING, walltime_s=3600, remaining_s=0, walltime_given=False)
+    fresh = job(3, state=RUNNING, walltime_s=100, remaining_s=50)
+    jobs = [own, default, fresh, job(4)]
+    assert [one.job_id for one in overrun(jobs, settings(), NOW + 1)] == ["1.0"]
+    assert [one.job_id for one in overrun(jobs, hpc2n(), NOW + 1)] == ["1.0", "2.0"]
+    assert "(DEFAULT_JOB_WALLTIME) of 3600 s" in walltime_remove_reason(default)
 
 
 def test_a_submission_over_the_cap_is_refused_naming_the_knob():

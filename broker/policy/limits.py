@@ -170,9 +170,17 @@ def past_walltime(job: PolicyJob, now: float) -> bool:
     return job.started_at is not None and now > job.started_at + job.walltime_s
 
 
+def overrun(jobs: Iterable[PolicyJob], settings: PolicySettings, now: float) -> list[PolicyJob]:
+    """Running jobs past their walltime, to stop: a job's own AllowedJobDuration always,
+    DEFAULT_JOB_WALLTIME only while limits are set (the PS budgets count on it)."""
+    return [job for job in jobs if job.state in ACTIVE and past_walltime(job, now)
+            and (job.walltime_given or settings.limits_on())]
+
+
 def walltime_remove_reason(job: PolicyJob) -> str:
     """The RemoveReason of a job stopped for running past its walltime."""
-    return f"the job ran past its AllowedJobDuration of {number(job.walltime_s)} s"
+    source = "AllowedJobDuration" if job.walltime_given else "DEFAULT_JOB_WALLTIME"
+    return f"the job ran past its walltime ({source}) of {number(job.walltime_s)} s"
 
 
 def start_refusal(job: PolicyJob, running: Iterable[PolicyJob], settings: PolicySettings,

@@ -58,6 +58,8 @@ class PolicyJob:
     blocked_reason: str | None = None
     # BLOCKED only by a soft PS limit: a slot no other job can use may take it.
     soft_blocked: bool = False
+    # Whether the job set AllowedJobDuration (else DEFAULT_JOB_WALLTIME gave it).
+    walltime_given: bool = True
 
     @property
     def ps(self) -> float:
@@ -190,6 +192,7 @@ def policy_job(ad: Mapping[str, Any], default_walltime_s: float) -> PolicyJob | 
         blocked_reason=(_word(attrs, BLOCKED_REASON_ATTR.lower())
                         if state is State.BLOCKED else None),
         soft_blocked=state is State.BLOCKED and attrs.get(SOFT_BLOCKED_ATTR.lower()) is True,
+        walltime_given=walltime is not None and walltime > 0,
     )
 
 
