@@ -1,4 +1,4 @@
-"""`fetchwork q -showq`, `q -analyze ID`, `q -priority` and `q --json` on a pool with limits."""
+"""`q -showq`, `q -analyze ID`, `q -priority`, `q --json` and `submit` on a pool with limits."""
 
 from __future__ import annotations
 
@@ -13,20 +13,22 @@ from click.testing import CliRunner
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.policing import PolicyRunner
+from fetchwork.cli import FetchworkGroup
 from fetchwork.config.loader import Config
-from fetchwork.submit import usercli
+from fetchwork.submit import submitcli, usercli
 
 pytestmark = pytest.mark.timeout(60)
 
 KNOBS = {"MAX_IDLE_JOBS_PER_USER": "2", "PRIORITY_QUEUETIME_WEIGHT": "1"}
 
 
-@click.group()
+@click.group(cls=FetchworkGroup)
 def cli() -> None:
-    """q alone."""
+    """submit and q alone."""
 
 
 cli.add_command(usercli.q_command)
+cli.add_command(submitcli.submit_command)
 
 
 @pytest.fixture
@@ -87,3 +89,29 @@ def test_priority_lists_each_factor(env, queue):
 def test_analyze_needs_an_id(env, queue):
     result = CliRunner().invoke(cli, ["q", "-analyze"], env=env)
     assert result.exit_code != 0 and "-analyze needs job ids" in result.output
+
+
+def test_a_submit_file_names_the_walltime_and_the_project(tmp_path: Path):
+    from fetchwork.errors import SubmitFileError
+    from fetchwork.submit.submitfile import parse_submit
+
+    text = ("executable = /bin/true\nallowed_job_duration = 7200\n"
+            "accounting_group = snac001\nqueue\n")
+    parsed = parse_submit(text, 1, submit_dir=str(tmp_path))
+    (ad,) = parsed.ads
+    assert ad["AllowedJobDuration"] == 7200 and ad["AccountingGroup"] == "snac001"
+    assert not any("accounting_group" in warning for warning in parsed.warnings)
+    with pytest.raises(SubmitFileError, match="allowed_job_duration must be at least 1"):
+        parse_submit("executable = /bin/true\nallowed_job_duration = 0\nqueue\n", 1,
+                     submit_dir=str(tmp_path))
+
+
+def test_submit_refuses_a_job_over_max_walltime(env, tmp_path: Path, redis_url, pool_name):
+    job = tmp_path / "long.sub"
+    job.write_text("executable = /bin/true\nallowed_job_duration = 500000\nqueue 2\n")
+    result = CliRunner().invoke(cli, ["submit", str(job)],
+                                env={**env, "_FETCHWORK_MAX_WALLTIME": "432000"})
+    assert result.exit_code == 1
+    assert "more than MAX_WALLTIME = 432000 s" in result.output
+    assert "Traceback" not in result.output
+    assert json.loads(q(env, "-json")) == []
