@@ -166,3 +166,17 @@ class PolicyRunner:
         records = (usage_of(data) for _id, data in self.store.hashes(ids))
         return [record for record in records if record is not None]
 
+
+def release_blocked(store: Store) -> int:
+    """BLOCKED -> IDLE for every blocked job (unblock.lua): with no policy in force,
+    nothing may keep a job out of scheduling. Returns how many were waiting."""
+    ids = store.ids(store.client.zrange(store.keys.queue, 0, -1))
+    blocked = [[job_id, {}] for job_id, data in store.hashes(ids)
+               if data.get("FetchworkState") == State.BLOCKED]
+    for start in range(0, len(blocked), BATCH):
+        chunk = blocked[start:start + BATCH]
+        keys = store.pool_keys() + [store.keys.job(item[0]) for item in chunk] + [store.keys.soft]
+        store.scripts.call("unblock", keys, store.head_args() + [codec.pack_for_lua(chunk)])
+    if blocked:
+        log.info("no scheduling policy in force: %d blocked job(s) made idle", len(blocked))
+    return len(blocked)

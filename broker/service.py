@@ -26,7 +26,7 @@ from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 
 from .client import Broker
-from .policing import PolicyResult, PolicyRunner
+from .policing import PolicyResult, PolicyRunner, release_blocked
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,9 @@ class BrokerService:
         if not self.try_lead():
             return PassResult(leader=False)
         result = PassResult(leader=True)
+        if self.policy is None and self._last_reap_s is None:
+            # Just took leadership with no policy: jobs a former policy blocked wait no more.
+            release_blocked(self.store)
         if reap_due(now_s, self._last_reap_s, self.reaper_interval_s):
             result.reaped = self.broker.reap_expired()
             if self.history_max_jobs is not None:

@@ -163,3 +163,16 @@ def test_a_removal_while_running_still_ends_removed(redis_client, pool_name):
     broker.remove([job])
     assert broker.finish(job, ad["FetchworkClaim"], "remove")
     assert broker.history()[0]["FetchworkState"] == "REMOVED"
+
+
+def test_with_the_policy_switched_off_blocked_jobs_are_released(redis_client, pool_name):
+    broker, runner = pool(redis_client, pool_name, MAX_IDLE_JOBS_PER_USER=1)
+    broker.submit([{"Cmd": "x"}] * 3, owner="alice")
+    runner.run_pass()
+    assert count(broker, "BLOCKED") == 2
+    plain = Broker(redis_client, pool_name, Config.load(environ={}))
+    service = BrokerService.from_config(plain, Config.load(environ={}))
+    assert service.policy is None
+    service.run_once()
+    assert count(broker, "IDLE") == 3
+    assert "BlockedReason" not in broker.get(f"{broker.query()[2]['ClusterId']}.2")
