@@ -28,7 +28,7 @@ from fetchwork.errors import SubmitError
 
 from . import codec
 from .jobads import PreparedJob, identity, place, prepare_submitted
-from .policy.limits import WAITING_REASON, submit_refusal
+from .policy.limits import admission
 from .policy.settings import PolicySettings
 from .states import State
 from .store import Store
@@ -135,14 +135,3 @@ class Submitter:
                 store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob])
             pipe.execute()
 
-
-def admission(policy: PolicySettings | None, ads: Sequence[Mapping[str, Any]]) -> str | None:
-    """SubmitError when a job asks for more than MAX_WALLTIME (nothing is queued);
-    else the BlockedReason jobs start with when policy limits are set (None: IDLE)."""
-    if policy is None:
-        return None
-    for proc, ad in enumerate(ads):
-        refusal = submit_refusal(ad, policy)
-        if refusal is not None:
-            raise SubmitError(f"job {proc} of the submission: {refusal}; nothing was queued")
-    return WAITING_REASON if policy.limits_on() else None

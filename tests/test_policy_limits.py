@@ -3,7 +3,10 @@ policy text with their own numbers, per-project limits, MAXPS soft and hard."""
 
 from __future__ import annotations
 
+import pytest
+
 from fetchwork.broker.policy.limits import (
+    admission,
     claim_attrs,
     overrun,
     past_walltime,
@@ -14,6 +17,7 @@ from fetchwork.broker.policy.limits import (
 )
 from fetchwork.broker.policy.partition import changes, policy_pass
 from fetchwork.broker.states import State
+from fetchwork.errors import SubmitError
 
 from .policy_helpers import NOW, apply, hpc2n, job, settings, states
 
@@ -244,3 +248,11 @@ def test_the_claims_recheck_reads_the_budget_and_its_limit():
     assert claim_attrs(project, settings("MAXPS_SOFT_snac = 10"), soft=False)[
         "FetchworkBudget"] == "project:snac"
     assert claim_attrs(narrow, settings(), soft=False)["FetchworkPsLimit"] == 0
+
+
+def test_admission_refuses_over_the_cap_and_blocks_under_limits():
+    assert admission(None, [{"AllowedJobDuration": 10**9}]) is None
+    assert admission(settings("MAX_WALLTIME = 100"), [{"AllowedJobDuration": 50}]) is None
+    assert admission(hpc2n(), [{}]) == "waiting for the scheduling policy's first look"
+    with pytest.raises(SubmitError, match="job 1 of the submission: .* nothing was queued"):
+        admission(hpc2n(), [{}, {"AllowedJobDuration": 500000}])

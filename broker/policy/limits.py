@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import enum
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from fetchwork.errors import SubmitError
 
 from ..states import State
 from .settings import Budget, PolicySettings
@@ -202,3 +204,15 @@ def start_refusal(job: PolicyJob, running: Iterable[PolicyJob], settings: Policy
     if check.fit is Fit.OVER or (check.fit is Fit.SOFT and others_eligible):
         return check.reason
     return None
+
+
+def admission(policy: PolicySettings | None, ads: Sequence[Mapping[str, Any]]) -> str | None:
+    """SubmitError when a submitted job asks for more than MAX_WALLTIME (then nothing is
+    queued); else the BlockedReason jobs start with while limits are set (None: IDLE)."""
+    if policy is None:
+        return None
+    for proc, ad in enumerate(ads):
+        refusal = submit_refusal(ad, policy)
+        if refusal is not None:
+            raise SubmitError(f"job {proc} of the submission: {refusal}; nothing was queued")
+    return WAITING_REASON if policy.limits_on() else None
