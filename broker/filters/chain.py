@@ -55,12 +55,17 @@ class ActivationResult:
     verdict: ActivationVerdict
     # The filter that decided (None when every filter passed).
     decided_by: str | None = None
-    # On a non-zero code, the filters that passed before it, to revert.
-    to_revert: list[Ran] = field(default_factory=list)
+    # The filters that answered 0, in order.
+    passed: list[Ran] = field(default_factory=list)
 
     @property
     def action(self) -> Activation:
         return self.verdict.action
+
+    @property
+    def to_revert(self) -> list[Ran]:
+        """On a non-zero code, the filters that passed before it."""
+        return [] if self.action is Activation.START else self.passed
 
 
 def run_submission_chain(specs: Sequence[FilterSpec], ad: Mapping[str, Any],
@@ -93,7 +98,7 @@ def run_activation_chain(specs: Sequence[FilterSpec], ad: Mapping[str, Any], cal
         if verdict.action is not Activation.START:
             return ActivationResult(verdict, spec.name, passed)
         passed.append(Ran(spec, given))
-    return ActivationResult(ActivationVerdict(Activation.START), None, [])
+    return ActivationResult(ActivationVerdict(Activation.START), None, passed)
 
 
 def revert(ran: Sequence[Ran], call: Call, facts: Facts | None = None) -> list[FilterRun]:
