@@ -11,15 +11,11 @@ from __future__ import annotations
 import datetime as dt
 
 from fetchwork.config.convert import to_duration_s
-from fetchwork.errors import ConfigError, FetchworkError
+from fetchwork.errors import ConfigError, HoldTimeError
 
 # Windows HPC's bounds for Default Hold Duration: one minute to one week.
 HOLD_DURATION_MIN_S = 60
 HOLD_DURATION_MAX_S = 604800
-
-
-class HoldTimeError(FetchworkError):
-    """A hold time given on the command line cannot be used."""
 
 
 def check_default_hold_s(value_s: float, source: str | None = None,

@@ -9,14 +9,13 @@ import pytest
 
 from fetchwork.broker.filters.settings import load_settings
 from fetchwork.broker.holdtime import (
-    HoldTimeError,
     check_default_hold_s,
     format_hold_until,
     hold_for,
     hold_until,
 )
 from fetchwork.config.loader import Config
-from fetchwork.errors import ConfigError
+from fetchwork.errors import ConfigError, HoldTimeError
 
 NOW = 1_800_000_000.25  # 2027-01-15 08:00:00.25 UTC
 UTC = dt.UTC

@@ -28,8 +28,10 @@ class Admission:
     reason: str | None = None  # RemoveReason when not ok
 
 
-def admit(ad: Mapping[str, Any], settings: FilterSettings, call: Call) -> Admission:
-    """Run the submission chains and the template over one submitted job ad."""
+def admit(ad: Mapping[str, Any], settings: FilterSettings, call: Call,
+          broker_defaults: Mapping[str, Any] | None = None) -> Admission:
+    """Run the submission chains and the template over one submitted job ad
+    (`broker_defaults`: see templates.apply_template)."""
     first, _unknown = chosen_template(ad, settings.templates)
     result = run_submission_chain(settings.submission_specs(first), ad, call)
     if not result.ok:
@@ -38,7 +40,7 @@ def admit(ad: Mapping[str, Any], settings: FilterSettings, call: Call) -> Admiss
     template, why = chosen_template(result.ad, settings.templates)
     new_ad = result.ad
     if why is None and template is not None:
-        new_ad, why = apply_template(result.ad, template)
+        new_ad, why = apply_template(result.ad, template, broker_defaults)
     if why is not None:
         revert(result.ran, call)
         return Admission(False, new_ad, why)

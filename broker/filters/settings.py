@@ -31,6 +31,7 @@ class FilterSettings:
     default_hold_s: int
     activation_interval_s: float
     activation_timeout_s: float
+    reservation_timeout_s: float
     submission: dict[str, FilterSpec] = field(default_factory=dict)
     activation: dict[str, FilterSpec] = field(default_factory=dict)
     submit_chain: tuple[str, ...] = ()
@@ -71,18 +72,19 @@ def _located(config: Config, name: str, message: str) -> ConfigError:
     return ConfigError(message, where.source if where else None, where.line if where else None)
 
 
-def load_spec(config: Config, kind: str, name: str, used_by: str) -> FilterSpec:
+def load_spec(config: Config, kind: str, name: str, used_by: str,
+              timeout_s: float) -> FilterSpec:
     """`<KIND>_FILTER_<NAME>` with its args; ConfigError naming `used_by` when undefined."""
     knob = f"{_PREFIX[kind]}_{name.upper()}"
     value = (config.get(knob) or "").strip()
     if not value:
         raise _located(config, used_by, f"{used_by} names {kind} filter {name}, but {knob} "
                        "is not defined (a program path or python:package.module:function)")
+    args_knob = knob + "_ARGS"
     try:
-        args = tuple(parse_hook_args(config.get(f"{knob}_ARGS")))
+        args = tuple(parse_hook_args(config.get(args_knob)))
     except ArgSyntaxError as exc:
-        raise _located(config, f"{knob}_ARGS", f"{knob}_ARGS: {exc}") from exc
-    timeout_s = config.get_duration_s(f"{_PREFIX[kind]}_TIMEOUT")
+        raise _located(config, args_knob, f"{args_knob}: {exc}") from exc
     return FilterSpec(name=name.upper(), kind=kind, value=value, args=args,
                       timeout_s=timeout_s)
 
@@ -90,6 +92,8 @@ def load_spec(config: Config, kind: str, name: str, used_by: str) -> FilterSpec:
 def load_settings(config: Config) -> FilterSettings:
     """Read and check every filter and template knob."""
     templates = load_templates(config)
+    timeouts_s = {SUBMISSION: config.get_duration_s("SUBMIT_FILTER_TIMEOUT"),
+                  ACTIVATION: config.get_duration_s("ACTIVATION_FILTER_TIMEOUT")}
     specs: dict[str, dict[str, FilterSpec]] = {SUBMISSION: {}, ACTIVATION: {}}
     chains: dict[str, tuple[str, ...]] = {}
     for kind, prefix in _PREFIX.items():
@@ -101,7 +105,8 @@ def load_settings(config: Config) -> FilterSettings:
             wanted += [(name, f"JOB_TEMPLATE_{template.name}_{names_knob}") for name in chain]
         for name, used_by in wanted:
             if name.upper() not in specs[kind]:
-                specs[kind][name.upper()] = load_spec(config, kind, name, used_by)
+                specs[kind][name.upper()] = load_spec(config, kind, name, used_by,
+                                                      timeouts_s[kind])
     hold = config.where("DEFAULT_HOLD_DURATION")
     default_hold_s = check_default_hold_s(config.get_float("DEFAULT_HOLD_DURATION"),
                                           hold.source if hold else None,
@@ -111,4 +116,5 @@ def load_settings(config: Config) -> FilterSettings:
         submit_chain=chains[SUBMISSION], activation_chain=chains[ACTIVATION],
         templates=templates, default_hold_s=default_hold_s,
         activation_interval_s=config.get_duration_s("ACTIVATION_FILTER_INTERVAL"),
-        activation_timeout_s=config.get_duration_s("ACTIVATION_FILTER_TIMEOUT"))
+        activation_timeout_s=timeouts_s[ACTIVATION],
+        reservation_timeout_s=config.get_duration_s("ACTIVATION_RESERVATION_TIMEOUT"))

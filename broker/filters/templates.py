@@ -119,13 +119,20 @@ def chosen_template(ad: Mapping[str, Any], templates: Mapping[str, JobTemplate]
     return templates[named.lower()], None
 
 
-def apply_template(ad: Mapping[str, Any], template: JobTemplate
+def apply_template(ad: Mapping[str, Any], template: JobTemplate,
+                   broker_defaults: Mapping[str, Any] | None = None
                    ) -> tuple[dict[str, Any], str | None]:
-    """The ad with the template's defaults, and None, or the reason its requirements fail."""
+    """The ad with the template's defaults, and None, or the reason its requirements fail.
+    An attribute holding the value the broker itself gives a job that did not set it
+    (`broker_defaults`: JobPrio 0, ...) counts as not set."""
     new = dict(ad)
-    present = {name.lower() for name in new}
+    defaulted = {name.lower(): value for name, value in (broker_defaults or {}).items()}
+    present = {name.lower() for name, value in new.items()
+               if name.lower() not in defaulted or defaulted[name.lower()] != value}
     for attr, value in template.defaults:
         if attr.lower() not in present:
+            for name in [name for name in new if name.lower() == attr.lower()]:
+                del new[name]
             new[attr] = value
             present.add(attr.lower())
     if _get(new, TEMPLATE_ATTR) is None:
