@@ -77,3 +77,15 @@ def test_the_example_configuration_loads(tmp_path):
     assert [s.name for s in settings.submission_specs(settings.templates["short"])] == [
         "QUOTA", "AUDIT"]
     assert settings.submission["QUOTA"].args == ("--limit", "100")
+
+
+def test_the_readme_example_configuration_loads(tmp_path):
+    readme = (EXAMPLES.parent.parent / "README.md").read_text()
+    section = readme.split("## Filters and templates", 1)[1]
+    block = section.split("```\n", 2)[1]
+    conf = tmp_path / "readme.conf"
+    conf.write_text(block)
+    settings = load_settings(Config.load(environ={
+        "FETCHWORK_CONFIG": str(conf), "FETCHWORK_STATE_DIR": str(tmp_path)}))
+    assert settings.submit_chain == ("AUDIT",) and settings.activation_chain == ("LICENSE",)
+    assert settings.templates["short"].reason == "Short jobs use at most 4 CPUs"
