@@ -94,8 +94,9 @@ class Claimer:
 
     def _scan_held_back(self, slot: classad2.ClassAd, name: str, view: ClaimView,
                         rows: list[tuple[bytes, float]]) -> tuple[classad2.ClassAd | None, bool]:
-        """The scan when activation holds jobs back: a reserved slot looks at its job
-        only; past the first blocked priority group, only the blockers remain."""
+        """The scan when activation may hold jobs back: a reserved slot looks at its job
+        only; past the first blocked priority group, only the blockers remain; jobs
+        reserved for other slots or not due for evaluation are passed over."""
         client, keys = self.store.client, self.store.keys
         if view.reserved_job is not None:
             score = client.zscore(keys.idle, view.reserved_job)

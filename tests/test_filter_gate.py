@@ -96,3 +96,10 @@ def test_the_view_from_raw_replies():
     assert view.summary.activate and view.summary.wait_ms == 16000
     assert view.reserved_job == "7.0" and view.blocks == (("7.0", -2),)
     assert view_of([None] * 4, None, []).quiet
+
+
+def test_a_view_is_quiet_only_without_activation_reservation_or_block():
+    assert ClaimView().quiet
+    assert not ClaimView(summary=Summary(activate=True)).quiet
+    assert not ClaimView(reserved_job="1.0").quiet
+    assert not ClaimView(blocks=(("1.0", 0),)).quiet

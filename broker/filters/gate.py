@@ -107,8 +107,10 @@ class ClaimView:
 
     @property
     def quiet(self) -> bool:
-        """Nothing of activation can stop this slot's claim."""
-        return self.reserved_job is None and not self.blocks
+        """Nothing of activation can stop this slot's claim (no activation configured,
+        no reservation, no block)."""
+        return (self.reserved_job is None and not self.blocks
+                and not self.summary.any_activation)
 
 
 def view_of(summary_values: Sequence[bytes | str | None], reserved: bytes | str | None,
