@@ -96,8 +96,13 @@ def test_a_new_leader_returns_a_job_whose_claim_and_service_both_died(
     wait_until(lambda: time.time() * 1000 > deadline_ms, 30, what="the claim's deadline")
     broker.client.delete(broker.keys.leader)  # the first leader's lease lapsed
     second = BrokerService.from_config(broker, config.with_values(BROKER_REPLICA_NAME="second"))
-    second.run_once()
-    assert broker.get(job)["FetchworkState"] == "IDLE"
+    second.run_once()  # too late to run the chain for a claim that is gone
+    assert broker.get(job)["FetchworkState"] == "ACTIVATING"
+    wait_until(lambda: second.run_once() and broker.get(job)["FetchworkState"] == "IDLE", 30,
+               what="the new leader putting the job back after the claim's deadline")
+    ad = broker.get(job)
+    assert "FetchworkReservedSlot" not in ad and "FetchworkClaim" not in ad
+    assert not (tmp_path / "filter.pid").exists()  # no chain ran for a dead claim
     second.resign()
 
 

@@ -42,6 +42,9 @@ POLL_S = 0.5
 VERDICT_MARGIN_S = 0.3
 # A claim's reply list outlives the claim's wait by far.
 REPLY_TTL_MS = 60_000
+# An activation past its deadline is the claim's to give back; the leader puts
+# the job back itself only this long after (the claim died too).
+EXPIRE_GRACE_MS = 2000
 BATCH = 500
 WORKERS = 8
 
@@ -98,12 +101,13 @@ class FilterLeader:
         expired = []
         for member, deadline_ms in activating:
             job = codec.text(member)
-            if deadline_ms <= now_s * 1000:
+            if deadline_ms + EXPIRE_GRACE_MS <= now_s * 1000:
                 expired.append(job)
             else:
                 work.append(self._hand_out(job, self._activate))
         if expired:
-            back = Store.ids(self.store.run("activation_expire", expired, expired))
+            back = Store.ids(self.store.run("activation_expire", expired,
+                                            [EXPIRE_GRACE_MS, *expired]))
             if back:
                 log.info("activation outlived its claim for %s: back to IDLE", " ".join(back))
         if due:
@@ -177,6 +181,8 @@ class FilterLeader:
         if not request:
             return  # the claim gave up; activation_expire puts the job back
         facts, deadline_s = request_facts(request)
+        if time.time() >= deadline_s - VERDICT_MARGIN_S:
+            return  # too late for the claim; it (or activation_expire) puts the job back
         result = activate(data, self.settings, bounded(self.call, deadline_s), facts, time.time())
         applied = self._settle(job, token, result.action, result.verdict.reason,
                                result.verdict.hold_until)
