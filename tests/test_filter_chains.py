@@ -183,3 +183,10 @@ def test_a_filter_may_change_the_template_that_then_applies(tmp_path):
                  body="echo 'JobTemplate = \"Short\"' >> \"$file\"")
     admitted = admit(AD, load_settings(config), run_filter)
     assert admitted.ok and admitted.ad["JobPrio"] == 5 and admitted.ad["JobTemplate"] == "Short"
+
+
+def test_the_template_name_takes_its_canonical_spelling(tmp_path):
+    settings = load_settings(site(tmp_path))
+    admitted = admit({**AD, "jobtemplate": "short"}, settings, run_filter)
+    assert admitted.ok and admitted.ad["JobTemplate"] == "short"
+    assert "jobtemplate" not in admitted.ad

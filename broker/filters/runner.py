@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import classad2
@@ -112,7 +112,6 @@ class FilterCall:
     facts: Facts | None
     slot_ad: classad2.ClassAd | None = None
     message: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def run_filter(spec: FilterSpec, action: str, ad: Mapping[str, Any],

@@ -135,8 +135,11 @@ def apply_template(ad: Mapping[str, Any], template: JobTemplate,
                 del new[name]
             new[attr] = value
             present.add(attr.lower())
-    if _get(new, TEMPLATE_ATTR) is None:
-        new[TEMPLATE_ATTR] = template.name
+    # JobTemplate in its canonical spelling (claim.lua reads it by that name).
+    named = _get(new, TEMPLATE_ATTR)
+    for name in [name for name in new if name.lower() == TEMPLATE_ATTR.lower()]:
+        del new[name]
+    new[TEMPLATE_ATTR] = named if named is not None else template.name
     if template.requirements is None:
         return new, None
     try:
