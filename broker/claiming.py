@@ -7,6 +7,15 @@ succeeds only while the job is still idle; a lost race moves on to the next
 candidate. With `wait_s` > 0 and nothing claimable, the claimer blocks on
 the event stream (XREAD BLOCK) from the last event seen before the scan and
 scans again when a job became IDLE, until the deadline: no busy polling.
+
+Activation (filters/claimside.py): the first read also brings what the
+leader's activation filters left for this slot (reservation, blocks); jobs
+they hold back are not offered, and a job that claim.lua made ACTIVATING
+ends the claim with the leader's verdict: the job, or None.
+
+Scheduling policy (broker/policy): with limits set, a slot no IDLE job fits
+may take a job BLOCKED only by a soft PS limit (the soft set), as a last
+resort; claim.lua re-checks every job's PS budget.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from fetchwork.config.ads import from_dict
 from fetchwork.errors import AdError
 
 from . import codec
+from .filters.claimside import ActivationClaims, is_activation
+from .filters.gate import ClaimView, block_floor, group_of, may_offer
 from .matching import job_matches_slot, slot_name
 from .store import Store
 
@@ -48,8 +59,8 @@ class Claimer:
         self.store = store
         self.default_lease_s = default_lease_s
         self.scan_batch = scan_batch
-        # Scheduling policy with limits: a slot no IDLE job fits may take a job
-        # BLOCKED only by a soft PS limit (the soft set), as a last resort.
+        self.activation = ActivationClaims(store)
+        # Scheduling policy limits are set: scan the soft set when nothing else fits.
         self.soft_tier = soft_tier
 
     def claim(self, slot_ad: classad2.ClassAd | Mapping[str, Any],
@@ -57,55 +68,94 @@ class Claimer:
         slot = slot_ad if isinstance(slot_ad, classad2.ClassAd) else from_dict(slot_ad)
         name = slot_name(slot)
         if wait_s <= 0:
-            return self._find(slot, name)
+            return self._find(slot, name)[0]
         deadline = time.monotonic() + wait_s
         last_id = self.store.last_event_id()
         while True:
-            job = self._find(slot, name)
-            if job is not None:
+            job, final = self._find(slot, name)
+            if job is not None or final:
                 return job
             next_id = self._wait_for_idle(last_id, deadline)
             if next_id is None:
                 return None
             last_id = next_id
 
-    def _find(self, slot: classad2.ClassAd, name: str) -> classad2.ClassAd | None:
-        """The best idle job for the slot; else, with the soft tier, a soft-blocked one."""
-        job = self._scan(slot, name)
-        if job is None and self.soft_tier:
-            job = self._scan(slot, name, last_resort=True)
-        return job
+    def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
+        """The scan of the idle set; then, with the soft tier, of the soft set."""
+        claimed = self._scan(slot, name)
+        if claimed != (None, False) or not self.soft_tier:
+            return claimed
+        rows = self.store.client.zrangebyscore(self.store.keys.soft, "-inf", "+inf", start=0,
+                                               num=max(self.scan_batch, FIRST_BATCH),
+                                               withscores=True)
+        view = self.activation.first_read(name, 0)[1]
+        return self._offer(rows, slot, name, view, last_resort=True) if rows else claimed
 
-    def _scan(self, slot: classad2.ClassAd, name: str,
-              last_resort: bool = False) -> classad2.ClassAd | None:
-        keys = self.store.keys
-        client = self.store.client
-        low: str = "-inf"
+    def _scan(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
+        """(the claimed job or None, whether an activation verdict ended the claim)."""
         batch = FIRST_BATCH
-        source = keys.soft if last_resort else keys.idle
+        rows, view = self.activation.first_read(name, batch)
+        if not view.quiet:
+            return self._scan_held_back(slot, name, view, rows)
         while True:
-            rows = client.zrangebyscore(source, low, "+inf", start=0, num=batch,
-                                        withscores=True)
             if not rows:
-                return None
-            ids = [codec.text(member) for member, _score in rows]
-            matched: list[str] = []
-            for job_id, data in self.store.hashes(ids):
+                return None, False
+            claimed = self._offer(rows, slot, name, view)
+            if claimed != (None, False) or len(rows) < batch:
+                return claimed
+            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+            rows = self._rows_after(rows[-1][1], batch)
+
+    def _rows_after(self, score: float, batch: int) -> list[tuple[bytes, float]]:
+        return self.store.client.zrangebyscore(self.store.keys.idle, f"({score!r}", "+inf",
+                                               start=0, num=batch, withscores=True)
+
+    def _scan_held_back(self, slot: classad2.ClassAd, name: str, view: ClaimView,
+                        rows: list[tuple[bytes, float]]) -> tuple[classad2.ClassAd | None, bool]:
+        """The scan when activation may hold jobs back: a reserved slot looks at its job
+        only; past the first blocked priority group, only the blockers remain; jobs
+        reserved for other slots or not due for evaluation are passed over."""
+        client, keys = self.store.client, self.store.keys
+        if view.reserved_job is not None:
+            score = client.zscore(keys.idle, view.reserved_job)
+            rows = [] if score is None else [(view.reserved_job.encode(), score)]
+            return self._offer(rows, slot, name, view) if rows else (None, False)
+        floor = block_floor(view)
+        batch = FIRST_BATCH
+        while rows:
+            before = [row for row in rows if floor is None or group_of(row[1]) < floor]
+            claimed = self._offer(before, slot, name, view) if before else (None, False)
+            if claimed != (None, False):
+                return claimed
+            if len(before) < len(rows) or len(rows) < batch:
+                break
+            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+            rows = self._rows_after(rows[-1][1], batch)
+        blockers = [job for job, _group in view.blocks]
+        scores = client.zmscore(keys.idle, blockers) if blockers else []
+        rows = [(job.encode(), score) for job, score in zip(blockers, scores, strict=True)
+                if score is not None]
+        return self._offer(sorted(rows, key=lambda row: row[1]), slot, name, view)
+
+    def _offer(self, rows: list[tuple[bytes, float]], slot: classad2.ClassAd, name: str,
+               view: ClaimView, last_resort: bool = False
+               ) -> tuple[classad2.ClassAd | None, bool]:
+        """Offer the matching jobs among `rows` to claim.lua, a few at a time."""
+        scores = {codec.text(member): score for member, score in rows}
+        now_ms = time.time() * 1000
+        matched: list[str] = []
+        for job_id, data in self.store.hashes(list(scores)):
+            if view.quiet or may_offer(job_id, data, scores[job_id], view, name, now_ms):
                 if self._fits(job_id, data, slot):
                     matched.append(job_id)
-                if len(matched) == CLAIM_GROUP:
-                    claimed = self._claim_first(matched, name, last_resort)
-                    if claimed is not None:
-                        return claimed
-                    matched = []
-            if matched:
-                claimed = self._claim_first(matched, name, last_resort)
-                if claimed is not None:
+            if len(matched) == CLAIM_GROUP:
+                claimed = self._claim_first(matched, slot, name, view, last_resort)
+                if claimed != (None, False):
                     return claimed
-            if len(rows) < batch:
-                return None
-            low = f"({rows[-1][1]!r}"
-            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+                matched = []
+        if matched:
+            return self._claim_first(matched, slot, name, view, last_resort)
+        return None, False
 
     @staticmethod
     def _fits(job_id: str, data: dict[str, Any], slot: classad2.ClassAd) -> bool:
@@ -116,21 +166,26 @@ class Claimer:
             return False
         return job_matches_slot(job, slot)
 
-    def _claim_first(self, job_ids: list[str], name: str,
-                     last_resort: bool = False) -> classad2.ClassAd | None:
-        """claim.lua on matched candidates: the first one still idle (and, with a
-        policy budget, within it) is ours."""
+    def _claim_first(self, job_ids: list[str], slot: classad2.ClassAd, name: str,
+                     view: ClaimView, last_resort: bool = False
+                     ) -> tuple[classad2.ClassAd | None, bool]:
+        """claim.lua on matched candidates: the first one still idle is ours (or, with an
+        activation chain, the leader's verdict on it decides, and ends the claim)."""
         token = uuid.uuid4().hex
         keys = self.store.keys
+        policy_keys = [keys.ps_ledger, keys.soft] if last_resort else [keys.ps_ledger]
         reply = self.store.run("claim", job_ids,
-                                [token, name, str(self.default_lease_s), *job_ids],
-                                extra_keys=[keys.ps_ledger, keys.soft] if last_resort
-                                else [keys.ps_ledger])
+                               [token, name, str(self.default_lease_s),
+                                self.activation.slot_ad_arg(view, slot), *job_ids],
+                               extra_keys=[keys.activation(token), *policy_keys])
         if reply is None:
-            return None
+            return None, False
         job_id, flat = msgpack.unpackb(reply, raw=True)
+        if is_activation((job_id, flat)):
+            ad = self.activation.await_verdict(job_id.decode(), token, view.summary.wait_ms)
+            return ad, True
         log.debug("job %s claimed by %s", job_id.decode(), name)
-        return from_dict(codec.decode_flat(flat))
+        return from_dict(codec.decode_flat(flat)), False
 
     def _wait_for_idle(self, last_id: str, deadline: float) -> str | None:
         """Block until an event shows a job becoming IDLE; its id, or None at the deadline."""
