@@ -176,3 +176,24 @@ def test_with_the_policy_switched_off_blocked_jobs_are_released(redis_client, po
     service.run_once()
     assert count(broker, "IDLE") == 3
     assert "BlockedReason" not in broker.get(f"{broker.query()[2]['ClusterId']}.2")
+
+
+def test_a_job_a_submission_filter_admits_is_placed_by_the_policy(redis_client, pool_name,
+                                                                   tmp_path):
+    from tests.filterprogs import write_filter
+
+    write_filter(tmp_path, "ok")
+    conf = tmp_path / "site.conf"
+    conf.write_text(f"SUBMIT_FILTER_NAMES = OK\nSUBMIT_FILTER_OK = {tmp_path}/ok\n"
+                    "MAX_IDLE_JOBS_PER_USER = 1\n")
+    config = Config.load(environ={"FETCHWORK_CONFIG": str(conf),
+                                  "FETCHWORK_STATE_DIR": str(tmp_path / "state")})
+    broker = Broker(redis_client, pool_name, config)
+    service = BrokerService.from_config(broker, config)
+    service.run_once()  # leads and publishes the filter summary
+    broker.submit([{"Cmd": "x"}] * 2, owner="alice")
+    assert count(broker, "VALIDATING") == 2
+    service.run_once(policy_pass=False)
+    assert count(broker, "BLOCKED") == 2, "admitted, they wait for the policy, not IDLE"
+    service.run_once()
+    assert count(broker, "IDLE") == 1 and count(broker, "BLOCKED") == 1
