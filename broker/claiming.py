@@ -12,6 +12,10 @@ Activation (filters/claimside.py): the first read also brings what the
 leader's activation filters left for this slot (reservation, blocks); jobs
 they hold back are not offered, and a job that claim.lua made ACTIVATING
 ends the claim with the leader's verdict: the job, or None.
+
+Scheduling policy (broker/policy): with limits set, a slot no IDLE job fits
+may take a job BLOCKED only by a soft PS limit (the soft set), as a last
+resort; claim.lua re-checks every job's PS budget.
 """
 
 from __future__ import annotations
@@ -50,28 +54,42 @@ class Claimer:
     """Claims jobs of one pool for slots; leases last `default_lease_s` unless the job
     says JobLeaseDuration; scans read at most `scan_batch` idle jobs at a time."""
 
-    def __init__(self, store: Store, default_lease_s: float, scan_batch: int):
+    def __init__(self, store: Store, default_lease_s: float, scan_batch: int,
+                 soft_tier: bool = False):
         self.store = store
         self.default_lease_s = default_lease_s
         self.scan_batch = scan_batch
         self.activation = ActivationClaims(store)
+        # Scheduling policy limits are set: scan the soft set when nothing else fits.
+        self.soft_tier = soft_tier
 
     def claim(self, slot_ad: classad2.ClassAd | Mapping[str, Any],
               wait_s: float = 0.0) -> classad2.ClassAd | None:
         slot = slot_ad if isinstance(slot_ad, classad2.ClassAd) else from_dict(slot_ad)
         name = slot_name(slot)
         if wait_s <= 0:
-            return self._scan(slot, name)[0]
+            return self._find(slot, name)[0]
         deadline = time.monotonic() + wait_s
         last_id = self.store.last_event_id()
         while True:
-            job, final = self._scan(slot, name)
+            job, final = self._find(slot, name)
             if job is not None or final:
                 return job
             next_id = self._wait_for_idle(last_id, deadline)
             if next_id is None:
                 return None
             last_id = next_id
+
+    def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
+        """The scan of the idle set; then, with the soft tier, of the soft set."""
+        claimed = self._scan(slot, name)
+        if claimed != (None, False) or not self.soft_tier:
+            return claimed
+        rows = self.store.client.zrangebyscore(self.store.keys.soft, "-inf", "+inf", start=0,
+                                               num=max(self.scan_batch, FIRST_BATCH),
+                                               withscores=True)
+        view = self.activation.first_read(name, 0)[1]
+        return self._offer(rows, slot, name, view, last_resort=True) if rows else claimed
 
     def _scan(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
         """(the claimed job or None, whether an activation verdict ended the claim)."""
@@ -120,7 +138,8 @@ class Claimer:
         return self._offer(sorted(rows, key=lambda row: row[1]), slot, name, view)
 
     def _offer(self, rows: list[tuple[bytes, float]], slot: classad2.ClassAd, name: str,
-               view: ClaimView) -> tuple[classad2.ClassAd | None, bool]:
+               view: ClaimView, last_resort: bool = False
+               ) -> tuple[classad2.ClassAd | None, bool]:
         """Offer the matching jobs among `rows` to claim.lua, a few at a time."""
         scores = {codec.text(member): score for member, score in rows}
         now_ms = time.time() * 1000
@@ -130,12 +149,12 @@ class Claimer:
                 if self._fits(job_id, data, slot):
                     matched.append(job_id)
             if len(matched) == CLAIM_GROUP:
-                claimed = self._claim_first(matched, slot, name, view)
+                claimed = self._claim_first(matched, slot, name, view, last_resort)
                 if claimed != (None, False):
                     return claimed
                 matched = []
         if matched:
-            return self._claim_first(matched, slot, name, view)
+            return self._claim_first(matched, slot, name, view, last_resort)
         return None, False
 
     @staticmethod
@@ -148,14 +167,17 @@ class Claimer:
         return job_matches_slot(job, slot)
 
     def _claim_first(self, job_ids: list[str], slot: classad2.ClassAd, name: str,
-                     view: ClaimView) -> tuple[classad2.ClassAd | None, bool]:
+                     view: ClaimView, last_resort: bool = False
+                     ) -> tuple[classad2.ClassAd | None, bool]:
         """claim.lua on matched candidates: the first one still idle is ours (or, with an
         activation chain, the leader's verdict on it decides, and ends the claim)."""
         token = uuid.uuid4().hex
+        keys = self.store.keys
+        policy_keys = [keys.ps_ledger, keys.soft] if last_resort else [keys.ps_ledger]
         reply = self.store.run("claim", job_ids,
                                [token, name, str(self.default_lease_s),
                                 self.activation.slot_ad_arg(view, slot), *job_ids],
-                               extra_keys=[self.store.keys.activation(token)])
+                               extra_keys=[keys.activation(token), *policy_keys])
         if reply is None:
             return None, False
         job_id, flat = msgpack.unpackb(reply, raw=True)

@@ -25,6 +25,7 @@ from fetchwork.errors import AdError, BrokerError
 from . import codec
 from .claiming import Claimer
 from .jobads import caller_attrs
+from .policy.settings import policy_in_force
 from .store import READ_BATCH, Store
 from .submitting import Submitted, Submitter
 
@@ -47,8 +48,11 @@ class Broker:
         self.keys = self.store.keys
         self.default_lease_s = config.get_duration_s("JOB_DEFAULT_LEASE_DURATION")
         scan_batch = max(1, config.get_int("BROKER_CLAIM_SCAN_BATCH"))
-        self._claimer = Claimer(self.store, self.default_lease_s, scan_batch)
-        self._submitter = Submitter(self.store, self.default_lease_s)
+        # Scheduling policy (broker/policy): None while every policy knob is 0.
+        self.policy = policy_in_force(config)
+        self._claimer = Claimer(self.store, self.default_lease_s, scan_batch,
+                                soft_tier=self.policy is not None and self.policy.limits_on())
+        self._submitter = Submitter(self.store, self.default_lease_s, self.policy)
 
     @classmethod
     def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:

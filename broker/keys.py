@@ -22,6 +22,8 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:holds         zset: held jobs with a HoldUntil, scored by it (s)
     fw:{P}:activation:<token>        hash: a claim's activation request (slot ad, facts)
     fw:{P}:activation:<token>:reply  list: the leader's verdict for that claim
+    fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
+    fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class PoolKeys:
     blocks = _named("blocks")
     reservations = _named("reservations")
     holds = _named("holds")
+    soft = _named("soft")
+    ps_ledger = _named("psledger")
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

@@ -15,6 +15,11 @@ woken by the event stream; `run_once` does one such pass and waits for it.
 A configuration the filters cannot use (DEFAULT_HOLD_DURATION out of range,
 a chain naming an undefined filter) stops `from_config`: the broker refuses
 to start.
+
+With scheduling policy knobs set, the leader also runs policy passes
+(broker/policing.py) on a thread of their own, after every transition and
+at least every POLICY_INTERVAL; with none set, a new leader releases any job
+a former policy left BLOCKED.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from fetchwork.errors import FetchworkError
 from .client import Broker
 from .filters.leader import POLL_S, FilterLeader
 from .filters.settings import load_settings
+from .policing import PolicyResult, PolicyRunner, release_blocked
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +49,7 @@ class PassResult:
     leader: bool
     reaped: list[str] = field(default_factory=list)
     forgotten: int = 0
+    policy: PolicyResult | None = None
 
 
 def tick_interval_s(reaper_interval_s: float, leader_lease_s: float) -> float:
@@ -76,6 +83,8 @@ class BrokerService:
         self.replica = replica or default_replica_name()
         self.is_leader = False
         self._last_reap_s: float | None = None
+        # The scheduling policy's passes; None while no policy knob is set.
+        self.policy = PolicyRunner.for_broker(broker)
 
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
@@ -104,9 +113,11 @@ class BrokerService:
             log.info("replica %s resigned leadership of pool %s", self.replica, self.broker.pool)
         self.is_leader = False
 
-    def run_once(self, now_s: float | None = None, filter_pass: bool = True) -> PassResult:
+    def run_once(self, now_s: float | None = None, filter_pass: bool = True,
+                 policy_pass: bool = True) -> PassResult:
         """One pass: renew leadership, and reap when leading and due; with
-        `filter_pass`, one pass of the filters too, waited for."""
+        `filter_pass`, one pass of the filters too, waited for; with `policy_pass`,
+        a scheduling policy pass when one is due."""
         now_s = time.monotonic() if now_s is None else now_s
         if not self.try_lead():
             return PassResult(leader=False)
@@ -116,11 +127,16 @@ class BrokerService:
             if filter_pass:
                 for work in self.filters.run_pass():
                     work.result()
+        if self.policy is None and self._last_reap_s is None:
+            # Just took leadership with no policy: jobs a former policy blocked wait no more.
+            release_blocked(self.store)
         if reap_due(now_s, self._last_reap_s, self.reaper_interval_s):
             result.reaped = self.broker.reap_expired()
             if self.history_max_jobs is not None:
                 result.forgotten = self.broker.trim_history(self.history_max_jobs)
             self._last_reap_s = now_s
+        if policy_pass and self.policy is not None and self.policy.due(now_s):
+            result.policy = self.policy.run_pass(monotonic_s=now_s)
         return result
 
     def run(self, stop: threading.Event) -> None:
@@ -133,10 +149,15 @@ class BrokerService:
             filter_thread = threading.Thread(target=self._run_filters, args=(stop,),
                                              name="broker-filters", daemon=True)
             filter_thread.start()
+        policy_thread = None
+        if self.policy is not None:
+            policy_thread = threading.Thread(target=self._run_policy, args=(stop,),
+                                             name="broker-policy", daemon=True)
+            policy_thread.start()
         try:
             while not stop.is_set():
                 try:
-                    self.run_once(filter_pass=False)
+                    self.run_once(filter_pass=False, policy_pass=False)
                 except (redis.RedisError, FetchworkError):
                     log.exception("broker pass failed; retrying in %ss", interval_s)
                     self.is_leader = False
@@ -144,6 +165,8 @@ class BrokerService:
         finally:
             if filter_thread is not None:
                 filter_thread.join(timeout=5)
+            if policy_thread is not None:
+                policy_thread.join(timeout=5)
             try:
                 self.resign()
             except (redis.RedisError, FetchworkError) as exc:
@@ -169,3 +192,17 @@ class BrokerService:
                     stop.wait(POLL_S)
         finally:
             self.filters.close()
+
+    def _run_policy(self, stop: threading.Event) -> None:
+        """The policy thread: a pass after each transition (at least every
+        POLICY_INTERVAL) while this replica leads."""
+        assert self.policy is not None
+        interval_s = max(0.05, self.policy.settings.interval_s)
+        while not stop.is_set():
+            try:
+                if self.is_leader and self.policy.due(time.monotonic()):
+                    self.policy.run_pass()
+                self.policy.wait_for_change(stop, interval_s)
+            except (redis.RedisError, FetchworkError):
+                log.exception("policy pass failed; retrying in %ss", interval_s)
+                stop.wait(interval_s)

@@ -7,7 +7,11 @@ Every job ad carries `FetchworkState` (the state name below) and `JobStatus`
     (submit)   -> VALIDATING          the same, while the leader publishes submission filters
     VALIDATING -> IDLE | HELD         admit.lua (the chains and the template accepted it)
     VALIDATING -> FAILED              admit_fail.lua
-    IDLE       -> RUNNING             claim.lua
+    (submit)   -> BLOCKED             submit.lua, when scheduling policy limits are set
+    IDLE       -> BLOCKED             block.lua (the leader's policy pass, broker/policing.py)
+    BLOCKED    -> IDLE                unblock.lua (the same pass)
+    IDLE       -> RUNNING             claim.lua (also BLOCKED by a soft PS limit only -> RUNNING,
+                                      for a slot no IDLE job fits)
     IDLE       -> ACTIVATING          claim.lua, for a job with an activation chain
     ACTIVATING -> RUNNING             activate_start.lua (the chain answered 0)
     ACTIVATING -> IDLE                activate_defer.lua (1: block; 2, other, timeout: reserve),
@@ -21,6 +25,7 @@ Every job ad carries `FetchworkState` (the state name below) and `JobStatus`
     RUNNING    -> IDLE | FAILED       finish.lua how=evict, reap.lua (Rerunnable decides)
     RUNNING    -> HELD                finish.lua how=hold
     RUNNING    -> REMOVED             finish.lua how=remove
+    RUNNING    -> FAILED              overrun.lua marks a job past its walltime; its end settles it
     IDLE|HELD|VALIDATING|ACTIVATING -> REMOVED  remove.lua
     IDLE|ACTIVATING -> HELD           hold.lua (with a HoldUntil when given)
     HELD       -> IDLE                release.lua
@@ -32,7 +37,8 @@ the execute side stops it; its finish(), or the reaper when the lease lapses,
 completes the transition (a pending removal wins over any `how`; a pending
 hold wins over evict). FAILED has no HTCondor code: such a job leaves the
 queue like a job removed by the system, with JobStatus 3 and a RemoveReason.
-BLOCKED is reserved for scheduling policy; nothing produces it yet.
+BLOCKED jobs (JobStatus 1, with a BlockedReason) are the ones scheduling
+policy keeps out of scheduling; with every policy knob 0 there are none.
 VALIDATING and ACTIVATING jobs wait for the leader's filters (JobStatus 1,
 in no idle set, so no slot can claim them).
 """
@@ -81,6 +87,9 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     "HoldReason", "HoldReasonCode", "LastHoldReason", "RemoveReason", "NumJobMatches",
     "HoldReasonSubCode", "FetchworkActivateAfter", "FetchworkReservedSlot",
     "FetchworkActivationReason", "FetchworkActivationSlot",
+    # Written by the scheduling policy's pass (broker/policing.py).
+    "BlockedReason", "BlockedBySoftLimit", "FetchworkBudget", "FetchworkCpus",
+    "FetchworkWalltime", "FetchworkPsLimit", "FetchworkPriority", "FetchworkOverrun",
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

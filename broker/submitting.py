@@ -32,6 +32,9 @@ from fetchwork.errors import SubmitError
 
 from . import codec
 from .jobads import PreparedJob, identity, place, prepare_submitted
+from .policy.limits import admission
+from .policy.settings import PolicySettings
+from .states import State
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -54,9 +57,12 @@ class Submitted:
 class Submitter:
     """Submits clusters to one pool; jobs without JobLeaseDuration get `default_lease_s`."""
 
-    def __init__(self, store: Store, default_lease_s: float):
+    def __init__(self, store: Store, default_lease_s: float,
+                 policy: PolicySettings | None = None):
         self.store = store
         self.default_lease_s = default_lease_s
+        # Scheduling policy: MAX_WALLTIME refuses; with limits, jobs start BLOCKED.
+        self.policy = policy
 
     def next_cluster(self) -> int:
         """Allocate a cluster number."""
@@ -71,11 +77,13 @@ class Submitter:
         user = getpass.getuser()
         jobs = [prepare_submitted(normalizer.normalize(ad), qdate_s, self.default_lease_s)
                 for ad in ads]
+        blocked_reason = admission(self.policy, [job.attrs for job in jobs])
         store = self.store
         cluster = cluster_id if cluster_id is not None else self.next_cluster()
         first_seq = int(store.client.incrby(store.keys.seq_counter, len(jobs))) - len(jobs) + 1
         placed = [(place(job, identity(store.pool, cluster, proc, qdate_s, first_seq + proc,
-                                       job.prio, owner, job.ad_owner, user)), first_seq + proc)
+                                       job.prio, owner, job.ad_owner, user), blocked_reason),
+                   first_seq + proc)
                   for proc, job in enumerate(jobs)]
         nonce = uuid.uuid4().hex
         validating: list[bool] = []
@@ -137,7 +145,8 @@ class Submitter:
             pipe = store.client.pipeline(transaction=True)
             for start in range(first, min(first + TRANSACTION, len(placed)), BATCH):
                 blob = codec.pack_for_lua([
-                    [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held]
+                    [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held,
+                     job.attrs["FetchworkState"] == State.BLOCKED]
                     for job, seq in placed[start:start + BATCH]])
                 flag = "1" if validating[start // BATCH] else ""
                 store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob, flag])

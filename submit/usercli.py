@@ -126,9 +126,19 @@ _long_option = click.option("-l", "-long", "--long", "long", is_flag=True,
               help="A live table, redrawn as jobs change, until none is idle or running.")
 @click.option("-hold", "--hold", "held", is_flag=True,
               help="Only held jobs, with when and why they were held.")
+@click.option("-showq", "--showq", "view", flag_value="showq",
+              help="Maui's view: active, idle and blocked jobs, with the totals line.")
+@click.option("-analyze", "--analyze", "view", flag_value="analyze",
+              help="Why each job of IDS is not running: the policy limit and its numbers, "
+                   "the Requirements clause no slot meets, the jobs ahead, the hold.")
+@click.option("-priority", "--priority", "view", flag_value="priority",
+              help="Waiting jobs best first, with each priority factor's contribution.")
 def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long: bool,
-              watch: bool, held: bool) -> None:
+              watch: bool, held: bool, view: str | None) -> None:
     """List jobs in the queue (idle, running, held), optionally only IDS (C or C.P)."""
+    if view is not None:
+        policy_view(view, ids)
+        return
     broker = connect_broker()
     selection = id_constraint(ids, constraint)
     if held:
@@ -138,6 +148,24 @@ def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long:
         return
     _show_jobs(sorted(queued(broker, selection), key=_order), as_json, long, history=False,
                held=held)
+
+
+def policy_view(view: str, ids: Sequence[str]) -> None:
+    """q -showq, -analyze IDS or -priority (submit/policyview.py)."""
+    from fetchwork.broker.policy.settings import policy_settings
+    from fetchwork.submit import policyview
+
+    config = Config.load()
+    broker, settings = Broker.from_config(config), policy_settings(config)
+    if view == "showq":
+        click.echo(policyview.showq(broker, settings), nl=False)
+    elif view == "priority":
+        table_console().print(policyview.priority_table(broker, settings))
+    elif not ids:
+        raise click.UsageError("-analyze needs job ids (C.P)")
+    else:
+        for job_id in ids:
+            click.echo(policyview.analyze(broker, settings, job_id.strip()))
 
 
 def _queue_view(ads: Sequence[Any]) -> Group:

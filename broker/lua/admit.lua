@@ -1,5 +1,6 @@
--- admit.lua: VALIDATING -> IDLE | HELD once the leader's submission chains and
--- the job template accepted the job (a job submitted on hold is HELD).
+-- admit.lua: VALIDATING -> IDLE | HELD | BLOCKED once the leader's submission chains and
+-- the job template accepted the job (a job submitted on hold is HELD; with
+-- scheduling policy limits, a job placed with a BlockedReason is BLOCKED).
 -- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY] the job's hash.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] JobPrio
 --   (clamped, for the idle order), ARGV[5] n = attributes to delete,
@@ -16,6 +17,10 @@ local seq = tonumber(redis.call('ZSCORE', K_QUEUE, id)) or 0
 setv(key, 'FetchworkOrder', -tonumber(ARGV[4]) * PRIO_SCALE + seq)
 if getv(key, 'HoldReasonCode') == HOLD_SUBMITTED_ON_HOLD then
   to_held(key, id, 'admit', nil, nil)
+elseif getv(key, 'BlockedReason') then
+  -- Scheduling policy limits are set: the leader's policy pass places it.
+  set_state(key, 'BLOCKED', STATUS_IDLE)
+  event('admit', id, 'BLOCKED', STATUS_IDLE)
 else
   to_idle(key, id, 'admit')
 end

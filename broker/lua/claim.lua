@@ -3,7 +3,10 @@
 -- ACTIVATING when that job has an activation chain (the leader's filters
 -- summary says so), and the claim then waits for the leader's verdict.
 -- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the candidates'
---   hashes, in ARGV order; then the claim's activation request hash.
+--   hashes, in ARGV order; then the claim's activation request hash; then the
+--   PS ledger (hash: scheduling policy budget -> msgpack array of {job id,
+--   walltime end in s, CPUs} of its running jobs); then, on a last-resort
+--   claim only, the soft set (see block.lua).
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] claim token, ARGV[4]
 -- slot name (RemoteHost), ARGV[5] default lease seconds, ARGV[6] the slot ad
 -- (msgpack) for an activation chain, '' when the caller saw none configured,
@@ -11,6 +14,13 @@
 -- Only a job still in the idle set is claimed, so no job goes to two slots;
 -- a slot reserved for another job, a job reserved for another slot, a job
 -- not due for evaluation and a job held back by a block are skipped.
+-- Scheduling policy: a job the policy pass gave a budget (FetchworkBudget)
+-- is claimed only while its PS (FetchworkCpus x FetchworkWalltime) plus the
+-- remaining PS of its budget's running jobs stays within FetchworkPsLimit
+-- (0: none), so two slots racing cannot break MAXPS. With the soft set
+-- given, a candidate may also be a job BLOCKED only by a soft PS limit (the
+-- caller found no IDLE job for its slot); it starts at once, within its hard
+-- limit, unless it has an activation chain.
 -- A start sets JobStatus 2, RemoteHost, FetchworkClaim, FetchworkLeaseExpiry
 -- (s), NumJobMatches + 1 (lease: JobLeaseDuration, else ARGV[5] seconds).
 -- An activation writes the request hash (job, slot, slot_ad, index = the
@@ -20,6 +30,7 @@
 -- 'activate'}, or nil when no candidate can be claimed.
 local token, slot, slot_ad = ARGV[3], ARGV[4], ARGV[6]
 local request = KEYS[FIRST_JOB_KEY + #ARGV - 6]
+local K_LEDGER, K_SOFT = KEYS[FIRST_JOB_KEY + #ARGV - 5], KEYS[FIRST_JOB_KEY + #ARGV - 4]
 local reserved = redis.call('HGET', K_RESERVATIONS, slot)
 local blocks = redis.call('ZRANGE', K_BLOCKS, 0, 15, 'WITHSCORES')
 local summary = redis.call('HMGET', K_FILTERS, 'activate', 'templates', 'wait_ms')
@@ -69,16 +80,51 @@ local function begin_activation(key, id)
   return cmsgpack.pack({id, 'activate'})
 end
 
+-- The policy's PS re-check (broker/policy/limits.py start_refusal); records the
+-- job in its budget's ledger when it may start. Jobs no longer claimed drop out.
+local function policy_allows(key, id)
+  local budget = getv(key, 'FetchworkBudget')
+  if not budget or not K_LEDGER then return true end
+  local raw = redis.call('HGET', K_LEDGER, budget)
+  local live, used, now_s = {}, 0, NOW / 1000
+  for _, entry in ipairs(raw and cmsgpack.unpack(raw) or {}) do
+    if redis.call('ZSCORE', K_RUNNING, entry[1]) then
+      live[#live + 1] = entry
+      used = used + math.max(0, entry[2] - now_s) * entry[3]
+    end
+  end
+  local cpus = tonumber(getv(key, 'FetchworkCpus')) or 1
+  local walltime = tonumber(getv(key, 'FetchworkWalltime')) or 0
+  local limit = tonumber(getv(key, 'FetchworkPsLimit')) or 0
+  local fits = limit <= 0 or used + cpus * walltime <= limit
+  if fits then live[#live + 1] = {id, now_s + walltime, cpus} end
+  redis.call('HSET', K_LEDGER, budget, cmsgpack.pack(live))
+  return fits
+end
+
+-- A last-resort candidate: BLOCKED only by a soft PS limit.
+local function soft_blocked(key, id)
+  return K_SOFT ~= nil and redis.call('ZSCORE', K_SOFT, id) ~= false
+    and getv(key, 'FetchworkState') == 'BLOCKED'
+end
+
 for i = 7, #ARGV do
   local key, id = KEYS[FIRST_JOB_KEY + i - 7], ARGV[i]
   local order = redis.call('ZSCORE', K_IDLE, id)
   if order and allowed(key, id, tonumber(order)) then
     if not needs_activation(key) then
-      return start_claim(key, id, token, slot, ARGV[5])
-    end
-    if slot_ad ~= '' then
+      if policy_allows(key, id) then
+        return start_claim(key, id, token, slot, ARGV[5])
+      end
+    elseif slot_ad ~= '' and policy_allows(key, id) then
       return begin_activation(key, id)
     end
+  elseif not order and soft_blocked(key, id) and not needs_activation(key)
+      and allowed(key, id, tonumber(getv(key, 'FetchworkOrder')) or 0)
+      and policy_allows(key, id) then
+    redis.call('ZREM', K_SOFT, id)
+    redis.call('HDEL', key, 'BlockedReason', 'BlockedBySoftLimit')
+    return start_claim(key, id, token, slot, ARGV[5])
   end
 end
 return nil

@@ -240,8 +240,10 @@ local function settle(key, id, kind, how, reason, code, subcode)
     if not redis.call('HGET', key, 'RemoveReason') then
       setv(key, 'RemoveReason', reason ~= '' and reason or 'removed while running')
     end
-    to_history(key, id, kind, 'REMOVED', STATUS_REMOVED)
-    return 'REMOVED'
+    -- Stopped for running past its walltime (overrun.lua): a failure.
+    local final = getv(key, 'FetchworkOverrun') and 'FAILED' or 'REMOVED'
+    to_history(key, id, kind, final, STATUS_REMOVED)
+    return final
   end
   if how == 'exit' then
     to_history(key, id, kind, 'COMPLETED', STATUS_COMPLETED)
