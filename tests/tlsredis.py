@@ -109,6 +109,14 @@ class TlsRedis:
     socket_path: str
     certs: Certs
     admin_password: str
+    acl_file: Path
+
+    def write_acl_file(self, lines: list[str]) -> None:
+        """The server's ACL file: the default user off, the test's admin, then `lines`;
+        call `ACL LOAD` through admin() to apply a change."""
+        head = ["user default off",
+                f"user {ADMIN_USER} on >{self.admin_password} ~* &* +@all"]
+        self.acl_file.write_text("\n".join(head + lines) + "\n")
 
     @property
     def url(self) -> str:
@@ -132,22 +140,20 @@ def tls_redis(folder: Path) -> Iterator[TlsRedis]:
             "--tls-cert-file", str(certs.server_cert), "--tls-key-file", str(certs.server_key),
             "--tls-ca-cert-file", str(certs.ca), "--tls-auth-clients", "yes",
             "--unixsocket", sock, "--unixsocketperm", "700", "--dir", str(folder),
+            "--aclfile", str(folder / "users.acl"),
             "--save", "", "--appendonly", "no", "--logfile", str(folder / "redis.log")]
+    found = TlsRedis(port, sock, certs, secrets.token_hex(16), folder / "users.acl")
+    found.write_acl_file([])
     server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               start_new_session=True)
-    found = TlsRedis(port, sock, certs, secrets.token_hex(16))
     try:
         def answers() -> bool:
             try:
-                with redis.Redis(unix_socket_path=sock) as probe:
+                with found.admin() as probe:
                     return bool(probe.ping())
             except redis.RedisError:
                 return False
         wait_until(answers, 20, fail_if=lambda: server.poll() is not None)
-        with redis.Redis(unix_socket_path=sock) as default:
-            default.acl_setuser(ADMIN_USER, enabled=True, passwords=[f"+{found.admin_password}"],
-                                keys=["*"], channels=["*"], commands=["+@all"])
-            default.acl_setuser("default", enabled=False)
         yield found
     finally:
         server.terminate()
