@@ -162,3 +162,29 @@ def test_dashboard_asks_only_for_served_metrics() -> None:
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     asked = {name for expr in exprs for name in re.findall(r"\bfetchwork_\w+", expr)}
     assert asked and asked <= served_metric_names(), asked - served_metric_names()
+
+
+# -- the glide-in's batch files ------------------------------------------------------------
+
+
+def test_htcondor_submit_file_runs_fetchwork_glidein() -> None:
+    import htcondor2
+
+    text = (DEPLOY / "glidein" / "glidein.sub").read_text()
+    submit = htcondor2.Submit(text.split("\nqueue")[0])
+    assert submit["arguments"].strip('"').startswith("glidein")
+    assert int(submit["request_cpus"]) >= 1
+    environment = submit["environment"]
+    assert "FETCHWORK_BROKER_PASSWORD_FILE=" in environment
+    assert "PASSWORD=" not in environment.replace("PASSWORD_FILE=", "")
+
+
+def test_slurm_script_is_valid_bash_and_asks_for_resources() -> None:
+    script = DEPLOY / "glidein" / "glidein.slurm"
+    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    directives = [line for line in script.read_text().splitlines()
+                  if line.startswith("#SBATCH")]
+    assert any("--time" in line for line in directives)
+    assert any("--cpus-per-task" in line for line in directives)
