@@ -6,7 +6,8 @@ caller's permissions, so key patterns alone cannot tell a claim from a
 submit. Each role is therefore allowed EVALSHA only with the SHA1 of its own
 scripts (Redis's first-argument rule, `+evalsha|<sha1>`), plus the plain
 commands its reads and its scripts' bodies use, all on the pool's keys
-(`~fw:{P}:*`). An ACL selector gives the execute role SET only on slot ads.
+(`~fw:{P}:*`). ACL selectors give the execute role SET only on slot ads, and
+DEL only on the activation request and reply keys of its claims.
 No role may run commands without keys that reach beyond the pool (KEYS,
 SCAN, FLUSHALL, CONFIG, ...). The SHA1s change when the scripts change, so
 print the rules again after an upgrade.
@@ -31,14 +32,15 @@ ROLES = ("submitter", "execute", "admin")
 # loading a script the server lacks, choosing the database.
 COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|load",
           "get", "mget", "exists", "type", "pttl", "hget", "hmget", "hgetall", "hkeys", "hlen",
-          "zrange", "zrangebyscore", "zrevrange", "zrevrangebyscore", "zscore", "zcard",
+          "zrange", "zrangebyscore", "zrevrange", "zrevrangebyscore", "zscore", "zmscore",
+          "zrank", "zcard",
           "zcount", "xread", "xrange", "xrevrange", "xlen")
 # Commands the bodies of the job transition scripts run (lib.lua and each script).
 SCRIPT_BODIES = ("hset", "hdel", "decr", "zadd", "zrem", "xadd")
 
 SCRIPTS = {
     "submitter": ("stage", "submit", "remove", "hold", "release", "read_ads"),
-    "execute": ("claim", "reject", "renew", "finish", "read_ads"),
+    "execute": ("claim", "reject", "renew", "finish", "activate_abandon", "read_ads"),
 }
 # Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers).
 OWN = {"submitter": ("incr", "incrby"), "execute": ()}
@@ -70,6 +72,10 @@ def role_rules(role: str, pool: str) -> list[str]:
         # Publishing slot ads: SET and the expiry sweep only on the slot keys.
         rules.append(f"(~{pool_pattern(pool, 'slot:*')} ~{pool_pattern(pool, 'slots')} "
                      "+set +zremrangebyscore)")
+        # A claim that waits for the activation filters: its request and reply keys,
+        # and the pass counter in the filter summary.
+        rules.append(f"(~{pool_pattern(pool, 'activation:*')} +pexpire +blpop +del)")
+        rules.append(f"(~{pool_pattern(pool, 'filters')} +hincrby)")
     return rules
 
 

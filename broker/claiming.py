@@ -7,6 +7,11 @@ succeeds only while the job is still idle; a lost race moves on to the next
 candidate. With `wait_s` > 0 and nothing claimable, the claimer blocks on
 the event stream (XREAD BLOCK) from the last event seen before the scan and
 scans again when a job became IDLE, until the deadline: no busy polling.
+
+Activation (filters/claimside.py): the first read also brings what the
+leader's activation filters left for this slot (reservation, blocks); jobs
+they hold back are not offered, and a job that claim.lua made ACTIVATING
+ends the claim with the leader's verdict: the job, or None.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from fetchwork.config.ads import from_dict
 from fetchwork.errors import AdError
 
 from . import codec
+from .filters.claimside import ActivationClaims, is_activation
+from .filters.gate import ClaimView, block_floor, group_of, may_offer
 from .matching import job_matches_slot, slot_name
 from .store import Store
 
@@ -47,52 +54,89 @@ class Claimer:
         self.store = store
         self.default_lease_s = default_lease_s
         self.scan_batch = scan_batch
+        self.activation = ActivationClaims(store)
 
     def claim(self, slot_ad: classad2.ClassAd | Mapping[str, Any],
               wait_s: float = 0.0) -> classad2.ClassAd | None:
         slot = slot_ad if isinstance(slot_ad, classad2.ClassAd) else from_dict(slot_ad)
         name = slot_name(slot)
         if wait_s <= 0:
-            return self._scan(slot, name)
+            return self._scan(slot, name)[0]
         deadline = time.monotonic() + wait_s
         last_id = self.store.last_event_id()
         while True:
-            job = self._scan(slot, name)
-            if job is not None:
+            job, final = self._scan(slot, name)
+            if job is not None or final:
                 return job
             next_id = self._wait_for_idle(last_id, deadline)
             if next_id is None:
                 return None
             last_id = next_id
 
-    def _scan(self, slot: classad2.ClassAd, name: str) -> classad2.ClassAd | None:
-        keys = self.store.keys
-        client = self.store.client
-        low: str = "-inf"
+    def _scan(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
+        """(the claimed job or None, whether an activation verdict ended the claim)."""
         batch = FIRST_BATCH
+        rows, view = self.activation.first_read(name, batch)
+        if not view.quiet:
+            return self._scan_held_back(slot, name, view, rows)
         while True:
-            rows = client.zrangebyscore(keys.idle, low, "+inf", start=0, num=batch,
-                                        withscores=True)
             if not rows:
-                return None
-            ids = [codec.text(member) for member, _score in rows]
-            matched: list[str] = []
-            for job_id, data in self.store.hashes(ids):
+                return None, False
+            claimed = self._offer(rows, slot, name, view)
+            if claimed != (None, False) or len(rows) < batch:
+                return claimed
+            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+            rows = self._rows_after(rows[-1][1], batch)
+
+    def _rows_after(self, score: float, batch: int) -> list[tuple[bytes, float]]:
+        return self.store.client.zrangebyscore(self.store.keys.idle, f"({score!r}", "+inf",
+                                               start=0, num=batch, withscores=True)
+
+    def _scan_held_back(self, slot: classad2.ClassAd, name: str, view: ClaimView,
+                        rows: list[tuple[bytes, float]]) -> tuple[classad2.ClassAd | None, bool]:
+        """The scan when activation may hold jobs back: a reserved slot looks at its job
+        only; past the first blocked priority group, only the blockers remain; jobs
+        reserved for other slots or not due for evaluation are passed over."""
+        client, keys = self.store.client, self.store.keys
+        if view.reserved_job is not None:
+            score = client.zscore(keys.idle, view.reserved_job)
+            rows = [] if score is None else [(view.reserved_job.encode(), score)]
+            return self._offer(rows, slot, name, view) if rows else (None, False)
+        floor = block_floor(view)
+        batch = FIRST_BATCH
+        while rows:
+            before = [row for row in rows if floor is None or group_of(row[1]) < floor]
+            claimed = self._offer(before, slot, name, view) if before else (None, False)
+            if claimed != (None, False):
+                return claimed
+            if len(before) < len(rows) or len(rows) < batch:
+                break
+            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+            rows = self._rows_after(rows[-1][1], batch)
+        blockers = [job for job, _group in view.blocks]
+        scores = client.zmscore(keys.idle, blockers) if blockers else []
+        rows = [(job.encode(), score) for job, score in zip(blockers, scores, strict=True)
+                if score is not None]
+        return self._offer(sorted(rows, key=lambda row: row[1]), slot, name, view)
+
+    def _offer(self, rows: list[tuple[bytes, float]], slot: classad2.ClassAd, name: str,
+               view: ClaimView) -> tuple[classad2.ClassAd | None, bool]:
+        """Offer the matching jobs among `rows` to claim.lua, a few at a time."""
+        scores = {codec.text(member): score for member, score in rows}
+        now_ms = time.time() * 1000
+        matched: list[str] = []
+        for job_id, data in self.store.hashes(list(scores)):
+            if view.quiet or may_offer(job_id, data, scores[job_id], view, name, now_ms):
                 if self._fits(job_id, data, slot):
                     matched.append(job_id)
-                if len(matched) == CLAIM_GROUP:
-                    claimed = self._claim_first(matched, name)
-                    if claimed is not None:
-                        return claimed
-                    matched = []
-            if matched:
-                claimed = self._claim_first(matched, name)
-                if claimed is not None:
+            if len(matched) == CLAIM_GROUP:
+                claimed = self._claim_first(matched, slot, name, view)
+                if claimed != (None, False):
                     return claimed
-            if len(rows) < batch:
-                return None
-            low = f"({rows[-1][1]!r}"
-            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+                matched = []
+        if matched:
+            return self._claim_first(matched, slot, name, view)
+        return None, False
 
     @staticmethod
     def _fits(job_id: str, data: dict[str, Any], slot: classad2.ClassAd) -> bool:
@@ -103,16 +147,23 @@ class Claimer:
             return False
         return job_matches_slot(job, slot)
 
-    def _claim_first(self, job_ids: list[str], name: str) -> classad2.ClassAd | None:
-        """claim.lua on matched candidates: the first one still idle is ours."""
+    def _claim_first(self, job_ids: list[str], slot: classad2.ClassAd, name: str,
+                     view: ClaimView) -> tuple[classad2.ClassAd | None, bool]:
+        """claim.lua on matched candidates: the first one still idle is ours (or, with an
+        activation chain, the leader's verdict on it decides, and ends the claim)."""
         token = uuid.uuid4().hex
         reply = self.store.run("claim", job_ids,
-                                [token, name, str(self.default_lease_s), *job_ids])
+                               [token, name, str(self.default_lease_s),
+                                self.activation.slot_ad_arg(view, slot), *job_ids],
+                               extra_keys=[self.store.keys.activation(token)])
         if reply is None:
-            return None
+            return None, False
         job_id, flat = msgpack.unpackb(reply, raw=True)
+        if is_activation((job_id, flat)):
+            ad = self.activation.await_verdict(job_id.decode(), token, view.summary.wait_ms)
+            return ad, True
         log.debug("job %s claimed by %s", job_id.decode(), name)
-        return from_dict(codec.decode_flat(flat))
+        return from_dict(codec.decode_flat(flat)), False
 
     def _wait_for_idle(self, last_id: str, deadline: float) -> str | None:
         """Block until an event shows a job becoming IDLE; its id, or None at the deadline."""

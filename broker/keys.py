@@ -14,6 +14,14 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:slot:<name>   string: a published slot ad (msgpack), with a TTL
     fw:{P}:slots         zset: published slot names, scored by expiry (ms)
     fw:{P}:leader        string: the broker replica holding leadership, with a TTL
+    fw:{P}:filters       hash: the leader's filter summary (filters/gate.py), the pass counter
+    fw:{P}:validating    zset: VALIDATING jobs (submission filters pending), scored by sequence
+    fw:{P}:activating    zset: ACTIVATING jobs (activation chain running), scored by deadline (ms)
+    fw:{P}:blocks        zset: jobs whose activation answered 1, scored by priority group
+    fw:{P}:reservations  hash: slot name -> the job an activation answer 2 reserved it for
+    fw:{P}:holds         zset: held jobs with a HoldUntil, scored by it (s)
+    fw:{P}:activation:<token>        hash: a claim's activation request (slot ad, facts)
+    fw:{P}:activation:<token>:reply  list: the leader's verdict for that claim
 """
 
 from __future__ import annotations
@@ -60,3 +68,15 @@ class PoolKeys:
     head_counter = _named("counter:head")
     slots = _named("slots")
     leader = _named("leader")
+    filters = _named("filters")
+    validating = _named("validating")
+    activating = _named("activating")
+    blocks = _named("blocks")
+    reservations = _named("reservations")
+    holds = _named("holds")
+
+    def activation(self, token: str) -> str:
+        return f"{self.prefix}activation:{token}"
+
+    def activation_reply(self, token: str) -> str:
+        return f"{self.prefix}activation:{token}:reply"

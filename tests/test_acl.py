@@ -3,6 +3,7 @@ certificates) as its ACL file: each role does its work and nothing else."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,17 +20,22 @@ from fetchwork.broker.service import BrokerService
 from fetchwork.cli import main
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import EXIT
+from tests.filterprogs import calls, write_filter
 from tests.tlsredis import TlsRedis, tls_redis
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
 SLOT = {"Name": "slot1@exec", "Memory": 2048, "Cpus": 1, "START": True}
 POOL = f"p{uuid.uuid4().hex[:8]}"
 OTHER = f"q{uuid.uuid4().hex[:8]}"
+FILTERED = f"f{uuid.uuid4().hex[:8]}"   # a pool with an activation filter chain
+USER_PREFIX = {POOL: "u", FILTERED: "uf"}
 
 
 def acl_lines(role: str, pool: str, password_file: Path) -> str:
-    result = CliRunner().invoke(main, ["acl", role, "--pool", pool, "--user", f"u-{role}",
+    result = CliRunner().invoke(main, ["acl", role, "--pool", pool,
+                                       "--user", f"{USER_PREFIX[pool]}-{role}",
                                        "--password-file", str(password_file)])
     assert result.exit_code == 0, result.output
     return result.output.strip()
@@ -43,11 +49,25 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
         for role in ROLES:
             password_file = folder / f"{role}.pw"
             password_file.write_text(f"pw-{role}\n")
-            lines.append(acl_lines(role, POOL, password_file))
+            lines += [acl_lines(role, POOL, password_file),
+                      acl_lines(role, FILTERED, password_file)]
         found.write_acl_file(lines)
         with found.admin() as admin:
             assert admin.acl_load()
         yield found
+
+
+def role_config(server: TlsRedis, folder: Path, role: str, pool: str = POOL,
+                **more: str) -> Config:
+    password_file = folder / f"{role}.pw"
+    password_file.write_text(f"pw-{role}\n")
+    return Config.load(environ={
+        "FETCHWORK_BROKER": server.url, "FETCHWORK_BROKER_CA": str(server.certs.ca),
+        "FETCHWORK_BROKER_CERT": str(server.certs.client_cert),
+        "FETCHWORK_BROKER_KEY": str(server.certs.client_key),
+        "FETCHWORK_BROKER_USERNAME": f"{USER_PREFIX[pool]}-{role}",
+        "FETCHWORK_BROKER_PASSWORD_FILE": str(password_file),
+        "FETCHWORK_STATE_DIR": str(folder / "state"), **more})
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +78,7 @@ def as_role(server: TlsRedis,
 
     def broker_for(role: str) -> Broker:
         if role not in made:
-            password_file = folder / f"{role}.pw"
-            password_file.write_text(f"pw-{role}\n")
-            config = Config.load(environ={
-                "FETCHWORK_BROKER": server.url, "FETCHWORK_BROKER_CA": str(server.certs.ca),
-                "FETCHWORK_BROKER_CERT": str(server.certs.client_cert),
-                "FETCHWORK_BROKER_KEY": str(server.certs.client_key),
-                "FETCHWORK_BROKER_USERNAME": f"u-{role}",
-                "FETCHWORK_BROKER_PASSWORD_FILE": str(password_file),
-                "FETCHWORK_STATE_DIR": str(folder / "state")})
+            config = role_config(server, folder, role)
             made[role] = Broker(connect(config, start=False), POOL, config)
         return made[role]
     return broker_for
@@ -114,6 +126,34 @@ def test_execute_rejects_a_job_back_to_the_queue(as_role: Callable[[str], Broker
     assert ad is not None
     assert execute.reject(job, ad["FetchworkClaim"])
     as_role("submitter").remove([job])
+
+
+def test_execute_claims_through_the_activation_filters(server: TlsRedis,
+                                                       tmp_path: Path) -> None:
+    """With an activation chain the claim waits for the leader's verdict on keys of its
+    own (the execute role's selectors); the leader runs as admin."""
+    write_filter(tmp_path, "gate", code=0)
+    conf = tmp_path / "site.conf"
+    conf.write_text(f"ACTIVATION_FILTER_NAMES = GATE\nACTIVATION_FILTER_GATE = {tmp_path}/gate\n"
+                    "BROKER_LEADER_LEASE = 3\nBROKER_REAPER_INTERVAL = 0.5\n")
+    configs = {role: role_config(server, tmp_path, role, FILTERED, FETCHWORK_CONFIG=str(conf))
+               for role in ROLES}
+    brokers = {role: Broker(connect(config, start=False), FILTERED, config)
+               for role, config in configs.items()}
+    service = BrokerService.from_config(brokers["admin"], configs["admin"])
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: service.is_leader, 30, what="the service leading")
+        [job] = brokers["submitter"].submit([{"Cmd": "/bin/true"}], owner="alice")
+        ad = wait_until(lambda: brokers["execute"].claim(SLOT, wait_s=1), 30,
+                        what="a claim through the activation chain")
+        assert f"{ad['ClusterId']}.{ad['ProcId']}" == job
+        assert calls(tmp_path) and brokers["execute"].finish(job, ad["FetchworkClaim"], EXIT)
+    finally:
+        stop.set()
+        thread.join(30)
 
 
 # -- and nothing else -----------------------------------------------------------------

@@ -1,27 +1,84 @@
 -- claim.lua: IDLE -> RUNNING for the first of a few jobs the caller matched
--- against its slot (candidates in the caller's priority order).
--- KEYS: the pool keys of lib.lua; KEYS[10..] the candidates' hashes, in ARGV order.
+-- against its slot (candidates in the caller's priority order); or IDLE ->
+-- ACTIVATING when that job has an activation chain (the leader's filters
+-- summary says so), and the claim then waits for the leader's verdict.
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the candidates'
+--   hashes, in ARGV order; then the claim's activation request hash.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] claim token, ARGV[4]
--- slot name (RemoteHost), ARGV[5] default lease seconds, ARGV[6..] candidate ids.
--- Only a job still in the idle set is claimed, so no job goes to two slots.
--- Sets JobStatus 2, RemoteHost, FetchworkClaim, FetchworkLeaseExpiry (s),
--- NumJobMatches + 1; the lease is JobLeaseDuration (else ARGV[5]) seconds.
--- Returns cmsgpack of {job id, flat HGETALL of its hash}, or nil when no
--- candidate is idle any more.
-local token, slot = ARGV[3], ARGV[4]
-for i = 6, #ARGV do
-  local key, id = KEYS[FIRST_JOB_KEY + i - 6], ARGV[i]
-  if redis.call('ZSCORE', K_IDLE, id) then
-    redis.call('ZREM', K_IDLE, id)
-    local expiry = NOW + lease_ms(key, ARGV[5])
-    redis.call('ZADD', K_RUNNING, score(expiry), id)
-    setv(key, 'RemoteHost', slot)
-    setv(key, 'FetchworkClaim', token)
-    setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
-    setv(key, 'NumJobMatches', (tonumber(getv(key, 'NumJobMatches')) or 0) + 1)
-    set_state(key, 'RUNNING', STATUS_RUNNING)
-    event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
-    return cmsgpack.pack({id, redis.call('HGETALL', key)})
+-- slot name (RemoteHost), ARGV[5] default lease seconds, ARGV[6] the slot ad
+-- (msgpack) for an activation chain, '' when the caller saw none configured,
+-- ARGV[7..] candidate ids.
+-- Only a job still in the idle set is claimed, so no job goes to two slots;
+-- a slot reserved for another job, a job reserved for another slot, a job
+-- not due for evaluation and a job held back by a block are skipped.
+-- A start sets JobStatus 2, RemoteHost, FetchworkClaim, FetchworkLeaseExpiry
+-- (s), NumJobMatches + 1 (lease: JobLeaseDuration, else ARGV[5] seconds).
+-- An activation writes the request hash (job, slot, slot_ad, index = the
+-- job's rank among idle jobs, pass = the pool's activation counter, deadline
+-- ms) and puts the job in the activating set until that deadline.
+-- Returns cmsgpack of {job id, flat HGETALL of its hash}, or of {job id,
+-- 'activate'}, or nil when no candidate can be claimed.
+local token, slot, slot_ad = ARGV[3], ARGV[4], ARGV[6]
+local request = KEYS[FIRST_JOB_KEY + #ARGV - 6]
+local reserved = redis.call('HGET', K_RESERVATIONS, slot)
+local blocks = redis.call('ZRANGE', K_BLOCKS, 0, 15, 'WITHSCORES')
+local summary = redis.call('HMGET', K_FILTERS, 'activate', 'templates', 'wait_ms')
+
+-- Blocks, reservations and re-evaluation times (filters/gate.py may_offer).
+local function allowed(key, id, order)
+  if reserved and reserved ~= id then return false end
+  local mine = getv(key, 'FetchworkReservedSlot')
+  if mine and mine ~= slot then return false end
+  local after = getv(key, 'FetchworkActivateAfter')
+  if type(after) == 'number' and after > NOW then return false end
+  local group = group_of(order)
+  for b = 1, #blocks, 2 do
+    if blocks[b] ~= id and tonumber(blocks[b + 1]) <= group then return false end
+  end
+  return true
+end
+
+-- The cluster-wide chain, or the chain of the job's template (filters/gate.py).
+local function needs_activation(key)
+  if summary[1] == '1' then return true end
+  if not summary[2] or summary[2] == '' then return false end
+  local template = getv(key, 'JobTemplate')
+  if type(template) ~= 'string' then return false end
+  template = string.lower(template)
+  for name in string.gmatch(summary[2], '%S+') do
+    if name == template then return true end
+  end
+  return false
+end
+
+-- IDLE -> ACTIVATING
+local function begin_activation(key, id)
+  local wait_ms = tonumber(summary[3]) or 0
+  local deadline = NOW + wait_ms
+  local index = redis.call('ZRANK', K_IDLE, id)
+  redis.call('ZREM', K_IDLE, id)
+  redis.call('ZADD', K_ACTIVATING, score(deadline), id)
+  local pass = redis.call('HINCRBY', K_FILTERS, 'pass', '1')
+  redis.call('HSET', request, 'job', id, 'slot', slot, 'slot_ad', slot_ad, 'index', index,
+             'pass', pass, 'deadline', score(deadline))
+  redis.call('PEXPIRE', request, wait_ms + 60000)
+  setv(key, 'FetchworkClaim', token)
+  setv(key, 'FetchworkActivationSlot', slot)
+  set_state(key, 'ACTIVATING', STATUS_IDLE)
+  event('activate', id, 'ACTIVATING', STATUS_IDLE, 'slot', slot)
+  return cmsgpack.pack({id, 'activate'})
+end
+
+for i = 7, #ARGV do
+  local key, id = KEYS[FIRST_JOB_KEY + i - 7], ARGV[i]
+  local order = redis.call('ZSCORE', K_IDLE, id)
+  if order and allowed(key, id, tonumber(order)) then
+    if not needs_activation(key) then
+      return start_claim(key, id, token, slot, ARGV[5])
+    end
+    if slot_ad ~= '' then
+      return begin_activation(key, id)
+    end
   end
 end
 return nil

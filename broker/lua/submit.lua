@@ -1,19 +1,26 @@
--- submit.lua: (new) -> IDLE | HELD for a batch of staged jobs (stage.lua
+-- submit.lua: (new) -> IDLE | HELD | VALIDATING for a batch of staged jobs (stage.lua
 -- wrote their hashes, FetchworkState and JobStatus included).
--- KEYS: the pool keys of lib.lua (touches queue, idle and events only).
+-- KEYS: the pool keys of lib.lua (touches queue, idle, validating and events only).
 -- ARGV[1] now ms or '', ARGV[2] events cap,
 -- ARGV[3] the batch: one msgpack array of {job id, sequence, FetchworkOrder
---   as a decimal string, held (boolean)} per job.
+--   as a decimal string, held (boolean)} per job,
+-- ARGV[4] '1' when stage.lua made the batch VALIDATING: its jobs join the
+--   validating set (score = sequence) for the leader's submission filters.
 -- Queued jobs join the queue set (score = sequence), IDLE ones the idle set
 -- (score = FetchworkOrder); one 'submit' event per job.
 -- Returns the number of jobs queued.
 local batch = cmsgpack.unpack(ARGV[3])
-local queued, idle = {}, {}
+local validate = ARGV[4] == '1'
+local queued, idle, validating = {}, {}, {}
 for j = 1, #batch do
   local id, seq, order, held = batch[j][1], batch[j][2], batch[j][3], batch[j][4]
   queued[#queued + 1] = score(seq)
   queued[#queued + 1] = id
-  if held then
+  if validate then
+    validating[#validating + 1] = score(seq)
+    validating[#validating + 1] = id
+    event('submit', id, 'VALIDATING', STATUS_IDLE)
+  elseif held then
     event('submit', id, 'HELD', STATUS_HELD)
   else
     idle[#idle + 1] = order
@@ -23,4 +30,5 @@ for j = 1, #batch do
 end
 zadd_chunked(K_QUEUE, queued)
 zadd_chunked(K_IDLE, idle)
+zadd_chunked(K_VALIDATING, validating)
 return #batch
