@@ -287,6 +287,8 @@ def parse_submit(text: str, cluster_id: int, submit_dir: str | None = None,
         ctx.queue_line = statement.line
         spec = queue_spec(submit, statement, source, submit_dir)
         _queue_jobs(submit, spec, cluster_id, ctx, result)
+    for ad in result.ads:
+        ad["TotalSubmitProcs"] = len(result.ads)
     for command in sorted({name for name in defined if name in IGNORED_COMMANDS}):
         result.warnings.append(f"line {defined[command][0]}: {command} is not supported by "
                                "fetchwork and was ignored")

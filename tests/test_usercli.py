@@ -203,7 +203,7 @@ def test_the_fetchwork_program_runs_the_commands(env: dict[str, str], tmp_path: 
 def test_q_table_and_constraint(run) -> None:
     first = submitted_cluster(run("submit", "--priority", "7", "--", "sleep", "1"))
     submitted_cluster(run("submit", "--", "true"))
-    table = run("q")
+    table = run("q", "-nobatch")
     assert table.exit_code == 0
     for column in tables.QUEUE_COLUMNS:
         assert column in table.stdout
