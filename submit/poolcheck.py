@@ -27,11 +27,11 @@ def start_queue(config: Config) -> None:
                err=True)
 
 
-def warn_without_startd(broker: Broker, config: Config) -> None:
+def warn_without_startd(broker: Broker) -> None:
     """Warn when no slot ad is current: the jobs wait until a startd runs."""
     if broker.slots():
         return
-    lifetime_s = config.get_duration_s("SLOT_AD_LIFETIME")
+    lifetime_s = Config.load().get_duration_s("SLOT_AD_LIFETIME")
     click.echo(f"fetchwork: warning: no startd has reported in the last {lifetime_s:g} s "
                "(SLOT_AD_LIFETIME); the jobs stay idle until one runs (`fetchwork up`).",
                err=True)

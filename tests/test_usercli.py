@@ -138,7 +138,8 @@ def test_submit_warns_about_ignored_commands(run, tmp_path: Path) -> None:
     (tmp_path / "w.sub").write_text("executable = /bin/true\nlog = job.log\nqueue\n")
     result = run("submit", "w.sub")
     assert result.exit_code == 0
-    assert "warning: line 2: log is not supported" in result.stderr
+    assert ("warning: w.sub: these commands are not supported by fetchwork and were ignored: "
+            "log (line 2)") in result.stderr
 
 
 def test_submit_file_from_stdin(run) -> None:
