@@ -28,7 +28,8 @@ from .states import PRIO_SCALE
 
 TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", "remove", "hold",
                "release")
-STANDALONE = ("leader_renew", "leader_resign", "read_ads", "trim_history")
+STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
+              "trim_history")
 
 Arg = str | bytes | int | float
 

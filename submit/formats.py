@@ -26,6 +26,14 @@ from fetchwork.submit import tables, texttable
 BATCH_COLUMNS = ("OWNER", "BATCH_NAME", "SUBMITTED", "DONE", "RUN", "IDLE", "HOLD", "TOTAL",
                  "JOB_IDS")
 RUN_COLUMNS = ("ID", "OWNER", "SUBMITTED", "RUN_TIME", "HOST(S)")
+# The attributes each view reads (besides FetchworkState), so that a big queue
+# is read field by field rather than whole ads.
+BATCH_FIELDS = ("ClusterId", "ProcId", "Owner", "JobBatchName", "QDate", "JobStatus",
+                "TotalSubmitProcs")
+JOB_FIELDS = ("ClusterId", "ProcId", "Owner", "QDate", "RemoteWallClockTime", "JobStatus",
+              "JobCurrentStartDate", "JobStartDate", "EnteredCurrentStatus", "JobDuration",
+              "CompletionDate", "JobPrio", "ImageSize", "Cmd", "Arguments", "Args", "RemoteHost",
+              "ExitBySignal", "ExitSignal", "ExitCode")
 _RIGHT = {"DONE", "RUN", "IDLE", "HOLD", "TOTAL", "RUN_TIME", "PRI", "SIZE", "EXIT"}
 _KINDS = "dioxXufFgGeEscvV"
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"'}
@@ -73,14 +81,14 @@ class Batch:
     totals: dict[int, int] = field(default_factory=dict)  # cluster -> TotalSubmitProcs
 
     def add(self, ad: Any) -> None:
-        cluster, proc = tables.value(ad, "ClusterId"), tables.value(ad, "ProcId")
-        status = tables.value(ad, "JobStatus")
+        get = _getter(ad)
+        cluster, proc, status = get("ClusterId"), get("ProcId"), get("JobStatus")
         self.counts[status] = self.counts.get(status, 0) + 1
         self.procs.setdefault(cluster, []).append(proc if isinstance(proc, int) else 0)
-        total = tables.value(ad, "TotalSubmitProcs")
+        total = get("TotalSubmitProcs")
         if isinstance(total, int) and not isinstance(total, bool):
             self.totals[cluster] = total
-        qdate = tables.value(ad, "QDate")
+        qdate = get("QDate")
         if isinstance(qdate, int | float) and (not self.submitted or qdate < self.submitted):
             self.submitted = float(qdate)
 
@@ -105,14 +113,22 @@ class Batch:
         return f"{first_cluster}.{first}" + (f"-{last}" if last != first else "")
 
 
+def _getter(ad: Any) -> Callable[[str], Any]:
+    """A cheap attribute lookup for the plain dicts of a field read, else tables.value."""
+    if type(ad) is dict:
+        return ad.get
+    return lambda name: tables.value(ad, name)
+
+
 def batches(ads: Iterable[Any]) -> list[Batch]:
     """Jobs grouped by owner and JobBatchName (else by cluster), in submission order."""
     found: dict[tuple[str, str], Batch] = {}
     for ad in ads:
-        owner = str(tables.value(ad, "Owner") or "")
-        name = tables.value(ad, "JobBatchName")
+        get = _getter(ad)
+        owner = str(get("Owner") or "")
+        name = get("JobBatchName")
         if not isinstance(name, str) or not name:
-            name = f"ID: {tables.value(ad, 'ClusterId')}"
+            name = f"ID: {get('ClusterId')}"
         batch = found.get((owner, name))
         if batch is None:
             batch = found[(owner, name)] = Batch(owner, name)
@@ -204,6 +220,8 @@ def _converter(fmt: str) -> Callable[[Any], str]:
 
 
 def _number(found: Any) -> float | None:
+    if isinstance(found, classad2.Value):  # an IntEnum: undefined or error
+        return None
     if isinstance(found, bool):
         return float(found)
     if isinstance(found, int | float):

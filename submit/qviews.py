@@ -76,6 +76,18 @@ def only_running(ads: Sequence[Any]) -> list[Any]:
     return [ad for ad in ads if tables.value(ad, "JobStatus") == JobStatus.RUNNING]
 
 
+def queue_fields(view: Mapping[str, Any], whole_ads: bool,
+                 per_job: bool) -> tuple[str, ...] | None:
+    """The attributes the chosen q view reads; None when it needs whole ads."""
+    if whole_ads or custom(view):
+        return None
+    if view.get("totals"):
+        return ("JobStatus",)
+    if view.get("running") or view.get("nobatch") or (per_job and not view.get("batch")):
+        return formats.JOB_FIELDS
+    return formats.BATCH_FIELDS
+
+
 def show_queue(ads: Sequence[Any], view: Mapping[str, Any], per_job: bool) -> None:
     """The q table chosen by the options; `per_job` when jobs were named by id."""
     if custom(view):
@@ -115,7 +127,9 @@ def better_analyze(broker: Broker, job_id: str) -> None:
 
 
 def history_reading(broker: Broker, ids: Sequence[str], constraint: str | None,
-                    limit: int | None, match: int | None) -> list[Any]:
+                    limit: int | None, view: Mapping[str, Any], whole_ads: bool) -> list[Any]:
     """The finished jobs asked for: the smaller of -limit and -match bounds the scan."""
-    bounds = [bound for bound in (limit, match) if bound is not None]
-    return reading.history_jobs(broker, ids, constraint, min(bounds) if bounds else None)
+    bounds = [bound for bound in (limit, view.get("match")) if bound is not None]
+    fields = None if whole_ads or custom(view) else formats.JOB_FIELDS
+    return reading.history_jobs(broker, ids, constraint, min(bounds) if bounds else None,
+                                fields)

@@ -51,17 +51,22 @@ def matching(ads: Sequence[dict[str, Any]], constraint: str | None) -> list[Any]
     return out
 
 
-def queue_jobs(broker: Broker, ids: Sequence[str] = (), constraint: str | None = None) -> list[Any]:
-    """Jobs in the queue (IDS only, if given) for which `constraint` is true, in id order."""
+def queue_jobs(broker: Broker, ids: Sequence[str] = (), constraint: str | None = None,
+               fields: Sequence[str] | None = None) -> list[Any]:
+    """Jobs in the queue (IDS only, if given) for which `constraint` is true, in id order.
+    With `fields` and no constraint, only those attributes are read (plain dicts)."""
     job_ids = named_ids(broker, ids, finished=False) if ids else broker.queued_ids()
+    if fields is not None and not (constraint or "").strip():
+        rows = broker.job_fields(job_ids, [*fields, "FetchworkState"])
+        return sorted((row for row in rows if not is_finished(row)), key=_order)
     ads = [data for data in broker.job_data(job_ids) if not is_finished(data)]
     return sorted(matching(ads, constraint), key=_order)
 
 
 def history_jobs(broker: Broker, ids: Sequence[str] = (), constraint: str | None = None,
-                 limit: int | None = None) -> list[Any]:
+                 limit: int | None = None, fields: Sequence[str] | None = None) -> list[Any]:
     """Finished jobs, newest first: IDS read directly; else the history scanned
-    newest first until `limit` jobs match."""
+    newest first until `limit` jobs match (only `fields`, when given and no constraint)."""
     if ids:
         ads = [data for data in broker.job_data(named_ids(broker, ids, finished=True))
                if is_finished(data)]
@@ -70,6 +75,8 @@ def history_jobs(broker: Broker, ids: Sequence[str] = (), constraint: str | None
                                     or 0))
         return found[:limit] if limit is not None else found
     if constraint is None or not constraint.strip():
+        if fields is not None:
+            return broker.job_fields(broker.history_ids(limit), fields)
         return broker.job_data(broker.history_ids(limit))
     return list(broker.history(constraint, limit=limit))
 

@@ -26,6 +26,9 @@ CMD_WIDTH = 60
 
 def value(ad: Any, name: str) -> Any:
     """A literal attribute of a ClassAd or mapping (case-insensitive); None otherwise."""
+    if type(ad) is dict and name in ad:  # the common case, kept cheap for big tables
+        found = ad[name]
+        return None if isinstance(found, dict | classad2.Value) else found
     if isinstance(ad, classad2.ClassAd):
         if name not in ad:
             return None

@@ -143,7 +143,8 @@ def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long:
         selection = id_constraint(ids, constraint)
         watch_queue(broker, held_only(selection) if held else selection, table_console())
         return
-    ads = reading.queue_jobs(broker, ids, constraint)
+    ads = reading.queue_jobs(broker, ids, constraint,
+                             qviews.queue_fields(view, as_json or long or held, bool(ids)))
     if held:
         ads = [ad for ad in ads if tables.value(ad, "JobStatus") == JobStatus.HELD]
     if view["running"]:
@@ -188,7 +189,8 @@ def watch_queue(broker: Broker, constraint: str | None, console: Console) -> Non
 def history_command(ids: tuple[str, ...], constraint: str | None, limit: int | None,
                     as_json: bool, long: bool, **view: Any) -> None:
     """List finished jobs (completed, removed, failed), newest first."""
-    ads = qviews.history_reading(connect_broker(), ids, constraint, limit, view["match"])
+    ads = qviews.history_reading(connect_broker(), ids, constraint, limit, view,
+                                 as_json or long)
     if qviews.custom(view) and not (as_json or long):
         qviews.show_custom(ads, view)
         return
