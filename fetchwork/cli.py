@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hook": ("fetchwork.hooks.cli", "hook_command"),
     "config": ("fetchwork.config.cli", "config_command"),
     "redis": ("fetchwork.broker.redis_cli", "redis_group"),
+    "completion": ("fetchwork.completion", "completion_command"),
 }
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
