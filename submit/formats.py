@@ -12,13 +12,13 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import classad2
 
-from fetchwork.config.ads import from_dict, parse_expr, unparse
+from fetchwork.config.ads import EXPR_KEY, from_dict, parse_expr, unparse
 from fetchwork.config.protocol import JobStatus
 from fetchwork.errors import AdError, FetchworkError
 from fetchwork.submit import tables, texttable
@@ -240,3 +240,20 @@ def format_text(ads: Iterable[Any], pairs: Sequence[tuple[str, str]]) -> str:
         classad = _classad(ad)
         out += [apply(_evaluated(classad, expr)) for apply, expr in steps]
     return "".join(out)
+
+
+# -- JSON ---------------------------------------------------------------------------------
+
+def json_ready(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A stored ad (to_dict form) as `condor_q -json` writes it, built without a
+    ClassAd: expressions as "/Expr(text)/", names in the order stored.
+    None when a value needs the ClassAd library (a list or record expression)."""
+    out: dict[str, Any] = {}
+    for name, found in data.items():
+        if isinstance(found, Mapping):
+            text = found.get(EXPR_KEY)
+            if not isinstance(text, str) or text.lstrip()[:1] in ("{", "["):
+                return None
+            found = None if text == "undefined" else f"/Expr({text})/"
+        out[name] = found
+    return out

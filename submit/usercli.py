@@ -68,7 +68,12 @@ def queued(broker: Broker, constraint: str | None) -> list[Any]:
 
 def ads_json(ads: Sequence[Any]) -> str:
     """A JSON list of ads as HTCondor writes them (`condor_q -json`)."""
-    return json.dumps([json.loads(_as_ad(ad).printJson()) for ad in ads], indent=2)
+    return json.dumps([_json_ready(ad) for ad in ads], indent=2)
+
+
+def _json_ready(ad: Any) -> Any:
+    ready = formats.json_ready(ad) if type(ad) is dict else None
+    return ready if ready is not None else json.loads(_as_ad(ad).printJson())
 
 
 def id_constraint(ids: Sequence[str], constraint: str | None) -> str | None:

@@ -3,6 +3,8 @@ view, -af and -format, -better-analyze's clauses, single-dash options."""
 
 from __future__ import annotations
 
+import json
+
 import classad2
 import click
 import pytest
@@ -159,3 +161,11 @@ def test_autoformat_takes_every_following_word() -> None:
 
 def test_words_after_double_dash_are_left_alone() -> None:
     assert condor_args(_sample, ["--", "-watch"]) == ["--", "-watch"]
+
+
+def test_json_without_classads_matches_the_library() -> None:
+    data = {"ClusterId": 3, "Requirements": {"$expr": "TARGET.Memory > 5"}, "Cmd": 'a"b',
+            "Done": True, "Rate": 2.5e-7, "Gone": {"$expr": "undefined"}, "args": "x"}
+    expected = json.loads(from_dict(data).printJson())
+    assert formats.json_ready(data) == expected
+    assert formats.json_ready({"L": {"$expr": "{1, 2}"}}) is None
