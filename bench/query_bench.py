@@ -83,9 +83,11 @@ def main_bench(argv: list[str] | None = None) -> None:
         env = {**os.environ, "FETCHWORK_STATE_DIR": state, "FETCHWORK_POOL": "qbench",
                "FETCHWORK_CONFIG": os.devnull}
         env.setdefault("_FETCHWORK_BROKER_HISTORY_MAX_JOBS", str(options.jobs * 2))
-        run(options.jobs, env)
-        if not env.get("FETCHWORK_BROKER"):
-            embedded_for(Config.load(environ=env)).stop()
+        try:
+            run(options.jobs, env)
+        finally:
+            if not env.get("FETCHWORK_BROKER"):
+                embedded_for(Config.load(environ=env)).stop()
 
 
 if __name__ == "__main__":
