@@ -39,8 +39,10 @@ COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|
 SCRIPT_BODIES = ("hset", "hdel", "decr", "zadd", "zrem", "xadd")
 
 SCRIPTS = {
-    "submitter": ("stage", "submit", "remove", "hold", "release", "read_ads"),
-    "execute": ("claim", "reject", "renew", "finish", "activate_abandon", "read_ads"),
+    "submitter": ("stage", "submit", "remove", "hold", "release", "read_ads", "read_fields",
+                  "read_ids"),
+    "execute": ("claim", "reject", "renew", "finish", "activate_abandon", "read_ads",
+                "read_fields", "read_ids"),
 }
 # Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers).
 OWN = {"submitter": ("incr", "incrby"), "execute": ()}
