@@ -13,66 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fetchwork.config.ads import as_bool, attr_text, evaluate, parse_expr
-from fetchwork.config.matching import matches, mismatch
+from fetchwork.config.ads import attr_text
+from fetchwork.config.matching import clause_counts, job_refuses, matches, mismatch
 from fetchwork.config.protocol import STATUS_NAMES, ad_job_id
-from fetchwork.errors import AdError
-
-_OPEN, _CLOSE = "([{", ")]}"
-
-
-def clauses(text: str) -> list[str]:
-    """The top-level `&&` operands of an expression, outer parentheses removed."""
-    parts: list[str] = []
-    depth, start, index, quote = 0, 0, 0, ""
-    while index < len(text):
-        char = text[index]
-        if quote:
-            if char == "\\":
-                index += 1
-            elif char == quote:
-                quote = ""
-        elif char in "\"'":
-            quote = char
-        elif char in _OPEN:
-            depth += 1
-        elif char in _CLOSE:
-            depth -= 1
-        elif depth == 0 and text.startswith("&&", index):
-            parts.append(text[start:index])
-            start = index + 2
-            index += 1
-        index += 1
-    parts.append(text[start:])
-    return [_unwrapped(part.strip()) for part in parts if part.strip()]
-
-
-def _unwrapped(text: str) -> str:
-    """`(a)` -> `a` when the parentheses enclose the whole text."""
-    while text.startswith("(") and text.endswith(")"):
-        depth = 0
-        for index, char in enumerate(text):
-            depth += char == "("
-            depth -= char == ")"
-            if depth == 0 and index < len(text) - 1:
-                return text
-        text = text[1:-1].strip()
-    return text
-
-
-def _accepts(clause: str, job: Any, slot: Any) -> bool:
-    try:
-        return as_bool(evaluate(parse_expr(clause), job, slot))
-    except AdError:
-        return False
-
-
-def clause_counts(job: Any, slots: Sequence[Any]) -> list[tuple[str, int]]:
-    """Each top-level clause of the job's Requirements and how many slots it accepts."""
-    if "Requirements" not in job:
-        return []
-    return [(clause, sum(1 for slot in slots if _accepts(clause, job, slot)))
-            for clause in clauses(attr_text(job, "Requirements"))]
 
 
 def _busy(slot: Any) -> bool:
@@ -117,4 +60,4 @@ def report(job: Any, slots: Sequence[Any], lifetime_s: float) -> str:
 
 
 def _rejected_by_job(job: Any, slot: Any) -> bool:
-    return "Requirements" in job and not _accepts(attr_text(job, "Requirements"), job, slot)
+    return job_refuses(job, slot)

@@ -17,16 +17,16 @@ from rich import box
 from rich.table import Table
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.policy.analyze import ClauseResult, MatchResults, analyze_text, split_clauses
+from fetchwork.broker.policy.analyze import ClauseResult, MatchResults, analyze_text
 from fetchwork.broker.policy.partition import policy_pass
 from fetchwork.broker.policy.priority import PRIORITY_COLUMNS, priority_row
 from fetchwork.broker.policy.settings import PolicySettings
 from fetchwork.broker.policy.showq import showq_text
 from fetchwork.broker.policy.snapshot import PolicyJob, policy_job
 from fetchwork.broker.states import State
-from fetchwork.config.ads import as_bool, evaluate, to_dict
-from fetchwork.config.matching import mismatch
-from fetchwork.errors import AdError, FetchworkError
+from fetchwork.config.ads import to_dict
+from fetchwork.config.matching import clause_counts, mismatch
+from fetchwork.errors import FetchworkError
 
 LEFT = ("ID", "OWNER")
 
@@ -81,16 +81,8 @@ def match_results(job_ad: classad2.ClassAd, slots: Sequence[classad2.ClassAd]) -
         why = mismatch(slot, job_ad)
         matched += why is None
         start_refused += why is not None and why.startswith("START")
-    clauses = []
-    if "Requirements" in job_ad:
-        for clause in split_clauses(str(job_ad.lookup("Requirements"))):
-            accepted = 0
-            for slot in slots:
-                try:
-                    accepted += as_bool(evaluate(clause, job_ad, slot))
-                except AdError:
-                    continue
-            clauses.append(ClauseResult(clause, accepted))
+    clauses = [ClauseResult(clause, accepted)
+               for clause, accepted in clause_counts(job_ad, slots)]
     return MatchResults(len(slots), matched, start_refused, clauses)
 
 

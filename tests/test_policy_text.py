@@ -9,12 +9,12 @@ from fetchwork.broker.policy.analyze import (
     ClauseResult,
     MatchResults,
     analyze_text,
-    split_clauses,
 )
 from fetchwork.broker.policy.partition import policy_pass
 from fetchwork.broker.policy.showq import clock_text, showq_text
 from fetchwork.broker.policy.snapshot import PolicyJob
 from fetchwork.broker.states import State
+from fetchwork.config.matching import requirement_clauses as split_clauses
 
 from .policy_helpers import NOW, apply, hpc2n, job
 

@@ -10,6 +10,7 @@ import click
 import pytest
 
 from fetchwork.config.ads import from_dict
+from fetchwork.config.matching import requirement_clauses
 from fetchwork.errors import FetchworkError
 from fetchwork.submit import analyze, formats, tables, texttable
 from fetchwork.submit.options import condor_args
@@ -104,10 +105,10 @@ def test_format_refuses_two_conversions() -> None:
 
 def test_clauses_split_at_top_level_and_only() -> None:
     text = '(Memory >= 4096) && (Cpus > 2 && Arch == "X&&Y") && OpSys == "LINUX"'
-    assert analyze.clauses(text) == ["Memory >= 4096", 'Cpus > 2 && Arch == "X&&Y"',
+    assert requirement_clauses(text) == ["Memory >= 4096", 'Cpus > 2 && Arch == "X&&Y"',
                                      'OpSys == "LINUX"']
-    assert analyze.clauses("(a || b)") == ["a || b"]
-    assert analyze.clauses("(a) || (b)") == ["(a) || (b)"]
+    assert requirement_clauses("(a || b)") == ["a || b"]
+    assert requirement_clauses("(a) || (b)") == ["(a) || (b)"]
 
 
 def test_report_counts_slots_per_clause() -> None:

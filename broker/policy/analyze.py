@@ -3,7 +3,7 @@
 `analyze_text` takes the job, what the last policy pass said of it, how many
 idle jobs are ahead of it and, when the caller matched it against the slots,
 the match results (`MatchResults`, with one `ClauseResult` per top-level
-clause of its Requirements; `split_clauses` cuts the expression text).
+clause of its Requirements, as `config.matching.clause_counts` gives them).
 """
 
 from __future__ import annotations
@@ -37,48 +37,6 @@ class MatchResults:
     # Slots whose START refuses the job.
     start_refused: int = 0
     clauses: Sequence[ClauseResult] = ()
-
-
-def split_clauses(requirements: str) -> list[str]:
-    """Top-level `&&` clauses of an expression text (parentheses and quotes respected),
-    each without parentheses that enclose it whole."""
-    text = _unwrap(requirements)
-    clauses, depth, quote, start = [], 0, "", 0
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if quote:
-            if char == "\\":
-                index += 1
-            elif char == quote:
-                quote = ""
-        elif char in "\"'":
-            quote = char
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif depth == 0 and text.startswith("&&", index):
-            clauses.append(text[start:index])
-            start = index + 2
-            index += 1
-        index += 1
-    clauses.append(text[start:])
-    return [_unwrap(clause) for clause in clauses if clause.strip()]
-
-
-def _unwrap(clause: str) -> str:
-    """`(a || b)` -> `a || b` while parentheses enclose the whole text."""
-    clause = clause.strip()
-    while clause.startswith("(") and clause.endswith(")"):
-        depth = 0
-        for index, char in enumerate(clause):
-            depth += char == "("
-            depth -= char == ")"
-            if depth == 0 and index < len(clause) - 1:
-                return clause
-        clause = clause[1:-1].strip()
-    return clause
 
 
 def match_text(match: MatchResults) -> list[str]:
