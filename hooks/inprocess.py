@@ -14,11 +14,12 @@ import contextvars
 import importlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-IN_PROCESS_PREFIX = "python:"
+from fetchwork.config.pyref import is_python_ref, load_callable, module_of
+
 _CANCEL_POLL_S = 0.05
 
 
@@ -52,25 +53,11 @@ def current_call() -> HookCall | None:
     return _current_call.get()
 
 
-def load_function(value: str) -> Callable[..., Any]:
-    """The callable named by `python:package.module:function` (ImportError/ValueError)."""
-    target = value[len(IN_PROCESS_PREFIX):]
-    module_name, colon, function_name = target.partition(":")
-    if not colon or not module_name or not function_name:
-        raise ValueError(f"{value!r} is not python:package.module:function")
-    function: Any = importlib.import_module(module_name)
-    for part in function_name.split("."):
-        function = getattr(function, part)
-    if not callable(function):
-        raise ValueError(f"{value!r} does not name a callable")
-    return function
-
-
 def call_function(value: str, args: list[str], stdin_text: str, timeout_s: float,
                   call: HookCall, cancel: threading.Event | None = None) -> CallOutcome:
     """Load and call the hook named by `value`; never raises for the hook's failures."""
     try:
-        function = load_function(value)
+        function = load_callable(value)
     except Exception as exc:
         return CallOutcome(error=f"cannot load {value}: {type(exc).__name__}: {exc}")
     box: dict[str, Any] = {}
@@ -123,9 +110,9 @@ def preload(values: list[str]) -> list[str]:
     """
     failed = []
     for value in values:
-        if not value.startswith(IN_PROCESS_PREFIX):
+        if not is_python_ref(value):
             continue
-        module_name = value[len(IN_PROCESS_PREFIX):].partition(":")[0]
+        module_name = module_of(value)
         try:
             importlib.import_module(module_name)
         except Exception:  # reported when the hook is really called

@@ -27,7 +27,8 @@ from typing import Any
 from fetchwork.config import keywords
 from fetchwork.config.argsyntax import parse_hook_args
 from fetchwork.config.loader import Config
-from fetchwork.hooks.inprocess import IN_PROCESS_PREFIX, HookCall, call_function, current_call
+from fetchwork.config.pyref import is_python_ref
+from fetchwork.hooks.inprocess import HookCall, call_function, current_call
 from fetchwork.hooks.pipes import CHUNK_BYTES, open_pidfd, read_available
 
 __all__ = ["HookCall", "HookResult", "HookSpec", "current_call", "program_refusal",
@@ -57,7 +58,7 @@ class HookSpec:
 
     @property
     def in_process(self) -> bool:
-        return self.value.startswith(IN_PROCESS_PREFIX)
+        return is_python_ref(self.value)
 
 
 @dataclass

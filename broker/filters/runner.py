@@ -14,25 +14,24 @@ failing filter: the `FilterRun` says what happened.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import classad2
 
 from fetchwork.config.ads import format_ad, from_dict, parse_ad, to_dict
+from fetchwork.config.pyref import is_python_ref, load_callable
 from fetchwork.errors import AdError
 
 log = logging.getLogger(__name__)
 
-PYTHON_PREFIX = "python:"
 SUBMIT, ACTIVATE, REVERT = "submit", "activate", "revert"
 ACTIONS = (SUBMIT, ACTIVATE, REVERT)
 # Environment variables an activation filter gets (FilterActivation's arguments).
@@ -59,7 +58,7 @@ class FilterSpec:
 
     @property
     def in_process(self) -> bool:
-        return self.value.startswith(PYTHON_PREFIX)
+        return is_python_ref(self.value)
 
 
 @dataclass(frozen=True)
@@ -224,19 +223,6 @@ def _read_back(run: FilterRun, ad_path: str) -> None:
 
 
 # -- python: callables ------------------------------------------------------------
-
-def load_callable(value: str) -> Callable[..., Any]:
-    """The callable named by `python:package.module:function` (ImportError, ValueError)."""
-    module_name, colon, function_name = value[len(PYTHON_PREFIX):].partition(":")
-    if not colon or not module_name or not function_name:
-        raise ValueError(f"{value!r} is not python:package.module:function")
-    target: Any = importlib.import_module(module_name)
-    for part in function_name.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"{value!r} does not name a callable")
-    return target
-
 
 def _call_python(spec: FilterSpec, action: str, ad: Mapping[str, Any], facts: Facts | None,
                  timeout_s: float) -> FilterRun:
