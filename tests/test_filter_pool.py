@@ -106,7 +106,7 @@ def test_hold_for_ends_by_itself_and_q_shows_it(site):
     assert f"Job {cluster}.0 held until " in held.stdout
     assert f"Job {cluster}.0 held until " in fw(env, "q").stdout
     [ad] = [ad for ad in q_json(env) if ad["ClusterId"] == int(cluster)]
-    assert asked_at + 14 <= ad["HoldUntil"] <= time.time() + 15
+    assert asked_at + 14 <= ad["HoldUntil"] <= time.time() + 16  # whole seconds, rounded up
     wait_until(marker.exists, 60, fail_if=up.died, what="the job released by the broker")
     assert time.time() >= ad["HoldUntil"]
 
