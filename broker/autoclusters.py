@@ -6,7 +6,7 @@ job. The significant attributes of a job are:
 
 - `SIGNIFICANT_ATTRS`: Requirements, Rank, RequestCpus, RequestMemory,
   RequestDisk and Owner (the attributes HTCondor's negotiator and the usual
-  slot policies read), plus the site's `AUTOCLUSTER_EXTRA_ATTRS` (what its
+  slot policies read), plus the site's `ADD_SIGNIFICANT_ATTRIBUTES` (what its
   slots' START expressions read of a job, e.g. AccountingGroup);
 - every attribute of the job that its Requirements or Rank read, through
   other attributes too (`Requirements = TARGET.Memory >= MY.Need * 2`,
@@ -55,9 +55,10 @@ SIGNIFICANT_ATTRS = ("Requirements", "Rank", "RequestCpus", "RequestMemory", "Re
                      "Owner")
 # Expressions whose references join the significant attributes.
 _REFERRING = ("requirements", "rank")
-# FetchworkOrder spans -2^62 .. 2^62; shifted by this it is never negative.
-ORDER_OFFSET = 2**62
-ORDER_WIDTH = 20
+# |FetchworkOrder| < 2^52 (priority within +-2^18, 2^34 positions each); shifted
+# by this it is never negative and still exact in a Lua number.
+ORDER_OFFSET = 2**52
+ORDER_WIDTH = 16
 GROUP_ID_BYTES = 8
 SEPARATOR = "|"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 ZYGOTE_MODULE = "fetchwork.starter.zygote"
 # Exit status reported for a starter whose zygote died before reaping it.
 STATUS_UNKNOWN = 256
+# Longest wait for the zygote's report of a starter whose pidfd says it ended.
+REPORT_WAIT_S = 2.0
 # Longest wait for a reply: a fresh zygote imports the starter and the
 # in-process hooks' modules first (seconds on a loaded machine).
 REPLY_TIMEOUT_S = 60.0
@@ -44,13 +47,44 @@ class ZygoteGone(StarterError):
 
 @dataclass
 class ForkedStarter:
-    """A starter the zygote forked: its pid, pidfd and the startd's ends of its pipes."""
+    """A starter the zygote forked: its pid, pidfd and the startd's ends of its pipes.
+
+    It answers `poll`, `wait`, `kill` and `returncode` as a subprocess.Popen
+    would, through the client that learns its exit status from the zygote.
+    """
 
     pid: int
     pidfd: int | None
     stdin: IO[bytes]
     stdout: IO[bytes]
     zygote_pid: int
+    client: ZygoteClient | None = None
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.client is not None:
+            self.returncode = self.client.exit_status(self, wait_s=REPORT_WAIT_S)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            remaining_s = None if deadline is None else deadline - time.monotonic()
+            if remaining_s is not None and remaining_s <= 0:
+                raise subprocess.TimeoutExpired(f"starter {self.pid}", timeout or 0.0)
+            _wait_ended(self, min(remaining_s if remaining_s is not None else 0.05, 0.05))
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
     def close(self) -> None:
         """Close the startd's ends of the pipes and the pidfd."""
@@ -129,6 +163,18 @@ class ZygoteClient:
         """Stop the zygote; starters it forked keep running (they are their own sessions)."""
         self._discard()
 
+    def refill(self) -> None:
+        """Have a zygote running (started now if none is), without waiting for it."""
+        if not self.alive():
+            if self.proc is not None:
+                log.warning("the starter zygote %s is gone (%s); starting another",
+                            self.proc.pid, _how(self.proc))
+            self.start()
+
+    def take(self, args: Sequence[str]) -> ForkedStarter:
+        """A starter given `args` (as `spawn`)."""
+        return self.spawn(args)
+
     # -- starting a starter ------------------------------------------------------
 
     def spawn(self, args: Sequence[str]) -> ForkedStarter:
@@ -137,11 +183,7 @@ class ZygoteClient:
         Raises StarterError when the zygote cannot fork or cannot be started.
         """
         for attempt in (1, 2):
-            if not self.alive():
-                if self.proc is not None:
-                    log.warning("the starter zygote %s is gone (%s); starting another",
-                                self.proc.pid, _how(self.proc))
-                self.start()
+            self.refill()
             try:
                 return self._request(args)
             except ZygoteGone as exc:
@@ -180,7 +222,7 @@ class ZygoteClient:
         os.set_blocking(stdout_r, False)
         return ForkedStarter(pid=int(reply["pid"]), pidfd=fds[0] if fds else None,
                              stdin=os.fdopen(stdin_w, "wb"), stdout=os.fdopen(stdout_r, "rb"),
-                             zygote_pid=self.proc.pid)
+                             zygote_pid=self.proc.pid, client=self)
 
     def _writable(self) -> None:
         assert self.sock is not None
@@ -257,22 +299,36 @@ class ZygoteClient:
         reports, self._pending = self._pending, []
         return reports
 
-    def exit_status(self, starter: ForkedStarter) -> int | None:
+    def exit_status(self, starter: ForkedStarter, wait_s: float = 0.0) -> int | None:
         """The starter's exit status, None while it runs (STATUS_UNKNOWN when its
-        zygote died before reaping it)."""
+        zygote died before reaping it). With `wait_s`, a starter whose pidfd says
+        it ended is waited for that long, for the zygote's report."""
         if starter.pid in self._statuses:
-            return self._statuses[starter.pid]
-        if self.sock is not None and self.proc is not None \
-                and self.proc.pid == starter.zygote_pid:
+            return self._statuses.pop(starter.pid)
+        ours = self.proc is not None and self.proc.pid == starter.zygote_pid
+        if ours and self.sock is not None:
             self.read_reports()
+            deadline = time.monotonic() + wait_s
+            while starter.pid not in self._statuses and self.sock is not None \
+                    and wait_s > 0 and _ended(starter):
+                remaining_s = deadline - time.monotonic()
+                if remaining_s <= 0:
+                    break
+                select.select([self.sock], [], [], remaining_s)
+                self.read_reports()
             if starter.pid in self._statuses:
-                return self._statuses[starter.pid]
+                return self._statuses.pop(starter.pid)
             if self.alive():
                 return None
         return STATUS_UNKNOWN if _ended(starter) else None
 
-    def forget(self, starter: ForkedStarter) -> None:
-        self._statuses.pop(starter.pid, None)
+
+
+def _wait_ended(starter: ForkedStarter, timeout_s: float) -> None:
+    if starter.pidfd is not None:
+        select.select([starter.pidfd], [], [], timeout_s)
+    else:
+        time.sleep(timeout_s)
 
 
 def _ended(starter: ForkedStarter) -> bool:

@@ -11,6 +11,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,3 +203,13 @@ def test_the_zygote_leaves_when_the_startd_closes(client: Client, job_tmp: Path)
     client.close()
     assert proc.returncode == 0
     assert client.proc is None
+
+
+def test_a_forked_starter_answers_as_a_popen_would(client: Client, job_tmp: Path) -> None:
+    starter = client.take(_args(job_tmp, "popen", {"Cmd": "/bin/sleep", "Arguments": "30"}))
+    assert starter.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        starter.wait(timeout=0.2)
+    starter.kill()
+    assert starter.wait(timeout=30) == -signal.SIGKILL
+    assert starter.poll() == starter.returncode == -signal.SIGKILL
