@@ -224,3 +224,48 @@ def first_matching(groups: Iterable[Group], fits: Callable[[Group], bool]) -> Gr
         if fits(grp):
             return grp
     return None
+
+
+class Grouper:
+    """Group ids and representatives for many jobs, each distinct shape worked out once."""
+
+    def __init__(self, extra: Sequence[str] = ()):
+        self.extra = tuple(extra)
+        self.reps: dict[str, dict[str, Any]] = {}
+        self._spelled: dict[tuple[str, ...], tuple[str | None, ...]] = {}
+        self._names: dict[tuple[Any, ...], tuple[str, ...]] = {}
+        self._gids: dict[tuple[Any, ...], str] = {}
+
+    def gid(self, attrs: Mapping[str, Any]) -> str:
+        """The job's group id; its representative is kept in `reps`."""
+        keys = tuple(attrs)
+        referring = self._spelled.get(keys)
+        if referring is None:
+            by_lower = {name.lower(): name for name in keys}
+            referring = tuple(by_lower.get(name) for name in _REFERRING)
+            self._spelled[keys] = referring
+        # The significant names depend on which attributes exist and on the
+        # texts of Requirements and Rank.
+        shape = (keys, *(_text(attrs[name]) if name else None for name in referring))
+        names = self._names.get(shape)
+        if names is None:
+            present = {name.lower() for name in keys}
+            names = tuple(name for name in significant_names(attrs, self.extra)
+                          if name.lower() in present)
+            self._names[shape] = names
+        values = (names, *(_hashable(attrs[name]) for name in names))
+        gid = self._gids.get(values)
+        if gid is None:
+            gid = group_id(signature({name: attrs[name] for name in names}, self.extra))
+            self._gids[values] = gid
+            self.reps.setdefault(gid, {name: attrs[name] for name in names})
+        return gid
+
+
+def _hashable(value: Any) -> Any:
+    """A key for a value that tells apart what its canonical form tells apart."""
+    if isinstance(value, Mapping):
+        return (EXPR_KEY, str(value.get(EXPR_KEY)))
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(item) for item in value)
+    return (type(value), value)

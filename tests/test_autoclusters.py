@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from fetchwork.broker.autoclusters import (
     Group,
+    Grouper,
     first_matching,
     group_id,
     group_jobs,
@@ -165,3 +166,19 @@ def test_start_reads_only_what_the_groups_hold(start: str | None, reads_only: bo
     if start is not None:
         text += f"Start = {start}\n"
     assert start_reads_only(parse_ad(text), ["RequestMemory", "Owner"]) is reads_only
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(job_strategy, min_size=1, max_size=20))
+def test_a_grouper_gives_the_ids_and_representatives_of_the_pure_functions(
+        jobs: list[dict[str, Any]]) -> None:
+    grouper = Grouper(["Arguments"])
+    for attrs in jobs:
+        gid = grouper.gid(attrs)
+        assert gid == group_id(signature(attrs, ["Arguments"]))
+        assert grouper.reps[gid] == representative(attrs, ["Arguments"])
+
+
+def test_a_grouper_tells_true_from_one() -> None:
+    grouper = Grouper()
+    assert grouper.gid(job(RequestCpus=True)) != grouper.gid(job(RequestCpus=1))
