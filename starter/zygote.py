@@ -256,10 +256,22 @@ def _preload() -> None:
 
     try:
         config = Config.load()
-        inprocess.preload([value for definition, value in config.items()
-                           if definition.name.upper().endswith(_STARTER_HOOKS)])
+        values = [value for definition, value in config.items()
+                  if definition.name.upper().endswith(_STARTER_HOOKS)]
     except FetchworkError:
-        pass  # each starter reports configuration errors itself
+        return  # each starter reports configuration errors itself
+    failed = inprocess.preload(values)
+    # A hook module may ask to do more ahead of the forks (`prepare_fork()`).
+    names = dict.fromkeys(value[len(inprocess.IN_PROCESS_PREFIX):].partition(":")[0]
+                          for value in values if value.startswith(inprocess.IN_PROCESS_PREFIX))
+    for name in names:
+        module = sys.modules.get(name)
+        prepare = getattr(module, "prepare_fork", None) if name not in failed else None
+        if callable(prepare):
+            try:
+                prepare()
+            except Exception as exc:  # noqa: BLE001 - the hook's own call reports it
+                log.warning("zygote: %s.prepare_fork failed: %s", name, exc)
 
 
 def main() -> int:
