@@ -130,8 +130,10 @@ def scenario(setup: Setup, name: str, jobs: list[dict[str, Any]], memory_mb: lis
     ms = [value * 1000 for value in latencies]
     print(f"{name}: {slots} slots in {processes} processes, {len(jobs)} jobs queued "
           f"({len(jobs) / submit_s:.0f} jobs/s submitted)")
-    print(f"  claims/s                  {len(ms) / wall_s:10.0f}   ({len(ms)} claims in "
-          f"{wall_s:.1f} s)")
+    rate = len(ms) / wall_s
+    print(f"  claims/s                  {rate:10.0f}   ({len(ms)} claims in {wall_s:.1f} s)")
+    if rate > 0:
+        print(f"  every slot served once in {slots / rate:10.1f} s (slots / claims/s)")
     if ms:
         print(f"  claim latency             p50 {statistics.median(ms):7.2f} ms   "
               f"p99 {percentile(ms, 0.99):7.2f} ms")
