@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import classad2
 import msgpack
@@ -25,9 +25,7 @@ from fetchwork.errors import AdError
 
 from . import codec
 from .matching import job_matches_slot, slot_name
-
-if TYPE_CHECKING:
-    from .client import Broker
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +40,13 @@ MAX_BLOCK_MS = 2000
 
 
 class Claimer:
-    def __init__(self, broker: Broker):
-        self.broker = broker
+    """Claims jobs of one pool for slots; leases last `default_lease_s` unless the job
+    says JobLeaseDuration; scans read at most `scan_batch` idle jobs at a time."""
+
+    def __init__(self, store: Store, default_lease_s: float, scan_batch: int):
+        self.store = store
+        self.default_lease_s = default_lease_s
+        self.scan_batch = scan_batch
 
     def claim(self, slot_ad: classad2.ClassAd | Mapping[str, Any],
               wait_s: float = 0.0) -> classad2.ClassAd | None:
@@ -52,7 +55,7 @@ class Claimer:
         if wait_s <= 0:
             return self._scan(slot, name)
         deadline = time.monotonic() + wait_s
-        last_id = self.broker.last_event_id()
+        last_id = self.store.last_event_id()
         while True:
             job = self._scan(slot, name)
             if job is not None:
@@ -63,8 +66,8 @@ class Claimer:
             last_id = next_id
 
     def _scan(self, slot: classad2.ClassAd, name: str) -> classad2.ClassAd | None:
-        keys = self.broker.keys
-        client = self.broker.client
+        keys = self.store.keys
+        client = self.store.client
         low: str = "-inf"
         batch = FIRST_BATCH
         while True:
@@ -74,7 +77,7 @@ class Claimer:
                 return None
             ids = [codec.text(member) for member, _score in rows]
             matched: list[str] = []
-            for job_id, data in self.broker.hashes(ids):
+            for job_id, data in self.store.hashes(ids):
                 if self._fits(job_id, data, slot):
                     matched.append(job_id)
                 if len(matched) == CLAIM_GROUP:
@@ -89,7 +92,7 @@ class Claimer:
             if len(rows) < batch:
                 return None
             low = f"({rows[-1][1]!r}"
-            batch = min(batch * GROWTH, max(self.broker.scan_batch, FIRST_BATCH))
+            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
 
     @staticmethod
     def _fits(job_id: str, data: dict[str, Any], slot: classad2.ClassAd) -> bool:
@@ -103,8 +106,8 @@ class Claimer:
     def _claim_first(self, job_ids: list[str], name: str) -> classad2.ClassAd | None:
         """claim.lua on matched candidates: the first one still idle is ours."""
         token = uuid.uuid4().hex
-        reply = self.broker.run("claim", job_ids,
-                                [token, name, str(self.broker.default_lease_s), *job_ids])
+        reply = self.store.run("claim", job_ids,
+                                [token, name, str(self.default_lease_s), *job_ids])
         if reply is None:
             return None
         job_id, flat = msgpack.unpackb(reply, raw=True)
@@ -117,7 +120,7 @@ class Claimer:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0:
                 return None
-            events = self.broker.events(last_id, block_ms=min(remaining_ms, MAX_BLOCK_MS),
+            events = self.store.events(last_id, block_ms=min(remaining_ms, MAX_BLOCK_MS),
                                         count=100)
             for event_id, fields in events:
                 last_id = event_id
@@ -127,7 +130,7 @@ class Claimer:
 
     def _newest(self, last_id: str) -> str:
         while True:
-            more = self.broker.events(last_id, count=1000)
+            more = self.store.events(last_id, count=1000)
             if not more:
                 return last_id
             last_id = more[-1][0]

@@ -49,5 +49,3 @@ def broker_command(once: bool) -> None:
     signal.signal(signal.SIGINT, _stop)
     service.run(stop)
 
-
-COMMANDS = [broker_command]

@@ -1,4 +1,4 @@
-"""The broker's client API: the only code that reads or writes a pool's keys.
+"""The broker's client API, over a pool's store (store.py).
 
 Every state change is one Lua script (see `states.py` for the transitions);
 job ads are read in bulk through read_ads.lua. Ads come back as classad2
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import classad2
@@ -19,43 +19,36 @@ import redis
 
 from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
 from fetchwork.config.loader import Config, get_config
-from fetchwork.errors import AdError, BrokerError, RedisUnavailableError
+from fetchwork.config.protocol import EXIT_HOWS, HOLD, HoldCode, job_id_key, parse_job_id
+from fetchwork.errors import AdError, BrokerError
 
 from . import codec
 from .claiming import Claimer
 from .jobads import caller_attrs
-from .keys import PoolKeys
-from .scripts import Scripts
-from .states import FINISH_HOWS, HOLD_CODE_USER, parse_job_id
+from .store import READ_BATCH, Store
 from .submitting import Submitter
 
 log = logging.getLogger(__name__)
 
 AdLike = classad2.ClassAd | Mapping[str, Any]
 OP_BATCH = 500
-READ_BATCH = 1000
+# The user actions Broker.apply runs, each one Lua script of that name.
+ACTIONS = ("remove", "hold", "release")
 
 
 class Broker:
     """One pool of one Redis: submit, query, claim, renew, finish, reap."""
 
     def __init__(self, client: redis.Redis, pool: str = "default", config: Config | None = None):
-        if client.get_connection_kwargs().get("decode_responses"):
-            raise BrokerError("the broker needs a Redis client that returns bytes "
-                              "(decode_responses=False)")
         config = config if config is not None else get_config()
+        self.store = Store(client, pool, config.get_int("BROKER_EVENTS_MAXLEN"))
         self.client = client
         self.pool = pool
-        try:
-            self.keys = PoolKeys(pool)
-        except ValueError as exc:
-            raise BrokerError(f"{exc} (FETCHWORK_POOL)") from exc
-        self.scripts = Scripts(client)
-        self.default_lease_s = config.get_duration_s("JOB_DEFAULT_LEASE_DURATION", 2400.0)
-        self.events_maxlen = config.get_int("BROKER_EVENTS_MAXLEN", 100000)
-        self.scan_batch = max(1, config.get_int("BROKER_CLAIM_SCAN_BATCH", 1000))
-        self._claimer = Claimer(self)
-        self._submitter = Submitter(self)
+        self.keys = self.store.keys
+        self.default_lease_s = config.get_duration_s("JOB_DEFAULT_LEASE_DURATION")
+        scan_batch = max(1, config.get_int("BROKER_CLAIM_SCAN_BATCH"))
+        self._claimer = Claimer(self.store, self.default_lease_s, scan_batch)
+        self._submitter = Submitter(self.store, self.default_lease_s)
 
     @classmethod
     def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:
@@ -63,52 +56,23 @@ class Broker:
         from .embedded import connect
 
         config = config if config is not None else get_config()
-        pool = (config.get("FETCHWORK_POOL") or "default").strip() or "default"
+        pool = config.require("FETCHWORK_POOL").strip()
         return cls(connect(config, start=start), pool, config)
 
-    # -- plumbing ----------------------------------------------------------
-
-    def pool_keys(self) -> list[str]:
-        """The nine keys every job transition script takes first (see lua/lib.lua)."""
-        k = self.keys
-        return [k.queue, k.idle, k.running, k.history, k.events, k.clusters,
-                k.cluster_counter, k.seq_counter, k.head_counter]
-
-    def run(self, name: str, job_ids: Sequence[str], args: Sequence[Any],
-            now_ms: int | None = None) -> Any:
-        """Run transition script `name` on `job_ids` (their hashes become KEYS[10..])."""
-        keys = self.pool_keys() + [self.keys.job(job) for job in job_ids]
-        head = ["" if now_ms is None else str(now_ms), str(self.events_maxlen)]
-        try:
-            return self.scripts.call(name, keys, head + list(args))
-        except redis.ConnectionError as exc:
-            raise RedisUnavailableError(f"lost the broker's Redis: {exc}") from exc
-
-    def hashes(self, job_ids: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-        """(id, to_dict-style mapping) of each existing job, in order (read_ads.lua)."""
-        for start in range(0, len(job_ids), READ_BATCH):
-            chunk = job_ids[start:start + READ_BATCH]
-            reply = self.scripts.call("read_ads", [self.keys.job(job) for job in chunk], [])
-            for job, data in zip(chunk, codec.decode_packed_hashes(reply), strict=True):
-                if data:
-                    yield job, data
+    # -- reading helpers -----------------------------------------------------
 
     def _ads(self, job_ids: Sequence[str]) -> Iterator[classad2.ClassAd]:
-        for job, data in self.hashes(job_ids):
+        for job, data in self.store.hashes(job_ids):
             try:
                 yield from_dict(data)
             except AdError as exc:
                 log.warning("job %s has an unreadable ad: %s", job, exc)
 
-    @staticmethod
-    def _ids(raw: Iterable[bytes]) -> list[str]:
-        return [codec.text(item) for item in raw]
-
     # -- submitting ----------------------------------------------------------
 
     def next_cluster(self) -> int:
         """Allocate a cluster number."""
-        return int(self.client.incr(self.keys.cluster_counter))
+        return self._submitter.next_cluster()
 
     def submit(self, ads: Sequence[AdLike], owner: str | None = None,
                cluster_id: int | None = None) -> list[str]:
@@ -127,7 +91,7 @@ class Broker:
 
     def queued_ids(self) -> list[str]:
         """Ids of every unfinished job, in submission order."""
-        return self._ids(self.client.zrange(self.keys.queue, 0, -1))
+        return self.store.ids(self.client.zrange(self.keys.queue, 0, -1))
 
     def query(self, constraint: str | None = None) -> list[classad2.ClassAd]:
         """Ads of the jobs in the queue (not finished) for which `constraint` is true."""
@@ -141,7 +105,7 @@ class Broker:
         found: list[classad2.ClassAd] = []
         start = 0
         while limit is None or len(found) < limit:
-            chunk = self._ids(self.client.zrevrange(self.keys.history, start,
+            chunk = self.store.ids(self.client.zrevrange(self.keys.history, start,
                                                     start + READ_BATCH - 1))
             found += [ad for ad in self._ads(chunk) if test(ad)]
             if len(chunk) < READ_BATCH:
@@ -161,51 +125,51 @@ class Broker:
             jobs = {(c, p) for c, p in wanted if p is not None}
             clusters = {c for c, p in wanted if p is None}
             chosen = [job for job in queued
-                      if _split(job) in jobs or _split(job)[0] in clusters]
+                      if job_id_key(job) in jobs or job_id_key(job)[0] in clusters]
         if constraint is not None:
             test = _constraint(constraint)
-            chosen = [job for job, data in self.hashes(chosen) if test(from_dict(data))]
-        return sorted(chosen, key=_split)
+            chosen = [job for job, data in self.store.hashes(chosen) if test(from_dict(data))]
+        return sorted(chosen, key=job_id_key)
 
     def events(self, last_id: str = "$", block_ms: int = 0,
                count: int = 100) -> list[tuple[str, dict[str, str]]]:
         """Transition events after `last_id` (`$`: only new ones, so use it with block_ms).
         Each event has type, job, state (FetchworkState) and status (JobStatus)."""
-        reply = self.client.xread({self.keys.events: last_id}, count=count,
-                                  block=block_ms if block_ms > 0 else None)
-        out: list[tuple[str, dict[str, str]]] = []
-        for _stream, entries in reply or []:
-            for entry_id, fields in entries:
-                out.append((codec.text(entry_id),
-                            {codec.text(k): codec.text(v) for k, v in fields.items()}))
-        return out
+        return self.store.events(last_id, block_ms, count)
 
     def last_event_id(self) -> str:
         """Id of the newest event ("0-0" when there is none)."""
-        newest = self.client.xrevrange(self.keys.events, count=1)
-        return codec.text(newest[0][0]) if newest else "0-0"
+        return self.store.last_event_id()
 
     # -- user actions ------------------------------------------------------------
 
-    def _each_batch(self, name: str, job_ids: Sequence[str], args: Sequence[Any]) -> list[str]:
-        selected = self.select(job_ids) if job_ids else []
+    def apply(self, action: str, selected: Sequence[str], reason: str | None = None) -> list[str]:
+        """Remove, hold or release the jobs `select()` chose; the ones it changed."""
+        if action == "remove":
+            args: list[Any] = [reason or "removed by user"]
+        elif action == "hold":
+            args = [reason or "held by user", int(HoldCode.USER_REQUEST)]
+        elif action == "release":
+            args = []
+        else:
+            raise BrokerError(f"no user action {action!r}: use one of {', '.join(ACTIONS)}")
         done: list[str] = []
         for start in range(0, len(selected), OP_BATCH):
             chunk = selected[start:start + OP_BATCH]
-            done += self._ids(self.run(name, chunk, [*args, *chunk]))
+            done += self.store.ids(self.store.run(action, chunk, [*args, *chunk]))
         return done
 
     def remove(self, job_ids: Sequence[str], reason: str | None = None) -> list[str]:
         """Remove jobs (ids or clusters); a running job is marked and removed when it stops."""
-        return self._each_batch("remove", job_ids, [reason or "removed by user"])
+        return self.apply("remove", self.select(job_ids) if job_ids else [], reason)
 
     def hold(self, job_ids: Sequence[str], reason: str | None = None) -> list[str]:
         """Hold idle jobs; a running job is marked and held when it stops."""
-        return self._each_batch("hold", job_ids, [reason or "held by user", HOLD_CODE_USER])
+        return self.apply("hold", self.select(job_ids) if job_ids else [], reason)
 
     def release(self, job_ids: Sequence[str]) -> list[str]:
         """Held jobs go back to IDLE; a pending hold on a running job is cancelled."""
-        return self._each_batch("release", job_ids, [])
+        return self.apply("release", self.select(job_ids) if job_ids else [])
 
     # -- the execute side --------------------------------------------------------
 
@@ -216,7 +180,7 @@ class Broker:
 
     def reject(self, job_id: str, token: str) -> bool:
         """The slot declined the job: back to IDLE at the head of its priority group."""
-        return self.run("reject", [job_id], [job_id, token]) is not None
+        return self.store.run("reject", [job_id], [job_id, token]) is not None
 
     def renew(self, job_id: str, token: str, attrs: AdLike | None = None,
               suspended: bool | None = None) -> str:
@@ -224,19 +188,22 @@ class Broker:
         `suspended` True/False moves the job to SUSPENDED/RUNNING."""
         flag = "" if suspended is None else ("1" if suspended else "0")
         args = [job_id, token, str(self.default_lease_s), flag, *self._attr_fields(attrs)]
-        return codec.text(self.run("renew", [job_id], args))
+        return codec.text(self.store.run("renew", [job_id], args))
 
     def finish(self, job_id: str, token: str, how: str, attrs: AdLike | None = None,
                reason: str | None = None) -> bool:
         """End the claim: exit -> COMPLETED, evict -> IDLE (FAILED if not Rerunnable),
         hold -> HELD, remove -> REMOVED. False when the claim is not (any longer) ours."""
-        if how not in FINISH_HOWS:
-            raise BrokerError(f"finish: how must be one of {', '.join(FINISH_HOWS)}, not {how!r}")
+        if how not in EXIT_HOWS:
+            raise BrokerError(f"finish: how must be one of {', '.join(EXIT_HOWS)}, not {how!r}")
         fields = self._attr_fields(attrs)
         if reason is None and attrs is not None:
-            reason = _reason_in(attrs, "HoldReason" if how == "hold" else "RemoveReason")
-        args = [job_id, token, how, reason or "", *fields]
-        state = self.run("finish", [job_id], args)
+            reason = _reason_in(attrs, "HoldReason" if how == HOLD else "RemoveReason")
+        codes = ["", ""]
+        if how == HOLD and attrs is not None:
+            codes = [_code_in(attrs, "HoldReasonCode"), _code_in(attrs, "HoldReasonSubCode")]
+        args = [job_id, token, how, reason or "", *codes, *fields]
+        state = self.store.run("finish", [job_id], args)
         if state is None:
             return False
         log.info("job %s finished (%s) -> %s", job_id, how, codec.text(state))
@@ -257,11 +224,11 @@ class Broker:
             now_ms = override = int(now * 1000)
         reaped: list[str] = []
         while True:
-            due = self._ids(self.client.zrangebyscore(self.keys.running, "-inf", now_ms,
+            due = self.store.ids(self.client.zrangebyscore(self.keys.running, "-inf", now_ms,
                                                       start=0, num=OP_BATCH))
             if not due:
                 break
-            done = self._ids(self.run("reap", due, due, now_ms=override))
+            done = self.store.ids(self.store.run("reap", due, due, now_ms=override))
             reaped += done
             if not done or len(due) < OP_BATCH:
                 break
@@ -276,12 +243,12 @@ class Broker:
             excess = self.client.zcard(self.keys.history) - max(0, keep)
             if excess <= 0:
                 return forgotten
-            oldest = self._ids(self.client.zrange(self.keys.history, 0,
+            oldest = self.store.ids(self.client.zrange(self.keys.history, 0,
                                                   min(excess, OP_BATCH) - 1))
             if not oldest:
                 return forgotten
             keys = [self.keys.history] + [self.keys.job(job) for job in oldest]
-            gone = int(self.scripts.call("trim_history", keys, oldest))
+            gone = int(self.store.scripts.call("trim_history", keys, oldest))
             forgotten += gone
             if gone == 0:
                 return forgotten
@@ -305,24 +272,29 @@ class Broker:
     def slots(self) -> list[classad2.ClassAd]:
         """Slot ads published and not expired, by name."""
         now_ms = int(time.time() * 1000)
-        names = self._ids(self.client.zrangebyscore(self.keys.slots, now_ms, "+inf"))
+        names = self.store.ids(self.client.zrangebyscore(self.keys.slots, now_ms, "+inf"))
         if not names:
             return []
         raws = self.client.mget([self.keys.slot(name) for name in sorted(names)])
         return [from_dict(codec.unpack(raw)) for raw in raws if raw is not None]
 
 
-def _split(job: str) -> tuple[int, int]:
-    cluster, _, proc = job.partition(".")
-    return int(cluster), int(proc or 0)
+def _given(attrs: AdLike, name: str) -> Any:
+    """An attribute the execute side put in its attributes, though the broker owns it."""
+    return attrs.get(name) if isinstance(attrs, classad2.ClassAd) else next(
+        (v for k, v in attrs.items() if k.lower() == name.lower()), None)
 
 
 def _reason_in(attrs: AdLike, name: str) -> str | None:
-    """A HoldReason/RemoveReason the execute side put in its attributes (which are
-    otherwise the broker's to write)."""
-    value = attrs.get(name) if isinstance(attrs, classad2.ClassAd) else next(
-        (v for k, v in attrs.items() if k.lower() == name.lower()), None)
+    """The execute side's HoldReason/RemoveReason, if it gave one."""
+    value = _given(attrs, name)
     return value if isinstance(value, str) and value else None
+
+
+def _code_in(attrs: AdLike, name: str) -> str:
+    """The execute side's HoldReasonCode/HoldReasonSubCode as script text ('' for none)."""
+    value = _given(attrs, name)
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
 
 
 def _constraint(text: str | None) -> Any:

@@ -280,7 +280,7 @@ def embedded_for(config: Config) -> EmbeddedRedis:
     return EmbeddedRedis(
         config.require("FETCHWORK_STATE_DIR"),
         server_binary=(config.get("FETCHWORK_REDIS_SERVER") or "").strip() or None,
-        start_timeout_s=config.get_duration_s("FETCHWORK_REDIS_START_TIMEOUT", 20.0),
+        start_timeout_s=config.get_duration_s("FETCHWORK_REDIS_START_TIMEOUT"),
     )
 
 

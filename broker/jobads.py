@@ -1,22 +1,25 @@
 """Pure shaping of job ads on their way into the queue.
 
 `prepare_submitted` turns one normalized ad (a to_dict-style mapping) into
-what submit.lua stores: the attributes the broker sets at submission, the
-clamped priority and whether the job starts HELD. `caller_attrs` filters what
-the execute side may write through renew() and finish().
+what stage.lua stores, before the job's place is known: the attributes the
+caller may set, the clamped priority and whether the job starts HELD.
+`identity` decides the attributes that name and place a job (Owner,
+ClusterId, ProcId, GlobalJobId, FetchworkOrder), once; `place` puts them and
+the initial state on a prepared job. `caller_attrs` filters what the execute
+side may write through renew() and finish().
 """
 
 from __future__ import annotations
 
-import getpass
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fetchwork.config.ads import from_dict
+from fetchwork.config.protocol import HoldCode, job_id
 
 from .matching import ad_bool, ad_prio
-from .states import HOLD_CODE_SUBMITTED_ON_HOLD, MANAGED_ATTRS, clamp_prio, is_managed, job_id
+from .states import JOB_STATUS, MANAGED_ATTRS, State, clamp_prio, idle_order, is_managed
 
 # Attributes with a broker default, by canonical spelling.
 CANONICAL = ("JobPrio", "JobLeaseDuration", "Rerunnable")
@@ -26,10 +29,12 @@ HOLD_COMMAND = "hold"
 
 @dataclass
 class PreparedJob:
-    job_id: str
     prio: int
     held: bool
     attrs: dict[str, Any]
+    # The Owner the ad itself names, if any.
+    ad_owner: str | None = None
+    job_id: str = ""
 
 
 # Lower-case names handled by prepare_submitted, with their canonical spelling.
@@ -43,9 +48,8 @@ def _literal_or_eval(data: dict[str, Any], name: str, value: Any, evaluate: Any)
     return evaluate(from_dict({**data, name: value}))
 
 
-def prepare_submitted(data: Mapping[str, Any], cluster: int, proc: int, owner: str | None,
-                      qdate_s: int, pool: str, default_lease_s: float,
-                      fallback_owner: str | None = None) -> PreparedJob:
+def prepare_submitted(data: Mapping[str, Any], qdate_s: int,
+                      default_lease_s: float) -> PreparedJob:
     """The stored form of one submitted ad, before its place in the queue is known."""
     attrs: dict[str, Any] = {}
     special: dict[str, Any] = {}
@@ -64,19 +68,36 @@ def prepare_submitted(data: Mapping[str, Any], cluster: int, proc: int, owner: s
                                  lambda ad: ad_bool(ad, "FetchworkHold", False))
         held = value is True or (isinstance(value, int | float) and value != 0)
     prio = clamp_prio(_literal_or_eval(attrs, "JobPrio", attrs["JobPrio"], ad_prio))
-    owner = owner or _owner_of(data) or fallback_owner or getpass.getuser()
-    ident = job_id(cluster, proc)
-    attrs.update({
-        "ClusterId": cluster,
-        "ProcId": proc,
-        "GlobalJobId": f"{pool}#{ident}#{qdate_s}",
-        "QDate": qdate_s,
-        "Owner": owner,
-    })
+    attrs["QDate"] = qdate_s
     if held:
         attrs["HoldReason"] = "submitted on hold"
-        attrs["HoldReasonCode"] = HOLD_CODE_SUBMITTED_ON_HOLD
-    return PreparedJob(ident, prio, held, attrs)
+        attrs["HoldReasonCode"] = int(HoldCode.SUBMITTED_ON_HOLD)
+    return PreparedJob(prio, held, attrs, _owner_of(data))
+
+
+def identity(pool: str, cluster: int, proc: int, qdate_s: int, seq: int, prio: int,
+             owner: str | None, ad_owner: str | None, user: str) -> dict[str, Any]:
+    """The attributes that name and place a job: Owner (the submitter's `owner`, else
+    the ad's, else `user`), ClusterId, ProcId, GlobalJobId and FetchworkOrder."""
+    return {
+        "Owner": owner or ad_owner or user,
+        "ClusterId": cluster,
+        "ProcId": proc,
+        "GlobalJobId": f"{pool}#{job_id(cluster, proc)}#{qdate_s}",
+        "FetchworkOrder": idle_order(prio, seq),
+    }
+
+
+def place(job: PreparedJob, identity_attrs: Mapping[str, Any]) -> PreparedJob:
+    """Put `identity_attrs` and the initial state (IDLE or HELD) on `job`, in place."""
+    attrs = job.attrs
+    attrs.update(identity_attrs)
+    job.job_id = job_id(attrs["ClusterId"], attrs["ProcId"])
+    state = State.HELD if job.held else State.IDLE
+    attrs["FetchworkState"] = state.value
+    attrs["JobStatus"] = int(JOB_STATUS[state])
+    attrs["EnteredCurrentStatus"] = attrs["QDate"]
+    return job
 
 
 def _owner_of(data: Mapping[str, Any]) -> str | None:

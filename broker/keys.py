@@ -19,6 +19,12 @@ in one Redis Cluster slot and every Lua script touches one slot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+
+def _named(suffix: str) -> Any:
+    """A read-only attribute: the pool's key `fw:{P}:<suffix>`."""
+    return property(lambda self: f"{self.prefix}{suffix}", doc=f"fw:{{P}}:{suffix}")
 
 
 @dataclass(frozen=True)
@@ -39,49 +45,18 @@ class PoolKeys:
     def job(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}"
 
-    @property
-    def queue(self) -> str:
-        return f"{self.prefix}queue"
-
-    @property
-    def idle(self) -> str:
-        return f"{self.prefix}idle"
-
-    @property
-    def running(self) -> str:
-        return f"{self.prefix}running"
-
-    @property
-    def history(self) -> str:
-        return f"{self.prefix}history"
-
-    @property
-    def events(self) -> str:
-        return f"{self.prefix}events"
-
-    @property
-    def clusters(self) -> str:
-        return f"{self.prefix}clusters"
-
-    @property
-    def cluster_counter(self) -> str:
-        return f"{self.prefix}counter:cluster"
-
-    @property
-    def seq_counter(self) -> str:
-        return f"{self.prefix}counter:seq"
-
-    @property
-    def head_counter(self) -> str:
-        return f"{self.prefix}counter:head"
-
     def slot(self, name: str) -> str:
         return f"{self.prefix}slot:{name}"
 
-    @property
-    def slots(self) -> str:
-        return f"{self.prefix}slots"
-
-    @property
-    def leader(self) -> str:
-        return f"{self.prefix}leader"
+    # The pool's fixed keys, one per line: attribute = its name after the prefix.
+    queue = _named("queue")
+    idle = _named("idle")
+    running = _named("running")
+    history = _named("history")
+    events = _named("events")
+    clusters = _named("clusters")
+    cluster_counter = _named("counter:cluster")
+    seq_counter = _named("counter:seq")
+    head_counter = _named("counter:head")
+    slots = _named("slots")
+    leader = _named("leader")

@@ -42,5 +42,3 @@ def status() -> None:
         raise SystemExit(1)
     click.echo(f"{server.url} pid {server.server_pid()}")
 
-
-COMMANDS = [redis_group]

@@ -56,6 +56,7 @@ class BrokerService:
                  leader_lease_s: float = 15.0, replica: str | None = None,
                  history_max_jobs: int | None = None):
         self.broker = broker
+        self.store = broker.store
         # The history keeps the newest finished jobs; None keeps them all.
         self.history_max_jobs = history_max_jobs
         self.reaper_interval_s = reaper_interval_s
@@ -67,18 +68,15 @@ class BrokerService:
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
         return cls(broker,
-                   reaper_interval_s=config.get_duration_s("BROKER_REAPER_INTERVAL", 5.0),
-                   leader_lease_s=config.get_duration_s("BROKER_LEADER_LEASE", 15.0),
+                   reaper_interval_s=config.get_duration_s("BROKER_REAPER_INTERVAL"),
+                   leader_lease_s=config.get_duration_s("BROKER_LEADER_LEASE"),
                    replica=(config.get("BROKER_REPLICA_NAME") or "").strip() or None,
-                   history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS", 100000))
+                   history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS"))
 
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""
         lease_ms = max(1, int(self.leader_lease_s * 1000))
-        key = self.broker.keys.leader
-        leads = bool(self.broker.scripts.call("leader_renew", [key], [self.replica, lease_ms]))
-        if not leads:
-            leads = bool(self.broker.client.set(key, self.replica, nx=True, px=lease_ms))
+        leads = self.store.lead(self.replica, lease_ms)
         if leads != self.is_leader:
             log.info("replica %s %s leadership of pool %s", self.replica,
                      "took" if leads else "lost", self.broker.pool)
@@ -88,7 +86,7 @@ class BrokerService:
 
     def resign(self) -> None:
         """Give leadership up (on shutdown) so another replica takes over at once."""
-        if self.broker.scripts.call("leader_resign", [self.broker.keys.leader], [self.replica]):
+        if self.store.resign(self.replica):
             log.info("replica %s resigned leadership of pool %s", self.replica, self.broker.pool)
         self.is_leader = False
 

@@ -1,4 +1,4 @@
-"""Job states, HTCondor status codes, job ids and the attributes the broker owns.
+"""Job states, their HTCondor status codes and the attributes the broker owns.
 
 Every job ad carries `FetchworkState` (the state name below) and `JobStatus`
 (HTCondor's code). The transitions, each one Lua script:
@@ -27,10 +27,9 @@ BLOCKED is reserved for scheduling policy; nothing produces it yet.
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 
-from fetchwork.errors import JobIdError
+from fetchwork.config.protocol import JobStatus
 
 
 class State(StrEnum):
@@ -44,33 +43,18 @@ class State(StrEnum):
     FAILED = "FAILED"
 
 
-# HTCondor JobStatus codes.
-IDLE_STATUS = 1
-RUNNING_STATUS = 2
-REMOVED_STATUS = 3
-COMPLETED_STATUS = 4
-HELD_STATUS = 5
-SUSPENDED_STATUS = 7
-
 JOB_STATUS = {
-    State.BLOCKED: IDLE_STATUS,
-    State.IDLE: IDLE_STATUS,
-    State.RUNNING: RUNNING_STATUS,
-    State.SUSPENDED: SUSPENDED_STATUS,
-    State.HELD: HELD_STATUS,
-    State.COMPLETED: COMPLETED_STATUS,
-    State.REMOVED: REMOVED_STATUS,
-    State.FAILED: REMOVED_STATUS,
+    State.BLOCKED: JobStatus.IDLE,
+    State.IDLE: JobStatus.IDLE,
+    State.RUNNING: JobStatus.RUNNING,
+    State.SUSPENDED: JobStatus.SUSPENDED,
+    State.HELD: JobStatus.HELD,
+    State.COMPLETED: JobStatus.COMPLETED,
+    State.REMOVED: JobStatus.REMOVED,
+    State.FAILED: JobStatus.REMOVED,
 }
 
 FINISHED = frozenset({State.COMPLETED, State.REMOVED, State.FAILED})
-FINISH_HOWS = ("exit", "evict", "hold", "remove")
-RENEW_ANSWERS = ("ok", "gone", "removed", "held")
-
-# HTCondor HoldReasonCode values used here.
-HOLD_CODE_USER = 1
-HOLD_CODE_JOB_POLICY = 3
-HOLD_CODE_SUBMITTED_ON_HOLD = 15
 
 # Attributes only the broker writes; renew()/finish() ignore them in `attrs`
 # and submit() replaces them.
@@ -79,32 +63,14 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     "EnteredCurrentStatus", "FetchworkState", "FetchworkClaim", "FetchworkOrder",
     "FetchworkLeaseExpiry", "RemoteHost", "LastRemoteHost", "CompletionDate",
     "HoldReason", "HoldReasonCode", "LastHoldReason", "RemoveReason", "NumJobMatches",
+    "HoldReasonSubCode",
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound
 # (the idle score must stay an exact double: 2**18 groups of 2**34 positions).
 PRIO_BOUND = 2**18 - 1
-# Positions per priority group in FetchworkOrder (the same constant is in lua/lib.lua).
+# Positions per priority group in FetchworkOrder (scripts.py hands it to the Lua scripts).
 PRIO_SCALE = 2**34
-
-_JOB_ID_RE = re.compile(r"\A(\d+)\.(\d+)\Z")
-_CLUSTER_RE = re.compile(r"\A(\d+)\Z")
-
-
-def job_id(cluster: int, proc: int) -> str:
-    return f"{cluster}.{proc}"
-
-
-def parse_job_id(text: str) -> tuple[int, int | None]:
-    """`"12.3"` -> (12, 3); `"12"` (a whole cluster) -> (12, None)."""
-    text = text.strip()
-    match = _JOB_ID_RE.match(text)
-    if match:
-        return int(match.group(1)), int(match.group(2))
-    match = _CLUSTER_RE.match(text)
-    if match:
-        return int(match.group(1)), None
-    raise JobIdError(f"{text!r} is not a job id: use ClusterId.ProcId (12.3) or a cluster (12)")
 
 
 def clamp_prio(value: object) -> int:
@@ -116,3 +82,9 @@ def clamp_prio(value: object) -> int:
 
 def is_managed(name: str) -> bool:
     return name.lower() in MANAGED_ATTRS
+
+
+def idle_order(prio: int, seq: int) -> int:
+    """FetchworkOrder, the idle set's score: priority groups (higher JobPrio first),
+    each ordered by `seq` (lib.lua's `head_of_group` puts a rejected job first in its group)."""
+    return -prio * PRIO_SCALE + seq

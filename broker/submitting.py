@@ -7,8 +7,8 @@ submit.lua per batch to put every job in the queue and idle sets and emit its
 event, so the whole cluster appears at once. The second step is cheap per job
 (sorted-set members and one XADD), which keeps even 100,000 jobs well inside
 a client's socket timeout. If staging fails, the staged hashes are deleted.
-Sequence numbers come from counter:seq before staging, so FetchworkOrder is
-computed here: -JobPrio * 2^34 + sequence.
+Sequence numbers come from counter:seq before staging, so each job's
+identity and FetchworkOrder are decided here (jobads.identity).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import classad2
 import redis
@@ -27,11 +27,8 @@ from redis.exceptions import NoScriptError
 from fetchwork.errors import SubmitError
 
 from . import codec
-from .jobads import PreparedJob, prepare_submitted
-from .states import HELD_STATUS, IDLE_STATUS, PRIO_SCALE, State
-
-if TYPE_CHECKING:
-    from .client import Broker
+from .jobads import PreparedJob, identity, place, prepare_submitted
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +39,15 @@ TRANSACTION = 20_000
 
 
 class Submitter:
-    def __init__(self, broker: Broker):
-        self.broker = broker
+    """Submits clusters to one pool; jobs without JobLeaseDuration get `default_lease_s`."""
+
+    def __init__(self, store: Store, default_lease_s: float):
+        self.store = store
+        self.default_lease_s = default_lease_s
+
+    def next_cluster(self) -> int:
+        """Allocate a cluster number."""
+        return int(self.store.client.incr(self.store.keys.cluster_counter))
 
     def submit(self, ads: Sequence[classad2.ClassAd | Mapping[str, Any]], owner: str | None,
                cluster_id: int | None) -> list[str]:
@@ -51,14 +55,14 @@ class Submitter:
             return []
         normalizer = codec.AdNormalizer()
         qdate_s = int(time.time())
-        fallback_owner = owner or getpass.getuser()
-        jobs = [prepare_submitted(normalizer.normalize(ad), 0, proc, owner, qdate_s,
-                                  self.broker.pool, self.broker.default_lease_s, fallback_owner)
-                for proc, ad in enumerate(ads)]
-        broker = self.broker
-        cluster = cluster_id if cluster_id is not None else broker.next_cluster()
-        last_seq = int(broker.client.incrby(broker.keys.seq_counter, len(jobs)))
-        placed = [place(job, cluster, last_seq - len(jobs) + proc + 1, qdate_s, broker.pool)
+        user = getpass.getuser()
+        jobs = [prepare_submitted(normalizer.normalize(ad), qdate_s, self.default_lease_s)
+                for ad in ads]
+        store = self.store
+        cluster = cluster_id if cluster_id is not None else self.next_cluster()
+        first_seq = int(store.client.incrby(store.keys.seq_counter, len(jobs))) - len(jobs) + 1
+        placed = [(place(job, identity(store.pool, cluster, proc, qdate_s, first_seq + proc,
+                                       job.prio, owner, job.ad_owner, user)), first_seq + proc)
                   for proc, job in enumerate(jobs)]
         nonce = uuid.uuid4().hex
         try:
@@ -77,30 +81,30 @@ class Submitter:
         try:
             step()
         except NoScriptError:
-            self.broker.scripts.forget()
+            self.store.scripts.forget()
             step()
 
     def _stage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]]) -> None:
-        broker = self.broker
-        broker.scripts.ensure_loaded(["stage"])
-        pipe = broker.client.pipeline(transaction=False)
-        head = ["", str(broker.events_maxlen), str(cluster), nonce]
+        store = self.store
+        store.scripts.ensure_loaded(["stage"])
+        pipe = store.client.pipeline(transaction=False)
+        head = [*store.head_args(), str(cluster), nonce]
         packer = codec.FieldPacker()
         for start in range(0, len(placed), BATCH):
             batch = placed[start:start + BATCH]
             blob = codec.pack_for_lua([packer.fields(job.attrs) for job, _seq in batch])
-            keys = broker.pool_keys() + [broker.keys.job(job.job_id) for job, _seq in batch]
-            broker.scripts.queue(pipe, "stage", keys, [*head, blob])
+            keys = store.pool_keys() + [store.keys.job(job.job_id) for job, _seq in batch]
+            store.scripts.queue(pipe, "stage", keys, [*head, blob])
         pipe.execute()
 
     def _unstage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]]) -> None:
         """Delete what staging wrote, if this submission owns the cluster."""
-        keys = self.broker.keys
+        keys = self.store.keys
         try:
-            owner = self.broker.client.hget(keys.clusters, str(cluster))
+            owner = self.store.client.hget(keys.clusters, str(cluster))
             if owner is None or owner.decode() != nonce:
                 return
-            pipe = self.broker.client.pipeline(transaction=False)
+            pipe = self.store.client.pipeline(transaction=False)
             for start in range(0, len(placed), BATCH):
                 pipe.delete(*[keys.job(job.job_id) for job, _seq in placed[start:start + BATCH]])
             pipe.hdel(keys.clusters, str(cluster))
@@ -110,28 +114,15 @@ class Submitter:
                         cluster, exc)
 
     def _queue(self, placed: list[tuple[PreparedJob, int]]) -> None:
-        broker = self.broker
-        broker.scripts.ensure_loaded(["submit"])
-        head = ["", str(broker.events_maxlen)]
+        store = self.store
+        store.scripts.ensure_loaded(["submit"])
+        head = store.head_args()
         for first in range(0, len(placed), TRANSACTION):
-            pipe = broker.client.pipeline(transaction=True)
+            pipe = store.client.pipeline(transaction=True)
             for start in range(first, min(first + TRANSACTION, len(placed)), BATCH):
                 blob = codec.pack_for_lua([
                     [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held]
                     for job, seq in placed[start:start + BATCH]])
-                broker.scripts.queue(pipe, "submit", broker.pool_keys(), [*head, blob])
+                store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob])
             pipe.execute()
 
-
-def place(job: PreparedJob, cluster: int, seq: int, qdate_s: int,
-          pool: str) -> tuple[PreparedJob, int]:
-    """Fill in `job`'s cluster, sequence and initial state (in place); (job, seq)."""
-    attrs = job.attrs
-    job.job_id = f"{cluster}.{attrs['ProcId']}"
-    attrs["ClusterId"] = cluster
-    attrs["GlobalJobId"] = f"{pool}#{job.job_id}#{qdate_s}"
-    attrs["FetchworkOrder"] = -job.prio * PRIO_SCALE + seq
-    attrs["FetchworkState"] = State.HELD.value if job.held else State.IDLE.value
-    attrs["JobStatus"] = HELD_STATUS if job.held else IDLE_STATUS
-    attrs["EnteredCurrentStatus"] = qdate_s
-    return job, seq

@@ -50,5 +50,3 @@ def config_command(names: tuple[str, ...], dump: bool, show_where: bool) -> None
     if missing:
         raise SystemExit(1)
 
-
-COMMANDS = [config_command]

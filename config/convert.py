@@ -8,6 +8,7 @@ file and line.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import classad2
 
@@ -34,11 +35,10 @@ def _evaluate_literal(text: str) -> object:
     return value
 
 
-def to_int(text: str) -> int:
-    """`42`, `-3`, `0x10`, or a constant expression such as `4 * 1024`."""
-    text = text.strip()
+def _number(text: str, parse: Callable[[str], float], expected: str) -> float:
+    """`parse(text)`, else `text` as a constant expression that gives a number."""
     try:
-        return int(text, 0)
+        return parse(text)
     except ValueError:
         pass
     try:
@@ -46,7 +46,14 @@ def to_int(text: str) -> int:
     except ValueError:
         value = None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"expected an integer, got {text!r}")
+        raise ValueError(f"expected {expected}, got {text!r}")
+    return value
+
+
+def to_int(text: str) -> int:
+    """`42`, `-3`, `0x10`, or a constant expression such as `4 * 1024`."""
+    text = text.strip()
+    value = _number(text, lambda digits: int(digits, 0), "an integer")
     if isinstance(value, float) and not value.is_integer():
         raise ValueError(f"expected an integer, got {text!r} (= {value})")
     return int(value)
@@ -54,18 +61,7 @@ def to_int(text: str) -> int:
 
 def to_float(text: str) -> float:
     """`1.5`, `2`, `1e3`, or a constant expression."""
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        value = _evaluate_literal(text) if text else None
-    except ValueError:
-        value = None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"expected a number, got {text!r}")
-    return float(value)
+    return float(_number(text.strip(), float, "a number"))
 
 
 def to_bool(text: str) -> bool:

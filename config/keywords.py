@@ -9,6 +9,8 @@ fetch and prepare hooks; a hung hook there would stop a slot forever).
 
 from __future__ import annotations
 
+from typing import Any
+
 from fetchwork.config.loader import Config
 
 FETCH_WORK = "FETCH_WORK"
@@ -31,6 +33,12 @@ def slot_keyword(config: Config, slot_id: int) -> str | None:
     """The hook keyword of slot `slot_id` (1-based), or None when it has none."""
     return (_nonempty(config.get(f"SLOT{slot_id}_JOB_HOOK_KEYWORD"))
             or _nonempty(config.get("STARTD_JOB_HOOK_KEYWORD")))
+
+
+def hook_keyword_of(job_ad: Any) -> str | None:
+    """The job ad's `HookKeyword`: the keyword whose fetch hook brought the job, or None."""
+    value = job_ad.get("HookKeyword") if "HookKeyword" in job_ad else None
+    return value if isinstance(value, str) else None
 
 
 def starter_keyword(config: Config, job_hook_keyword: str | None) -> str | None:
@@ -56,4 +64,4 @@ def hook_timeout_s(config: Config, keyword: str | None, hook: str) -> float:
     """`<KEYWORD>_HOOK_<hook>_TIMEOUT`, else `HOOK_TIMEOUT_<hook>` (seconds)."""
     if keyword and _nonempty(config.get(f"{keyword}_HOOK_{hook}_TIMEOUT")):
         return config.get_duration_s(f"{keyword}_HOOK_{hook}_TIMEOUT")
-    return config.get_duration_s(f"HOOK_TIMEOUT_{hook}", 60.0)
+    return config.get_duration_s(f"HOOK_TIMEOUT_{hook}")

@@ -16,18 +16,25 @@ from fetchwork.errors import FetchworkError
 
 log = logging.getLogger(__name__)
 
-# Modules that define click commands, each exporting `COMMANDS` (a list).
-# Only components whose commands work are listed.
-COMMAND_MODULES = [
-    "fetchwork.broker.submitcli",
-    "fetchwork.broker.usercli",
-    "fetchwork.poolcli",
-    "fetchwork.startd.cli",
-    "fetchwork.broker.cli",
-    "fetchwork.hooks.cli",
-    "fetchwork.config.cli",
-    "fetchwork.broker.redis_cli",
-]
+# Every command: name -> (module, attribute). A command's module is imported
+# only when that command runs (or when `--help` lists them all), so a daemon
+# loads what it runs and nothing of the user commands.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "submit": ("fetchwork.submit.submitcli", "submit_command"),
+    "q": ("fetchwork.submit.usercli", "q_command"),
+    "history": ("fetchwork.submit.usercli", "history_command"),
+    "rm": ("fetchwork.submit.usercli", "rm_command"),
+    "hold": ("fetchwork.submit.usercli", "hold_command"),
+    "release": ("fetchwork.submit.usercli", "release_command"),
+    "status": ("fetchwork.submit.usercli", "status_command"),
+    "up": ("fetchwork.poolcli", "up_command"),
+    "demo": ("fetchwork.demo", "demo_command"),
+    "startd": ("fetchwork.startd.cli", "startd_command"),
+    "broker": ("fetchwork.broker.cli", "broker_command"),
+    "hook": ("fetchwork.hooks.cli", "hook_command"),
+    "config": ("fetchwork.config.cli", "config_command"),
+    "redis": ("fetchwork.broker.redis_cli", "redis_group"),
+}
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -44,6 +51,16 @@ def configure_logging(verbosity: int) -> None:
 
 class FetchworkGroup(click.Group):
     """A group that shows FetchworkError as a one-line message, exit status 1."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            command = load_command(cmd_name)
+            self.add_command(command, cmd_name)
+        return command
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -70,9 +87,12 @@ def main(ctx: click.Context, verbose: int) -> None:
     configure_logging(verbose)
 
 
-for _module_name in COMMAND_MODULES:
-    for _command in importlib.import_module(_module_name).COMMANDS:
-        main.add_command(_command)
+def load_command(name: str) -> click.Command:
+    """Import the module of command `name` and return the command."""
+    module_name, attribute = COMMANDS[name]
+    command = getattr(importlib.import_module(module_name), attribute)
+    assert isinstance(command, click.Command), f"{module_name}.{attribute} is not a command"
+    return command
 
 
 if __name__ == "__main__":

@@ -21,13 +21,14 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from fetchwork.broker import tables
 from fetchwork.broker.client import Broker
-from fetchwork.broker.submitfile import parse_submit
-from fetchwork.broker.usercli import table_console
 from fetchwork.config.loader import Config, environ_without_config
+from fetchwork.config.protocol import JobStatus
 from fetchwork.errors import FetchworkError
 from fetchwork.pool import Pool
+from fetchwork.submit import tables
+from fetchwork.submit.submitfile import parse_submit
+from fetchwork.submit.usercli import table_console
 
 SUBMIT = """\
 # A mixed cluster: five jobs of different lengths, one that exits 3.
@@ -101,8 +102,7 @@ def run_demo(console: Console, slots: int = 2, timeout_s: float = 120.0) -> int:
         (work / "demo.sub").write_text(SUBMIT)
         console.print("\n[bold]demo.sub[/bold]\n" + SUBMIT)
         cluster = broker.next_cluster()
-        parsed = parse_submit(SUBMIT, cluster, submit_dir=str(work),
-                              owner=getpass.getuser(), source="demo.sub")
+        parsed = parse_submit(SUBMIT, cluster, submit_dir=str(work), source="demo.sub")
         job_ids = broker.submit(parsed.ads, owner=getpass.getuser(), cluster_id=cluster)
         console.print(f"{len(job_ids)} job(s) submitted to cluster {cluster}.\n")
         held = [job_ids[-1]]
@@ -144,7 +144,8 @@ def run_demo(console: Console, slots: int = 2, timeout_s: float = 120.0) -> int:
 
 
 def _summary(console: Console, history: list, work: Path, elapsed_s: float) -> None:
-    ok = sum(1 for ad in history if ad.get("JobStatus") == 4 and ad.get("ExitCode") == 0)
+    ok = sum(1 for ad in history
+             if ad.get("JobStatus") == JobStatus.COMPLETED and ad.get("ExitCode") == 0)
     failed = len(history) - ok
     cpu_s = sum(float(ad.get("RemoteUserCpu", 0) or 0) + float(ad.get("RemoteSysCpu", 0) or 0)
                 for ad in history)

@@ -65,6 +65,14 @@ class StarterError(FetchworkError):
     """The starter for a job could not be set up or spawned."""
 
 
+class JobStartError(StarterError):
+    """The job's process could not be started: a file or program the OS refused."""
+
+    def __init__(self, message: str, errno: int = 0):
+        super().__init__(message)
+        self.errno = errno
+
+
 class BrokerError(FetchworkError):
     """The broker refused or could not carry out a request."""
 

@@ -109,7 +109,9 @@ class Pool:
         return env
 
     def _spawn(self, name: str, args: list[str], env: Mapping[str, str] | None = None) -> None:
-        argv = [sys.executable, "-m", "fetchwork", *args]
+        # -P: the current folder is not put on the child's sys.path, so a
+        # `fetchwork/` folder there (a clone's root) cannot shadow the package.
+        argv = [sys.executable, "-P", "-m", "fetchwork", *args]
         log.info("starting %s: %s", name, " ".join(argv))
         # Own process group: Ctrl-C reaches only `up`, which stops the parts in
         # order. If `up` itself dies, the kernel sends each part SIGTERM.
@@ -153,7 +155,7 @@ class Pool:
 
     def stop(self) -> None:
         """Startd first (its jobs vacate and requeue), then the broker, then Redis."""
-        grace_s = self.config.get_duration_s("STARTD_SHUTDOWN_GRACE", 60.0) + 10.0
+        grace_s = self.config.get_duration_s("STARTD_SHUTDOWN_GRACE") + 10.0
         for name in ("startd", "broker"):
             child = self.children.get(name)
             if child is None or child.poll() is not None:

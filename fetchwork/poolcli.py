@@ -9,7 +9,6 @@ import signal
 import click
 
 from fetchwork.config.loader import get_config
-from fetchwork.demo import demo_command
 from fetchwork.pool import Pool, PoolError
 
 log = logging.getLogger(__name__)
@@ -61,5 +60,3 @@ def up_command(slots: int | None) -> None:
         raise PoolError(f"{dead} ended unexpectedly; the pool was stopped")
     click.echo("fetchwork pool stopped.", err=True)
 
-
-COMMANDS = [up_command, demo_command]

@@ -27,5 +27,3 @@ def hook_command(words: tuple[str, ...]) -> None:
 
     sys.exit(run_program(list(words), sys.stdin.read()))
 
-
-COMMANDS = [hook_command]

@@ -40,10 +40,12 @@ from fetchwork.hooks import control
 
 log = logging.getLogger(__name__)
 
-# Attributes the starter adds to the job ad that the broker keeps.
+# Attributes the starter adds to the job ad that the broker keeps (the hold
+# attributes when the job could not start: the broker decides what to store).
 REPORTED_ATTRS = (
     "JobState", "JobPid", "NumPids", "JobStartDate", "RemoteSysCpu", "RemoteUserCpu",
     "ImageSize", "ExitReason", "ExitBySignal", "ExitSignal", "ExitCode", "JobDuration",
+    "HoldReason", "HoldReasonCode", "HoldReasonSubCode",
 )
 CLAIM_ATTR = "FetchworkClaim"
 
@@ -106,7 +108,7 @@ def _publish(slot_ad: classad2.ClassAd, config: Any) -> None:
     """Every fetch shows the slot to `fetchwork status` for SLOT_AD_LIFETIME seconds."""
     if not isinstance(slot_ad.get("Name"), str):
         return
-    broker().publish_slot(slot_ad, config.get_duration_s("SLOT_AD_LIFETIME", 900.0))
+    broker().publish_slot(slot_ad, config.get_duration_s("SLOT_AD_LIFETIME"))
 
 
 def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
@@ -134,7 +136,7 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     slot_ad = ads.parse_ad(stdin_text, source="slot ad")
     config = get_config()
     busy = slot_ad.get("Activity") == "Busy"
-    wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL", 5.0)
+    wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL")
     try:
         _publish(slot_ad, config)
         job_ad = broker().claim(slot_ad, wait_s=wait_s)
@@ -293,8 +295,8 @@ class LeaseKeeper(threading.Thread):
 def _start_keeper(job_id: str, token: str, job_ad: classad2.ClassAd) -> None:
     lease_s = ads.as_number(ads.evaluate_attr(job_ad, "JobLeaseDuration"))
     if lease_s is None or lease_s <= 0:
-        lease_s = get_config().get_duration_s("JOB_DEFAULT_LEASE_DURATION", 2400.0)
-    renew_s = get_config().get_duration_s("FETCHWORK_RENEW_INTERVAL", 5.0)
+        lease_s = get_config().get_duration_s("JOB_DEFAULT_LEASE_DURATION")
+    renew_s = get_config().get_duration_s("FETCHWORK_RENEW_INTERVAL")
     keeper = LeaseKeeper(job_id, token, lease_s, renew_s)
     with _keepers_lock:
         old = _keepers.pop(job_id, None)

@@ -28,6 +28,7 @@ from fetchwork.config import keywords
 from fetchwork.config.argsyntax import parse_hook_args
 from fetchwork.config.loader import Config
 from fetchwork.hooks.inprocess import IN_PROCESS_PREFIX, HookCall, call_function, current_call
+from fetchwork.hooks.pipes import CHUNK_BYTES, open_pidfd, read_available
 
 __all__ = ["HookCall", "HookResult", "HookSpec", "current_call", "program_refusal",
            "resolve_hook", "run_hook", "start_hook"]
@@ -41,7 +42,6 @@ DEFAULT_OUTPUT_LIMIT = 1048576
 _DRAIN_S = 1.0
 _POLL_S = 0.02
 _CANCEL_POLL_S = 0.05
-_CHUNK = 65536
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def resolve_hook(config: Config, keyword: str | None, hook: str) -> HookSpec | N
         value=value,
         args=tuple(parse_hook_args(keywords.hook_args(config, keyword, hook))),
         timeout_s=keywords.hook_timeout_s(config, keyword, hook),
-        output_limit=config.get_int("HOOK_OUTPUT_LIMIT", DEFAULT_OUTPUT_LIMIT),
+        output_limit=config.get_int("HOOK_OUTPUT_LIMIT"),
     )
 
 
@@ -323,17 +323,6 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, pipes: _Pipes, timeout_s: 
             os.close(pidfd)
 
 
-def open_pidfd(pid: int) -> int | None:
-    """A pidfd for `pid` (readable once it exits), or None where the OS has none."""
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return opener(pid)
-    except OSError:
-        return None
-
-
 def _has_pipes(selector: selectors.BaseSelector) -> bool:
     return any(key.data in ("stdout", "stderr") for key in selector.get_map().values())
 
@@ -351,7 +340,7 @@ def _drop(selector: selectors.BaseSelector, stream: Any) -> None:
 
 def _feed(selector: selectors.BaseSelector, stream: Any, data: bytes, offset: int) -> int:
     try:
-        offset += os.write(stream.fileno(), data[offset:offset + _CHUNK])
+        offset += os.write(stream.fileno(), data[offset:offset + CHUNK_BYTES])
     except BlockingIOError:
         return offset
     except (BrokenPipeError, OSError):  # the hook closed its stdin: fine
@@ -362,12 +351,9 @@ def _feed(selector: selectors.BaseSelector, stream: Any, data: bytes, offset: in
 
 
 def _read(selector: selectors.BaseSelector, stream: Any, name: str, pipes: _Pipes) -> None:
-    try:
-        chunk = os.read(stream.fileno(), _CHUNK)
-    except BlockingIOError:
+    chunk = read_available(stream.fileno())
+    if chunk is None:
         return
-    except OSError:
-        chunk = b""
     if not chunk:
         _drop(selector, stream)
         return

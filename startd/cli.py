@@ -56,5 +56,3 @@ def startd_command(name: str | None, once: bool) -> None:
         handler.close()
     raise SystemExit(status)
 
-
-COMMANDS = [startd_command]

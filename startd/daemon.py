@@ -4,7 +4,9 @@ Hooks run in the runner's threads and post their results to a queue that
 wakes the loop through a pipe; starters are child processes whose stdout
 (JSON-line events) and pidfd sit in the same selector; signals wake it through
 `signal.set_wakeup_fd`. All slot state is touched only by the loop thread.
-Decisions come from `policy`; this module does the I/O they call for.
+Decisions come from the pure modules (`fetchoutput`, `acceptance`,
+`fetchdelay`, `running`, `shutdown`); this module and `starters` (which
+follows `eviction`) do the I/O they call for.
 """
 
 from __future__ import annotations
@@ -23,22 +25,24 @@ import classad2
 from fetchwork.config import ads
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
+from fetchwork.hooks.pipes import drain
 from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
-from fetchwork.startd import policy
-from fetchwork.startd.claims import Claims
-from fetchwork.startd.lifecycle import ShutdownPlan
-from fetchwork.startd.policy import Decision, Verdict
+from fetchwork.startd import fetchdelay
+from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
+from fetchwork.startd.fetchoutput import read_fetch_output
 from fetchwork.startd.settings import StartdSettings, slot_hooks
+from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.signals import SignalInbox
 from fetchwork.startd.slot import Claim, Slot, new_claim_id
 from fetchwork.startd.slotad import (
     build_slot_ad,
     gather_facts,
-    job_id_of,
+    job_label,
     read_policy,
     slot_name,
 )
 from fetchwork.startd.starterproc import remove_stale_sandboxes
+from fetchwork.startd.starters import StarterSupervisor
 from fetchwork.startd.states import Activity, State, initial_status
 
 log = logging.getLogger(__name__)
@@ -71,7 +75,7 @@ class Startd:
         self._signals = SignalInbox(self._wake_w)
         self._advisory = 0
         self._shutdown: ShutdownPlan | None = None
-        self.claims = Claims(self, self._selector)
+        self.starters = StarterSupervisor(self, self._selector)
         self._delay_problem: dict[int, str | None] = {}
         self._next_policy_at = 0.0
 
@@ -120,19 +124,19 @@ class Startd:
         for key, _mask in self._selector.select(timeout_s):
             kind, slot, starter = key.data
             if kind == "wake":
-                _drain_fd(self._wake_r)
+                drain(self._wake_r)
             elif slot.starter is not starter:
                 continue  # that starter was reaped earlier in this round
             elif kind == "stdout":
-                self.claims.read_events(slot)
+                self.starters.read_events(slot)
             elif kind == "exit":
-                self.claims.reap(slot)
+                self.starters.reap(slot)
 
     def _next_wake(self, now: float) -> float:
         wake = min(now + self.settings.polling_interval_s, self._next_policy_at)
         for slot in self.slots:
             due = self._fetch_due_at(slot) if self._shutdown is None else None
-            for when in (due, slot.vacate_deadline, slot.kill_deadline):
+            for when in (due, slot.deadlines.next_at()):
                 if when is not None:
                     wake = min(wake, when)
             if slot.starter is not None and slot.starter.pidfd is None:
@@ -151,10 +155,10 @@ class Startd:
         for slot in self.slots:
             self.update_owner(slot)
             if policy_due and self._shutdown is None:
-                self.claims.apply_policy(slot)
-            self.claims.check_timers(slot, now)
+                self.starters.apply_policy(slot)
+            self.starters.check_timers(slot, now)
             if slot.starter is not None and slot.starter.pidfd is None:
-                self.claims.reap(slot)
+                self.starters.reap(slot)
             if self._shutdown is None:
                 due = self._fetch_due_at(slot)
                 if due is not None and due <= now:
@@ -170,7 +174,7 @@ class Startd:
     def update_owner(self, slot: Slot) -> None:
         """Owner <-> Unclaimed as START (without a job) is false or not (HTCondor's IS_OWNER)."""
         if slot.is_in(State.UNCLAIMED) or slot.is_in(State.OWNER):
-            start_false = policy.start_is_false(self.slot_ad(slot))
+            start_false = start_is_false(self.slot_ad(slot))
             if slot.is_in(State.UNCLAIMED) and start_false:
                 slot.move(State.OWNER, Activity.IDLE, time.time(), "START is false")
             elif slot.is_in(State.OWNER) and not start_false and self._shutdown is None:
@@ -182,15 +186,15 @@ class Startd:
         if not slot.can_fetch or slot.clock.outstanding:
             return None
         slot_ad = self.slot_ad(slot)
-        if not policy.may_fetch(slot.status, policy.start_is_false(slot_ad)):
+        if not fetchdelay.may_fetch(slot.status, start_is_false(slot_ad)):
             return None
-        delay_s, problem = policy.fetch_delay_s(self.settings.fetch_delay, slot_ad,
+        delay_s, problem = fetchdelay.fetch_delay_s(self.settings.fetch_delay, slot_ad,
                                                 slot.running_job_ad)
         if problem != self._delay_problem.get(slot.slot_id):
             self._delay_problem[slot.slot_id] = problem
             if problem:
                 log.warning("%s: %s; using %gs", slot.label, problem, delay_s)
-        return policy.fetch_due_at(slot.clock, delay_s, self.settings.fetch_min_interval_s)
+        return fetchdelay.fetch_due_at(slot.clock, delay_s, self.settings.fetch_min_interval_s)
 
     def _start_fetch(self, slot: Slot) -> None:
         spec = slot.hooks.fetch
@@ -227,7 +231,7 @@ class Startd:
     def _on_fetched(self, slot: Slot, result: HookResult) -> None:
         now = time.monotonic()
         failure = result.error or (result.outcome() if result.timed_out else None)
-        fetched = policy.read_fetch_output(result.stdout, failure=failure,
+        fetched = read_fetch_output(result.stdout, failure=failure,
                                            output_too_large=result.output_too_large)
         if fetched.empty:
             slot.clock.finished(now, found_work=False, empty=True)
@@ -248,10 +252,10 @@ class Startd:
             decision = Decision(Verdict.REJECT, "the startd is shutting down")
         else:
             running = slot.claim.rank if slot.claim and slot.starter else None
-            decision = policy.decide(slot.status, slot_ad, job_ad, running)
+            decision = decide(slot.status, slot_ad, job_ad, running)
         slot.clock.finished(now, found_work=decision.verdict is not Verdict.REJECT)
         log.info("%s: fetch hook took %.3fs: job %s %sed (%s)", slot.label, result.duration_s,
-                 ads_job_id(job_ad), decision.reply, decision.reason)
+                 job_label(job_ad), decision.reply, decision.reason)
         if decision.verdict is Verdict.REJECT:
             self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("reject",))
             self._no_more_work(slot)
@@ -268,19 +272,19 @@ class Startd:
         self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("accept",))
         if decision.verdict is Verdict.PREEMPT:
             slot.pending = claim
-            self.claims.evict(slot, f"preempted by job {ads_job_id(job_ad)} ({decision.reason})")
+            self.starters.evict(slot, f"preempted by job {job_label(job_ad)} ({decision.reason})")
             return
         if slot.is_in(State.UNCLAIMED):
             slot.move(State.CLAIMED, Activity.IDLE, time.time(),
-                      f"claimed for job {ads_job_id(job_ad)}")
+                      f"claimed for job {job_label(job_ad)}")
         slot.claim = claim
-        self.claims.spawn(slot)
+        self.starters.spawn(slot)
 
     def _no_more_work(self, slot: Slot) -> None:
         """A claim with nothing to run is evicted (the text: no more work -> evict the claim)."""
         if slot.is_in(State.CLAIMED, Activity.IDLE) and slot.starter is None \
                 and slot.pending is None:
-            self.claims.evict(slot, "no more work")
+            self.starters.evict(slot, "no more work")
 
     def advise(self, slot: Slot, spec: HookSpec | None, job_ad: classad2.ClassAd,
                slot_ad: classad2.ClassAd, args: tuple[str, ...]) -> None:
@@ -289,7 +293,7 @@ class Startd:
             return
         self._advisory += 1
         start_hook(spec, ads.join_pair(job_ad, slot_ad), args,
-                   on_done=self._poster(_ADVISORY, slot.slot_id, ads_job_id(job_ad)))
+                   on_done=self._poster(_ADVISORY, slot.slot_id, job_label(job_ad)))
 
     @property
     def shutdown_plan(self) -> ShutdownPlan | None:
@@ -336,9 +340,9 @@ class Startd:
                  self._shutdown.deadline - now)
         for slot in self.slots:
             if slot.is_in(State.CLAIMED) or (fast and slot.is_in(State.PREEMPTING)):
-                self.claims.evict(slot, "the startd is shutting down", fast=fast)
+                self.starters.evict(slot, "the startd is shutting down", fast=fast)
             if slot.pending is not None and slot.starter is None:
-                self.claims.release(slot)
+                self.starters.release(slot)
 
     def _busy(self) -> bool:
         return (any(s.starter is not None or s.clock.outstanding for s in self.slots)
@@ -360,7 +364,7 @@ class Startd:
                 for slot in self.slots:
                     if slot.starter is not None:
                         slot.starter.kill_hard()
-                        self.claims.abandon(slot)
+                        self.starters.abandon(slot)
                 return True
             return False
         return self.once and self._once_done()
@@ -379,23 +383,10 @@ class Startd:
         return True
 
     def _close(self) -> None:
-        self.claims.standby.close()
+        self.starters.standby.close()
         self._selector.close()
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)
             except OSError:
                 pass
-
-
-def ads_job_id(job_ad: classad2.ClassAd) -> str:
-    return job_id_of(job_ad) or "(no id)"
-
-
-def _drain_fd(fd: int) -> None:
-    while True:
-        try:
-            if not os.read(fd, 4096):
-                return
-        except (BlockingIOError, OSError):
-            return

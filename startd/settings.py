@@ -11,7 +11,8 @@ from fetchwork.config import keywords
 from fetchwork.config.loader import Config
 from fetchwork.errors import ConfigError
 from fetchwork.hooks.runner import HookSpec, resolve_hook
-from fetchwork.startd.policy import RunningPolicy
+from fetchwork.startd.fetchdelay import DEFAULT_FETCH_DELAY_S
+from fetchwork.startd.running import RunningPolicy
 from fetchwork.startd.slotad import SlotPolicy, read_policy
 
 
@@ -43,44 +44,42 @@ class StartdSettings:
 
     @classmethod
     def from_config(cls, config: Config) -> StartdSettings:
-        num_slots = config.get_int("NUM_SLOTS", 1)
+        num_slots = config.get_int("NUM_SLOTS")
         if num_slots < 1:
             raise ConfigError(f"NUM_SLOTS must be at least 1, not {num_slots}")
         delay_text = (config.get("FetchWorkDelay") or "").strip()
         for name in ("START", "RANK"):
-            _expr_text(config, name, "")  # errors name the file and line now, not later
+            _expr_text(config, name)  # errors name the file and line now, not later
         return cls(
             num_slots=num_slots,
             execute_dir=config.require("EXECUTE"),
             log_dir=config.require("LOG"),
-            # HTCondor: an undefined FetchWorkDelay means 300 s.
-            fetch_delay=config.get_expr("FetchWorkDelay") if delay_text else "300",
-            fetch_min_interval_s=config.get_duration_s("FETCH_WORK_MIN_INTERVAL", 1.0),
+            # HTCondor: an empty FetchWorkDelay means its default of 300 s.
+            fetch_delay=(config.get_expr("FetchWorkDelay") if delay_text
+                         else repr(DEFAULT_FETCH_DELAY_S)),
+            fetch_min_interval_s=config.get_duration_s("FETCH_WORK_MIN_INTERVAL"),
             policies={n: read_policy(config, n) for n in range(1, num_slots + 1)},
             running=RunningPolicy(
-                want_suspend=_expr_text(config, "WANT_SUSPEND", "false"),
-                suspend=_expr_text(config, "SUSPEND", "false"),
-                continue_=_expr_text(config, "CONTINUE", "true"),
-                preempt=_expr_text(config, "PREEMPT", "false")),
-            max_vacate_s=_seconds(config, "MachineMaxVacateTime", 600.0),
-            killing_timeout_s=config.get_duration_s("KILLING_TIMEOUT", 30.0),
-            shutdown_grace_s=config.get_duration_s("STARTD_SHUTDOWN_GRACE", 60.0),
-            fast_shutdown_grace_s=config.get_duration_s("STARTD_FAST_SHUTDOWN_GRACE", 5.0),
-            polling_interval_s=config.get_duration_s("POLLING_INTERVAL", 5.0),
-            starter_standby=config.get_int("STARTER_STANDBY", 1),
+                want_suspend=_expr_text(config, "WANT_SUSPEND"),
+                suspend=_expr_text(config, "SUSPEND"),
+                continue_=_expr_text(config, "CONTINUE"),
+                preempt=_expr_text(config, "PREEMPT")),
+            # HTCondor writes this one as an expression (`10 * 60`).
+            max_vacate_s=config.get_float("MachineMaxVacateTime"),
+            killing_timeout_s=config.get_duration_s("KILLING_TIMEOUT"),
+            shutdown_grace_s=config.get_duration_s("STARTD_SHUTDOWN_GRACE"),
+            fast_shutdown_grace_s=config.get_duration_s("STARTD_FAST_SHUTDOWN_GRACE"),
+            polling_interval_s=config.get_duration_s("POLLING_INTERVAL"),
+            starter_standby=config.get_int("STARTER_STANDBY"),
         )
 
 
-def _expr_text(config: Config, name: str, default: str) -> str:
+def _expr_text(config: Config, name: str) -> str:
+    """An expression knob's text, checked; empty means undefined (false)."""
     text = (config.get(name) or "").strip()
     if text:
         config.get_expr(name)  # a ConfigError naming the file and line if it does not parse
-    return text or default
-
-
-def _seconds(config: Config, name: str, default: float) -> float:
-    """A knob HTCondor writes as an expression (`10 * 60`)."""
-    return config.get_float(name, default)
+    return text
 
 
 def slot_hooks(config: Config, slot_id: int) -> SlotHooks:

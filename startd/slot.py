@@ -1,4 +1,4 @@
-"""One slot at run time: its status, fetch clock, claim and starter.
+"""One slot at run time: its status, fetch clock, claim (ClaimId) and starter.
 
 A `Slot` holds what the daemon loop needs to remember about a slot; every
 status change goes through `move`, which takes the guarded edge and logs one
@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import classad2
 
-from fetchwork.startd.policy import FetchClock
+from fetchwork.startd.eviction import Deadlines
+from fetchwork.startd.fetchdelay import FetchClock
 from fetchwork.startd.settings import SlotHooks
-from fetchwork.startd.slotad import ClaimView, job_id_of
+from fetchwork.startd.slotad import ClaimView, job_id_of, job_label
 from fetchwork.startd.starterproc import StarterProcess
 from fetchwork.startd.states import Activity, SlotStatus, State, initial_status, transition
 
@@ -27,7 +28,11 @@ _claim_numbers = itertools.count(1)
 
 @dataclass
 class Claim:
-    """Fetched work a slot has accepted: the job ad (with HookKeyword and ClaimId) and its RANK."""
+    """The startd's claim on a slot (HTCondor's ClaimId) for an accepted job, and the job's RANK.
+
+    Not the broker's token (`FetchworkClaim` in the job ad): that one belongs
+    to whatever the hooks speak to; the startd only passes the ad along.
+    """
 
     claim_id: str
     job_ad: classad2.ClassAd
@@ -36,7 +41,7 @@ class Claim:
 
     @property
     def job_id(self) -> str:
-        return job_id_of(self.job_ad) or "?"
+        return job_label(self.job_ad)
 
     def view(self) -> ClaimView:
         return ClaimView(job_id=job_id_of(self.job_ad), rank=self.rank,
@@ -58,8 +63,7 @@ class Slot:
     claim: Claim | None = None
     pending: Claim | None = None        # a preempting claim waiting for the slot
     starter: StarterProcess | None = None
-    vacate_deadline: float | None = None   # monotonic: Vacating turns into Killing
-    kill_deadline: float | None = None     # monotonic: the starter gets SIGKILL
+    deadlines: Deadlines = field(default_factory=Deadlines)  # of an eviction under way
     control_sent: str | None = None        # suspend/continue sent, until the starter reports
 
     @property

@@ -17,6 +17,7 @@ import classad2
 
 from fetchwork.config import ads
 from fetchwork.config.loader import Config
+from fetchwork.config.protocol import ad_job_id
 from fetchwork.errors import AdError
 from fetchwork.startd.states import SlotStatus
 
@@ -47,7 +48,7 @@ class SlotPolicy:
 
 @dataclass(frozen=True)
 class ClaimView:
-    """The part of a claim a slot ad shows."""
+    """The part of the slot's claim (its ClaimId's job) a slot ad shows."""
 
     job_id: str | None
     rank: float
@@ -69,8 +70,8 @@ def gather_facts(config: Config, execute_dir: str) -> MachineFacts:
         machine=config.get("FULL_HOSTNAME") or "localhost",
         opsys=config.get("OPSYS") or "LINUX",
         arch=config.get("ARCH") or "X86_64",
-        cpus=config.get_int("DETECTED_CPUS", 1),
-        memory_mb=config.get_int("DETECTED_MEMORY", 1024),
+        cpus=config.get_int("DETECTED_CPUS"),
+        memory_mb=config.get_int("DETECTED_MEMORY"),
         disk_kb=int(disk_kb),
         load_avg=float(load),
     )
@@ -149,8 +150,13 @@ def build_slot_ad(slot_id: int, startd_name: str, num_slots: int, facts: Machine
 
 def job_id_of(job_ad: classad2.ClassAd) -> str | None:
     """`ClusterId.ProcId` when the ad has them, else GlobalJobId, else None."""
-    cluster, proc = job_ad.get("ClusterId"), job_ad.get("ProcId")
-    if isinstance(cluster, int) and isinstance(proc, int):
-        return f"{cluster}.{proc}"
+    job_id = ad_job_id(job_ad)
+    if job_id is not None:
+        return job_id
     global_id = job_ad.get("GlobalJobId")
     return global_id if isinstance(global_id, str) else None
+
+
+def job_label(job_ad: classad2.ClassAd) -> str:
+    """The job's id for log lines: `job_id_of`, or "(no id)"."""
+    return job_id_of(job_ad) or "(no id)"

@@ -24,11 +24,10 @@ import psutil
 from fetchwork.config import ads
 from fetchwork.config.protocol import CONTROL_WORDS, JOB_AD_FILE, MACHINE_AD_FILE, STANDBY_FLAG
 from fetchwork.errors import StarterError
-from fetchwork.hooks.runner import open_pidfd
+from fetchwork.hooks.pipes import open_pidfd, read_available
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 65536
 
 
 class StarterProcess:
@@ -86,12 +85,9 @@ class StarterProcess:
         """Every complete event line available now; sets `stdout_closed` at EOF."""
         events: list[dict[str, Any]] = []
         while not self.stdout_closed:
-            try:
-                chunk = os.read(self.fileno(), _CHUNK)
-            except BlockingIOError:
+            chunk = read_available(self.fileno())
+            if chunk is None:
                 break
-            except OSError:
-                chunk = b""
             if not chunk:
                 self.stdout_closed = True
                 break
@@ -155,7 +151,7 @@ class StarterProcess:
 def _popen_starter(args: list[str], env: Mapping[str, str] | None = None
                    ) -> subprocess.Popen[bytes]:
     # Its own session: a terminal's Ctrl-C reaches the startd, which decides.
-    return subprocess.Popen([sys.executable, "-m", "fetchwork.starter", *args],
+    return subprocess.Popen([sys.executable, "-P", "-m", "fetchwork.starter", *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env=dict(env) if env is not None else None,
                             close_fds=True, start_new_session=True)

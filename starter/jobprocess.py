@@ -26,7 +26,14 @@ from typing import Any
 import psutil
 
 from fetchwork.errors import StarterError
-from fetchwork.starter.jobspec import LaunchPlan
+from fetchwork.starter.jobspec import (
+    STANDARD_ERROR,
+    STANDARD_INPUT,
+    STANDARD_OUTPUT,
+    LaunchPlan,
+    exec_failure,
+    open_failure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +92,7 @@ class JobProcess:
                 cwd=plan.cwd, env=dict(plan.env), close_fds=True,
                 start_new_session=True, preexec_fn=_die_with(os.getpid()), **options)
         except OSError as exc:
-            raise StarterError(f"failed to execute {plan.argv[0]!r}: "
-                               f"{exc.strerror or exc}") from exc
+            raise exec_failure(plan.argv[0], exc) from exc
         finally:
             for stream in {id(s): s for s in streams}.values():
                 stream.close()
@@ -105,12 +111,11 @@ class JobProcess:
         try:
             stdin = open(plan.stdin_path, "rb")  # noqa: SIM115 - closed by spawn
         except OSError as exc:
-            raise StarterError(f"cannot open the job's input {plan.stdin_path}: "
-                               f"{exc.strerror}") from exc
+            raise open_failure(plan.stdin_path, STANDARD_INPUT, exc) from exc
         try:
-            stdout = _open_output(plan.stdout_path)
+            stdout = _open_output(plan.stdout_path, STANDARD_OUTPUT)
             stderr = stdout if plan.stderr_path == plan.stdout_path else \
-                _open_output(plan.stderr_path)
+                _open_output(plan.stderr_path, STANDARD_ERROR)
         except BaseException:
             stdin.close()
             raise
@@ -305,11 +310,11 @@ def _die_with(starter_pid: int) -> Any:
     return step
 
 
-def _open_output(path: str) -> Any:
+def _open_output(path: str, stream: str) -> Any:
     try:
         return open(path, "ab" if path == os.devnull else "wb")  # noqa: SIM115
     except OSError as exc:
-        raise StarterError(f"cannot open the job's output {path}: {exc.strerror}") from exc
+        raise open_failure(path, stream, exc) from exc
 
 
 @contextlib.contextmanager

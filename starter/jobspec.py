@@ -9,10 +9,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from fetchwork.config.argsyntax import job_args, job_env, job_text
-from fetchwork.config.protocol import EVICT, EXIT, HOLD, JOB_AD_FILE, MACHINE_AD_FILE, REMOVE
-from fetchwork.errors import ArgSyntaxError, StarterError
+from fetchwork.config.protocol import (
+    EVICT,
+    EXIT,
+    HOLD,
+    JOB_AD_FILE,
+    MACHINE_AD_FILE,
+    REMOVE,
+    HoldCode,
+)
+from fetchwork.errors import ArgSyntaxError, JobStartError, StarterError
 
 NULL_DEVICE = os.devnull
+
+# HTCondor's words for the job's three files.
+STANDARD_INPUT, STANDARD_OUTPUT, STANDARD_ERROR = (
+    "standard input", "standard output", "standard error")
 
 
 @dataclass(frozen=True)
@@ -139,6 +151,33 @@ def exit_attributes(status: int | None, how: str, duration_s: float,
     prefix = {EXIT: "", EVICT: "evicted; ", REMOVE: "removed; ", HOLD: "held; "}
     attrs["ExitReason"] = reason or prefix.get(how, f"{how}; ") + described
     return attrs
+
+
+def open_failure(path: str, stream: str, error: OSError) -> JobStartError:
+    """`Failed to open '/x/out' as standard output: Permission denied (errno 13)`."""
+    return JobStartError(f"Failed to open '{path}' as {stream}: {_os_reason(error)}",
+                         error.errno or 0)
+
+
+def exec_failure(program: str, error: OSError) -> JobStartError:
+    """`Failed to execute '/x/prog': Permission denied (errno 13)`."""
+    return JobStartError(f"Failed to execute '{program}': {_os_reason(error)}", error.errno or 0)
+
+
+def _os_reason(error: OSError) -> str:
+    if not error.errno:
+        return error.strerror or str(error)
+    return f"{error.strerror or os.strerror(error.errno)} (errno {error.errno})"
+
+
+def hold_attributes(slot_ad: Any, slot: int, failure: StarterError) -> dict[str, Any]:
+    """`HoldReason`, `HoldReasonCode` and `HoldReasonSubCode` for a job that could not
+    start, as HTCondor's starter words them (`Error from slot1@host: ...`, the errno)."""
+    name = slot_ad["Name"] if "Name" in slot_ad else None
+    where = name if isinstance(name, str) and name else f"slot{slot}"
+    return {"HoldReason": f"Error from {where}: {failure}",
+            "HoldReasonCode": int(HoldCode.STARTER_ERROR),
+            "HoldReasonSubCode": failure.errno if isinstance(failure, JobStartError) else 0}
 
 
 def _signal_name(number: int) -> str:

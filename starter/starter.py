@@ -35,6 +35,7 @@ from fetchwork.starter.jobspec import (
     JOB_AD_FILE,
     MACHINE_AD_FILE,
     exit_attributes,
+    hold_attributes,
     hook_env,
     job_directory,
     launch_plan,
@@ -64,7 +65,7 @@ class Starter:
         self.slot = slot
         self.sandbox = os.path.abspath(sandbox)
         # STARTER_JOB_HOOK_KEYWORD wins, then the startd's word, then the ad's HookKeyword.
-        self.keyword = keywords.starter_keyword(config, keyword or _str(job_ad, "HookKeyword"))
+        self.keyword = keywords.starter_keyword(config, keyword or keywords.hook_keyword_of(job_ad))
         self.events = Events(events if events is not None else sys.stdout)
         self.control_fd = 0 if control_fd is None else control_fd
         self.user = resolve_user(config.get("SLOT_USER"))
@@ -77,19 +78,19 @@ class Starter:
         self._update_running = threading.Event()
         # Intervals of 0 would make the loop spin: 50 ms is the floor.
         self.sample_interval_s = max(_MIN_INTERVAL_S,
-                                     config.get_duration_s("STARTER_SAMPLE_INTERVAL", 1.0))
-        self.initial_update_s = config.get_duration_s("STARTER_INITIAL_UPDATE_INTERVAL", 8.0)
+                                     config.get_duration_s("STARTER_SAMPLE_INTERVAL"))
+        self.initial_update_s = config.get_duration_s("STARTER_INITIAL_UPDATE_INTERVAL")
         self.update_interval_s = max(_MIN_INTERVAL_S,
-                                     config.get_duration_s("STARTER_UPDATE_INTERVAL", 300.0))
+                                     config.get_duration_s("STARTER_UPDATE_INTERVAL"))
         self.vacate_time_s = self._vacate_time_s()
 
     def _vacate_time_s(self) -> float:
         # HTCondor evaluates MachineMaxVacateTime in the slot; the startd may
         # publish it there, else the configuration decides.
         value = as_number(evaluate_attr(self.slot_ad, "MachineMaxVacateTime", self.ad))
-        if value is not None:
-            return max(0.0, value)
-        return max(0.0, self.config.get_float("MachineMaxVacateTime", 600.0))
+        if value is None:
+            value = self.config.get_float("MachineMaxVacateTime")
+        return max(0.0, value)
 
     # -- the whole run -----------------------------------------------------
 
@@ -136,8 +137,8 @@ class Starter:
             except StarterError as exc:
                 # HTCondor puts a job it cannot start on hold, with the reason.
                 log.warning("cannot start the job: %s", exc)
-                how, reason = lifecycle.HOLD, str(exc)
-                self.ad["HoldReason"] = reason
+                self.ad.update(hold_attributes(self.slot_ad, self.slot, exc))
+                how, reason = lifecycle.HOLD, self.ad["HoldReason"]
         if self.job is None:
             self.status = Status(Phase.DONE, how)
             self._finish(None, reason, 0.0)
@@ -239,7 +240,7 @@ class Starter:
         self.ad["JobPid"] = pid
         self.ad["JobStartDate"] = int(time.time())
         self.ad["JobState"] = "Running"
-        log.info("job %s started: pid %s, %s", _str(self.ad, "GlobalJobId") or "", pid,
+        log.info("job %s started: pid %s, %s", self.ad.get("GlobalJobId", ""), pid,
                  " ".join(plan.argv))
         self.events.emit("started", pid=pid)
         self.events.emit("state", state="Running")
@@ -397,8 +398,3 @@ class Starter:
                 pass
 
         return handler
-
-
-def _str(ad: classad2.ClassAd, name: str) -> str | None:
-    value = ad.get(name) if name in ad else None
-    return value if isinstance(value, str) else None

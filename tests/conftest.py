@@ -11,13 +11,15 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
 from fetchwork.broker.embedded import EmbeddedRedis
+from fetchwork.config.loader import Config
+from tests.starter_bench import Bench
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +64,30 @@ def job_tmp(tmp_path: Path) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def config_with_defaults(tmp_path: Path) -> Callable[[str], Config]:
+    """Build a configuration: defaults.conf, then the given text as the admin's file.
+
+    No environment variable and no pool file take part, so knobs the text does
+    not set have their defaults.conf values.
+    """
+    def build(text: str) -> Config:
+        path = tmp_path / "fetchwork.conf"
+        path.write_text(text)
+        environ = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+        return Config.load(environ=environ, config_file=str(path))
+    return build
+
+
+@pytest.fixture
+def bench() -> Iterator[Bench]:
+    """A fresh folder for starters, their hooks and records; every starter is closed after."""
+    base = Path(tempfile.mkdtemp(prefix="fw-starter-"))
+    base.chmod(0o755)
+    setup = Bench(base)
+    yield setup
+    for run in setup.runs:
+        run.close()
+    shutil.rmtree(base, ignore_errors=True)

@@ -5,19 +5,21 @@ from __future__ import annotations
 import pytest
 
 from fetchwork.broker import scripts
-from fetchwork.broker.jobads import caller_attrs, prepare_submitted
+from fetchwork.broker.jobads import caller_attrs, identity, place, prepare_submitted
 from fetchwork.broker.keys import PoolKeys
 from fetchwork.broker.matching import job_matches_slot, slot_name
 from fetchwork.broker.service import reap_due, tick_interval_s
 from fetchwork.broker.states import (
     JOB_STATUS,
     PRIO_BOUND,
+    PRIO_SCALE,
     State,
     clamp_prio,
+    idle_order,
     is_managed,
-    parse_job_id,
 )
 from fetchwork.config.ads import from_dict, parse_ad
+from fetchwork.config.protocol import HoldCode, JobStatus, parse_job_id
 from fetchwork.errors import JobIdError
 
 
@@ -44,6 +46,27 @@ def test_priorities_are_clamped_integers():
 def test_idle_order_score_stays_exact_at_the_bounds():
     worst = PRIO_BOUND * 2**34 + 2**33
     assert float(worst) == worst and worst < 2**53
+    assert idle_order(-PRIO_BOUND, 2**33) == worst
+
+
+def test_idle_order_puts_higher_priority_first_then_sequence():
+    assert idle_order(5, 1_000_000) < idle_order(0, 1) < idle_order(0, 2) < idle_order(-1, 1)
+    assert idle_order(2, 7) == -2 * PRIO_SCALE + 7
+
+
+def test_lua_scripts_get_the_shared_constants_from_python():
+    header = scripts.constants_header()
+    assert f"local PRIO_SCALE = {PRIO_SCALE}\n" in header
+    assert "local STATUS_HELD = 5\n" in header and "local HOLD_JOB_POLICY = 3\n" in header
+    assert scripts.source("reject").startswith(header)
+    assert scripts.source("read_ads") == scripts._read("read_ads")
+    for name in scripts.TRANSITIONS + ("lib",):
+        code = "\n".join(line for line in scripts._read(name).splitlines()
+                         if not line.lstrip().startswith("--"))
+        assert "17179869184" not in code and "2^34" not in code, name
+        for number in {int(status) for status in JobStatus} | {int(c) for c in HoldCode}:
+            for shape in (f"== {number}", f"~= {number}", f", {number})", f"and {number} "):
+                assert shape not in code, (name, shape)
 
 
 def test_htcondor_status_codes():
@@ -92,8 +115,25 @@ def test_slot_name_falls_back():
 
 
 def prepare(data, owner=None):
-    return prepare_submitted(data, cluster=4, proc=2, owner=owner, qdate_s=1000, pool="p",
-                             default_lease_s=60)
+    job = prepare_submitted(data, qdate_s=1000, default_lease_s=60)
+    return place(job, identity("p", 4, 2, 1000, seq=9, prio=job.prio, owner=owner,
+                               ad_owner=job.ad_owner, user="me"))
+
+
+def test_identity_is_decided_once():
+    attrs = identity("p", 4, 2, 1000, seq=9, prio=3, owner=None, ad_owner="bob", user="me")
+    assert attrs == {"Owner": "bob", "ClusterId": 4, "ProcId": 2,
+                     "GlobalJobId": "p#4.2#1000", "FetchworkOrder": idle_order(3, 9)}
+    assert identity("p", 4, 2, 1000, 9, 3, "ann", "bob", "me")["Owner"] == "ann"
+    assert identity("p", 4, 2, 1000, 9, 3, None, None, "me")["Owner"] == "me"
+
+
+def test_placed_jobs_start_idle_or_held():
+    job = prepare({"Cmd": "x"})
+    assert job.attrs["FetchworkState"] == "IDLE" and job.attrs["JobStatus"] == 1
+    assert job.attrs["EnteredCurrentStatus"] == 1000
+    held = prepare({"Cmd": "x", "hold": True})
+    assert held.attrs["FetchworkState"] == "HELD" and held.attrs["JobStatus"] == 5
 
 
 def test_submitted_ads_get_htcondor_attributes():
@@ -102,14 +142,15 @@ def test_submitted_ads_get_htcondor_attributes():
     attrs = job.attrs
     assert attrs["ClusterId"] == 4 and attrs["ProcId"] == 2
     assert attrs["QDate"] == 1000 and attrs["Owner"] == "bob"
-    assert attrs["GlobalJobId"] == "p#4.2#1000"
+    assert attrs["GlobalJobId"] == "p#4.2#1000" and attrs["FetchworkOrder"] == 9
     assert attrs["JobPrio"] == 0 and attrs["JobLeaseDuration"] == 60
     assert attrs["Rerunnable"] is True
 
 
 def test_submitted_ads_cannot_set_broker_attributes():
     job = prepare({"jobstatus": 4, "FetchworkState": "COMPLETED", "Cmd": "x"}, owner="eve")
-    assert "jobstatus" not in job.attrs and "FetchworkState" not in job.attrs
+    assert "jobstatus" not in job.attrs and job.attrs["JobStatus"] == 1
+    assert job.attrs["FetchworkState"] == "IDLE"
     assert job.attrs["Owner"] == "eve"
 
 

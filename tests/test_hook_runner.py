@@ -7,16 +7,12 @@ function in a module written to tmp_path, and the same test runs both.
 from __future__ import annotations
 
 import os
-import pwd
-import shutil
 import signal
-import stat
-import tempfile
 import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -26,11 +22,11 @@ from fetchwork.config.loader import Config
 from fetchwork.hooks.runner import (
     HookResult,
     HookSpec,
-    program_refusal,
     resolve_hook,
     run_hook,
     start_hook,
 )
+from tests.processes import alive, kill_now
 from tests.waiting import wait_until
 
 LIMIT = 4096
@@ -135,7 +131,7 @@ def test_timeout_kills_and_reports(make_hook, kind, tmp_path, monkeypatch):
         assert result.signal == signal.SIGKILL
         pids = [int(line) for line in record.read_text().split()]
         assert len(pids) == 2
-        wait_until(lambda: not any(_alive(pid) for pid in pids), 10, what="group killed")
+        wait_until(lambda: not any(alive(pid) for pid in pids), 10, what="group killed")
 
 
 @both
@@ -234,7 +230,7 @@ def test_cancel_ends_a_run_early(make_hook, kind, tmp_path):
     assert results[0].cancelled and not results[0].ok and not results[0].timed_out
     assert "cancelled" in results[0].outcome()
     if kind == "program":
-        wait_until(lambda: not any(_alive(pid) for pid in _pids_in(record)), 10)
+        wait_until(lambda: not any(alive(pid) for pid in _pids_in(record)), 10)
 
 
 def _pids_in(path: Path) -> list[int]:
@@ -255,123 +251,42 @@ def test_start_hook_reaps_the_program(make_hook):
     assert zombies == []
 
 
-def test_leftover_processes_die_with_the_main_process(tmp_path):
-    record = tmp_path / "left"
-    script = tmp_path / "leave.sh"
-    # The background sleep keeps stdout open; the runner must not wait for it.
-    script.write_text(f'#!/bin/sh\nsleep 1000 &\necho $! > "{record}"\necho bye\n')
-    script.chmod(0o755)
-    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=60)
+def shell_hook(path: Path, body: str, **fields) -> HookSpec:
+    """An executable `#!/bin/sh` script at `path` running `body`, as a hook spec."""
+    path.write_text(f"#!/bin/sh\n{body}")
+    path.chmod(0o755)
+    return HookSpec(hook="TEST", keyword="T", value=str(path), **{"timeout_s": 60, **fields})
+
+
+def _run_leaving_a_sleep(tmp_path: Path, launch: str) -> tuple[HookResult, float]:
+    """Run a hook that leaves `launch sleep 1000` behind (holding its stdout), and says bye.
+
+    The sleep's pid is written to tmp_path/left.
+    """
+    spec = shell_hook(tmp_path / "leave.sh",
+                      f'{launch}sleep 1000 &\necho $! > "{tmp_path / "left"}"\necho bye\n')
     started = time.monotonic()
     result = run_hook(spec, "")
+    return result, time.monotonic() - started
+
+
+def test_leftover_processes_die_with_the_main_process(tmp_path):
+    # The background sleep keeps stdout open; the runner must not wait for it.
+    result, took_s = _run_leaving_a_sleep(tmp_path, "")
     assert result.ok and result.stdout == "bye\n"
-    assert time.monotonic() - started < 10
-    pid = int(record.read_text())
-    wait_until(lambda: not _alive(pid), 10, what="leftover sleep killed")
+    assert took_s < 10
+    pid = int((tmp_path / "left").read_text())
+    wait_until(lambda: not alive(pid), 10, what="leftover sleep killed")
 
 
 def test_a_hook_that_left_its_group_does_not_hold_the_runner(tmp_path):
-    record = tmp_path / "escaped"
-    script = tmp_path / "escape.sh"
-    script.write_text(f'#!/bin/sh\nsetsid sleep 1000 &\necho $! > "{record}"\necho bye\n')
-    script.chmod(0o755)
-    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=60)
-    started = time.monotonic()
     try:
-        result = run_hook(spec, "")
+        result, took_s = _run_leaving_a_sleep(tmp_path, "setsid ")
         assert result.ok and result.stdout == "bye\n"
-        assert time.monotonic() - started < 10
+        assert took_s < 10
     finally:
-        if record.exists():
-            _kill(int(record.read_text()))
-
-
-# -- refusing unsafe or missing programs -------------------------------------
-
-@pytest.fixture
-def script(tmp_path: Path) -> Path:
-    path = tmp_path / "safe" / "hook.sh"
-    path.parent.mkdir()
-    path.write_text("#!/bin/sh\necho ran\n")
-    path.chmod(0o755)
-    return path
-
-
-def _refused(path: Path | str, words: str) -> None:
-    spec = HookSpec(hook="TEST", keyword="T", value=str(path), timeout_s=10)
-    result = run_hook(spec, "")
-    assert not result.ok
-    assert result.exit_code is None and result.stdout == ""
-    assert result.error is not None and words in result.error, result.error
-
-
-def test_safe_program_runs(script):
-    assert program_refusal(str(script)) is None
-    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=10)
-    assert run_hook(spec, "").stdout == "ran\n"
-
-
-def test_world_writable_file_refused(script):
-    script.chmod(0o777)
-    _refused(script, "world-writable")
-
-
-def test_file_in_world_writable_directory_refused(script):
-    script.parent.chmod(0o777 | stat.S_ISVTX)  # refused even with the sticky bit
-    _refused(script, "world-writable directory")
-
-
-def test_missing_program_refused(tmp_path):
-    _refused(tmp_path / "nothing-here", "No such file")
-
-
-def test_non_executable_program_refused(script):
-    script.chmod(0o644)
-    _refused(script, "not executable")
-
-
-def test_relative_program_refused():
-    _refused("hooks/fetch.sh", "not an absolute path")
-
-
-def test_directory_refused(tmp_path):
-    _refused(tmp_path, "not a regular file")
-
-
-def test_bad_in_process_values_are_errors(make_hook):
-    _refused("python:no_such_module_here:hook", "cannot load")
-    _refused("python:os:no_such_function", "cannot load")
-    _refused("python:os", "cannot load")
-
-
-def test_in_process_bad_return_is_an_error(tmp_path, monkeypatch):
-    (tmp_path / "badret.py").write_text("def hook(args, stdin_text):\n    return 42\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    spec = HookSpec(hook="TEST", keyword="T", value="python:badret:hook", timeout_s=10)
-    result = run_hook(spec, "")
-    assert not result.ok and "not text" in (result.error or "")
-
-
-# -- running as another user -------------------------------------------------
-
-@pytest.fixture
-def open_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fw-hook-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
-def test_program_runs_as_the_given_user(open_dir):
-    nobody = pwd.getpwnam("nobody")
-    path = open_dir / "whoami.sh"
-    path.write_text("#!/bin/sh\nid -u\n")
-    path.chmod(0o755)
-    spec = HookSpec(hook="TEST", keyword="T", value=str(path), timeout_s=10)
-    result = run_hook(spec, "", cwd=str(open_dir), user=(nobody.pw_uid, nobody.pw_gid))
-    assert result.ok, result
-    assert result.stdout.strip() == str(nobody.pw_uid)
+        if (tmp_path / "left").exists():
+            kill_now(int((tmp_path / "left").read_text()))
 
 
 # -- configuration -----------------------------------------------------------
@@ -397,26 +312,9 @@ def test_resolve_hook_reads_the_keyword_knobs():
     assert resolve_hook(config, None, "FETCH_WORK") is None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def test_too_much_stderr_is_cut_short_not_bad_output(tmp_path):
-    script = tmp_path / "noisy.sh"
-    script.write_text(f'#!/bin/sh\nhead -c {LIMIT * 4} /dev/zero >&2\necho fine\n')
-    script.chmod(0o755)
-    spec = HookSpec(hook="TEST", keyword="T", value=str(script), timeout_s=20,
-                    output_limit=LIMIT)
+    spec = shell_hook(tmp_path / "noisy.sh", f"head -c {LIMIT * 4} /dev/zero >&2\necho fine\n",
+                      timeout_s=20, output_limit=LIMIT)
     result = run_hook(spec, "")
     assert result.ok and result.stdout == "fine\n"
     assert len(result.stderr) == LIMIT

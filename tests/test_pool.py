@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -63,11 +64,13 @@ def history_json(env: dict[str, str]) -> list[dict]:
 class Up:
     """`fetchwork up` as a child process, stopped at the end of the test."""
 
-    def __init__(self, env: dict[str, str], slots: int, log_path: Path):
+    def __init__(self, env: dict[str, str], slots: int, log_path: Path,
+                 command: Sequence[str] = (sys.executable, "-m", "fetchwork"),
+                 cwd: Path | None = None):
         self.log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.log_path = log_path
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "fetchwork", "up", "--slots", str(slots)], env=env,
+            [*command, "up", "--slots", str(slots)], env=env, cwd=cwd,
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def died(self) -> str | None:

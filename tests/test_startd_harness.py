@@ -165,6 +165,8 @@ class Pool:
             # Starter hooks run as the job's user (nobody when the tests run as root).
             (self.calls_dir / kind).chmod(0o1777)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.status: int | None = None     # the startd's exit status, once known
+        self.took_s: float | None = None   # how long it took to exit after a signal
         self._job_numbers = 0
         self.module = f"fwtesthooks_{os.getpid()}_{abs(hash(str(root))) % 10**8}"
         (root / f"{self.module}.py").write_text(_MODULE.format(calls=str(self.calls_dir),

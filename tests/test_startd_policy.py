@@ -11,16 +11,18 @@ import pytest
 from fetchwork.config import ads
 from fetchwork.config.loader import Config
 from fetchwork.errors import ConfigError, SlotStateError
-from fetchwork.startd import policy
-from fetchwork.startd.lifecycle import KILL_WAIT_S, ShutdownPlan
-from fetchwork.startd.policy import FetchClock, Verdict
+from fetchwork.startd import acceptance, fetchdelay, fetchoutput, running
+from fetchwork.startd.acceptance import Verdict
+from fetchwork.startd.fetchdelay import FetchClock
 from fetchwork.startd.settings import StartdSettings, slot_hooks
+from fetchwork.startd.shutdown import KILL_WAIT_S, ShutdownPlan
 from fetchwork.startd.slotad import (
     ClaimView,
     MachineFacts,
     SlotPolicy,
     build_slot_ad,
     job_id_of,
+    job_label,
     read_policy,
 )
 from fetchwork.startd.starterproc import remove_stale_sandboxes, sandbox_name
@@ -138,17 +140,19 @@ def test_job_id_of():
     assert job_id_of(job("ClusterId = 4\nProcId = 2")) == "4.2"
     assert job_id_of(job('GlobalJobId = "g#1"')) == "g#1"
     assert job_id_of(job()) is None
+    assert job_label(job()) == "(no id)"
+    assert job_label(job("ClusterId = 4\nProcId = 2")) == "4.2"
 
 
 # -- fetch output ----------------------------------------------------------
 
 def test_empty_output_is_no_work():
-    assert policy.read_fetch_output("").empty
-    assert policy.read_fetch_output("  \n\n").empty
+    assert fetchoutput.read_fetch_output("").empty
+    assert fetchoutput.read_fetch_output("  \n\n").empty
 
 
 def test_a_job_ad_is_work():
-    got = policy.read_fetch_output('Cmd = "/bin/echo"\nOwner = "ann"\n')
+    got = fetchoutput.read_fetch_output('Cmd = "/bin/echo"\nOwner = "ann"\n')
     assert got.found_work and got.job_ad["Owner"] == "ann"
 
 
@@ -157,45 +161,45 @@ def test_a_job_ad_is_work():
     ('Owner = "ann"\n', "no Cmd"),
 ])
 def test_bad_output_is_rejected(text, why):
-    got = policy.read_fetch_output(text)
+    got = fetchoutput.read_fetch_output(text)
     assert not got.found_work and not got.empty and why in got.bad_reason
 
 
 def test_output_of_a_hook_that_did_not_finish_is_bad():
-    assert policy.read_fetch_output('Cmd = "/x"', failure="timed out").bad_reason
-    assert policy.read_fetch_output("", failure="timed out").empty
-    assert policy.read_fetch_output("x" * 10, output_too_large=True).bad_reason
+    assert fetchoutput.read_fetch_output('Cmd = "/x"', failure="timed out").bad_reason
+    assert fetchoutput.read_fetch_output("", failure="timed out").empty
+    assert fetchoutput.read_fetch_output("x" * 10, output_too_large=True).bad_reason
 
 
 # -- decisions -------------------------------------------------------------
 
 def test_unclaimed_and_start_true_accepts():
-    got = policy.decide(status(State.UNCLAIMED), slot_ad(), job(), None)
+    got = acceptance.decide(status(State.UNCLAIMED), slot_ad(), job(), None)
     assert got.verdict is Verdict.ACCEPT and got.reply == "accept"
 
 
 def test_start_false_for_the_job_rejects():
     ad = slot_ad(start='TARGET.Owner == "ann"')
-    got = policy.decide(status(State.UNCLAIMED), ad, job('Owner = "bob"'), None)
+    got = acceptance.decide(status(State.UNCLAIMED), ad, job('Owner = "bob"'), None)
     assert got.verdict is Verdict.REJECT and "START" in got.reason
 
 
 def test_job_requirements_are_checked_against_the_slot():
-    got = policy.decide(status(State.UNCLAIMED), slot_ad(), job("Requirements = TARGET.Memory > "
-                                                                 "1000000"), None)
+    got = acceptance.decide(status(State.UNCLAIMED), slot_ad(),
+                            job("Requirements = TARGET.Memory > 1000000"), None)
     assert got.verdict is Verdict.REJECT and "Requirements" in got.reason
-    ok = policy.decide(status(State.UNCLAIMED), slot_ad(), job("Requirements = TARGET.Memory > 1"),
-                       None)
+    ok = acceptance.decide(status(State.UNCLAIMED), slot_ad(),
+                           job("Requirements = TARGET.Memory > 1"), None)
     assert ok.verdict is Verdict.ACCEPT
 
 
 def test_undefined_start_rejects():
     ad = slot_ad(start="TARGET.NoSuchAttr")
-    assert policy.decide(status(State.UNCLAIMED), ad, job(), None).verdict is Verdict.REJECT
+    assert acceptance.decide(status(State.UNCLAIMED), ad, job(), None).verdict is Verdict.REJECT
 
 
 def test_idle_claim_is_reused():
-    got = policy.decide(status(State.CLAIMED), slot_ad(State.CLAIMED), job(), None)
+    got = acceptance.decide(status(State.CLAIMED), slot_ad(State.CLAIMED), job(), None)
     assert got.verdict is Verdict.ACCEPT
 
 
@@ -203,26 +207,26 @@ def test_idle_claim_is_reused():
                                               (9.0, Verdict.REJECT)])
 def test_claimed_busy_compares_rank(current, verdict):
     ad = slot_ad(State.CLAIMED, Activity.BUSY, rank="TARGET.Prio")
-    got = policy.decide(status(State.CLAIMED, Activity.BUSY), ad, job("Prio = 5"), current)
+    got = acceptance.decide(status(State.CLAIMED, Activity.BUSY), ad, job("Prio = 5"), current)
     assert got.verdict is verdict and got.rank == 5.0
 
 
 @pytest.mark.parametrize("pair", [(State.OWNER, Activity.IDLE),
                                   (State.PREEMPTING, Activity.VACATING)])
 def test_unavailable_slot_rejects(pair):
-    got = policy.decide(status(*pair), slot_ad(*pair), job(), None)
+    got = acceptance.decide(status(*pair), slot_ad(*pair), job(), None)
     assert got.verdict is Verdict.REJECT and "unavailable" in got.reason
 
 
 def test_rank_that_is_not_a_number_counts_as_zero():
-    assert policy.job_rank(slot_ad(rank="TARGET.Missing"), job()) == 0.0
+    assert acceptance.job_rank(slot_ad(rank="TARGET.Missing"), job()) == 0.0
 
 
 def test_start_is_false_only_when_false_without_a_job():
-    assert policy.start_is_false(slot_ad(start="false"))
-    assert policy.start_is_false(slot_ad(start="LoadAvg > 100 || false && true"))
-    assert not policy.start_is_false(slot_ad(start="TARGET.Owner == \"x\""))
-    assert not policy.start_is_false(slot_ad(start="true"))
+    assert acceptance.start_is_false(slot_ad(start="false"))
+    assert acceptance.start_is_false(slot_ad(start="LoadAvg > 100 || false && true"))
+    assert not acceptance.start_is_false(slot_ad(start="TARGET.Owner == \"x\""))
+    assert not acceptance.start_is_false(slot_ad(start="true"))
 
 
 # -- fetch timing ----------------------------------------------------------
@@ -231,47 +235,47 @@ EXAMPLE = 'ifThenElse(State == "Claimed" && Activity == "Idle", 0, 300)'
 
 
 def test_fetch_work_delay_uses_slot_state():
-    assert policy.fetch_delay_s(EXAMPLE, slot_ad(State.CLAIMED), None) == (0, None)
-    assert policy.fetch_delay_s(EXAMPLE, slot_ad(), None) == (300, None)
+    assert fetchdelay.fetch_delay_s(EXAMPLE, slot_ad(State.CLAIMED), None) == (0, None)
+    assert fetchdelay.fetch_delay_s(EXAMPLE, slot_ad(), None) == (300, None)
 
 
 def test_fetch_work_delay_sees_the_running_job_as_target():
     ad = slot_ad(State.CLAIMED, Activity.BUSY)
-    assert policy.fetch_delay_s("TARGET.Delay * 2", ad, job("Delay = 7"))[0] == 14
+    assert fetchdelay.fetch_delay_s("TARGET.Delay * 2", ad, job("Delay = 7"))[0] == 14
 
 
 def test_fetch_work_delay_that_is_not_a_number_defaults_to_300():
-    delay, problem = policy.fetch_delay_s('"soon"', slot_ad(), None)
+    delay, problem = fetchdelay.fetch_delay_s('"soon"', slot_ad(), None)
     assert delay == 300 and problem
-    assert policy.fetch_delay_s("TARGET.X", slot_ad(), None)[0] == 300
+    assert fetchdelay.fetch_delay_s("TARGET.X", slot_ad(), None)[0] == 300
 
 
 def test_first_fetch_is_due_at_once():
-    assert policy.fetch_due_at(FetchClock(), 300, 1) == -math.inf
+    assert fetchdelay.fetch_due_at(FetchClock(), 300, 1) == -math.inf
 
 
 def test_delay_counts_from_the_end_of_the_last_fetch():
     clock = FetchClock()
     clock.started()
-    assert policy.fetch_due_at(clock, 300, 1) is None
+    assert fetchdelay.fetch_due_at(clock, 300, 1) is None
     clock.finished(50.0, found_work=True)
-    assert policy.fetch_due_at(clock, 300, 1) == 350.0
-    assert policy.fetch_due_at(clock, 0, 1) == 50.0
+    assert fetchdelay.fetch_due_at(clock, 300, 1) == 350.0
+    assert fetchdelay.fetch_due_at(clock, 0, 1) == 50.0
 
 
 def test_empty_fetch_is_not_repeated_sooner_than_the_min_interval():
     clock = FetchClock()
     clock.finished(50.0, found_work=False)
-    assert policy.fetch_due_at(clock, 0, 1) == 51.0
-    assert policy.fetch_due_at(clock, -5, 1) == 51.0
-    assert policy.fetch_due_at(clock, 10, 1) == 60.0
+    assert fetchdelay.fetch_due_at(clock, 0, 1) == 51.0
+    assert fetchdelay.fetch_due_at(clock, -5, 1) == 51.0
+    assert fetchdelay.fetch_due_at(clock, 10, 1) == 60.0
 
 
 def test_job_end_makes_the_fetch_due_at_once():
     clock = FetchClock()
     clock.finished(50.0, found_work=False)
     clock.due_now = True
-    assert policy.fetch_due_at(clock, 300, 1) == -math.inf
+    assert fetchdelay.fetch_due_at(clock, 300, 1) == -math.inf
     clock.started()
     assert not clock.due_now
 
@@ -285,7 +289,7 @@ def test_job_end_makes_the_fetch_due_at_once():
     ((State.PREEMPTING, Activity.VACATING), False, False),
 ])
 def test_may_fetch(pair, start_false, expected):
-    assert policy.may_fetch(status(*pair), start_false) is expected
+    assert fetchdelay.may_fetch(status(*pair), start_false) is expected
 
 
 # -- shutdown timeline -----------------------------------------------------
@@ -309,12 +313,14 @@ def test_fast_request_shortens_a_graceful_shutdown_never_the_reverse():
 
 # -- per-slot hooks ----------------------------------------------------------
 
-def test_slot_keyword_and_its_hooks():
-    config = Config.from_text(
+def test_slot_keyword_and_its_hooks(config_with_defaults):
+    config = config_with_defaults(
         "STARTD_JOB_HOOK_KEYWORD = DATABASE\nSLOT4_JOB_HOOK_KEYWORD = WEB\n"
         "DATABASE_HOOK_FETCH_WORK = /db/fetch\nDATABASE_HOOK_REPLY_FETCH = /db/reply\n"
         "DATABASE_HOOK_FETCH_WORK_TIMEOUT = 7\nWEB_HOOK_FETCH_WORK = python:web:fetch\n"
-        "WEB_HOOK_EVICT_CLAIM = /web/evict\nHOOK_OUTPUT_LIMIT = 100\n")
+        "WEB_HOOK_EVICT_CLAIM = /web/evict\nHOOK_OUTPUT_LIMIT = 100\n"
+        "HOOK_TIMEOUT_FETCH_WORK = 60\nHOOK_TIMEOUT_REPLY_FETCH = 60\n"
+        "HOOK_TIMEOUT_EVICT_CLAIM = 60\n")
     db, web = slot_hooks(config, 1), slot_hooks(config, 4)
     assert (db.keyword, db.fetch.value, db.fetch.timeout_s) == ("DATABASE", "/db/fetch", 7.0)
     assert db.reply.value == "/db/reply" and db.evict is None
@@ -332,30 +338,30 @@ def test_without_a_fetch_hook_no_startd_hook_runs():
 
 # -- running job policy ------------------------------------------------------
 
-RULES = policy.RunningPolicy(want_suspend="true", suspend="TARGET.Heavy =?= true",
+RULES = running.RunningPolicy(want_suspend="true", suspend="TARGET.Heavy =?= true",
                              continue_="TARGET.Heavy =!= true", preempt="TARGET.Kill =?= true")
 
 
 @pytest.mark.parametrize("activity, job_text, expected", [
     (Activity.BUSY, "", None),
-    (Activity.BUSY, "Heavy = true", policy.RunAction.SUSPEND),
-    (Activity.BUSY, "Kill = true", policy.RunAction.VACATE),
+    (Activity.BUSY, "Heavy = true", running.RunAction.SUSPEND),
+    (Activity.BUSY, "Kill = true", running.RunAction.VACATE),
     (Activity.SUSPENDED, "Heavy = true", None),
-    (Activity.SUSPENDED, "Heavy = false", policy.RunAction.CONTINUE),
-    (Activity.SUSPENDED, "Heavy = true\nKill = true", policy.RunAction.VACATE),
+    (Activity.SUSPENDED, "Heavy = false", running.RunAction.CONTINUE),
+    (Activity.SUSPENDED, "Heavy = true\nKill = true", running.RunAction.VACATE),
     (Activity.IDLE, "Kill = true", None),
 ])
 def test_running_action(activity, job_text, expected):
     ad = slot_ad(State.CLAIMED, activity)
-    assert policy.running_action(status(State.CLAIMED, activity), ad, job(job_text),
+    assert running.running_action(status(State.CLAIMED, activity), ad, job(job_text),
                                  RULES) is expected
 
 
 def test_suspend_is_ignored_without_want_suspend():
-    rules = policy.RunningPolicy(suspend="true", preempt="true")
-    got = policy.running_action(status(State.CLAIMED, Activity.BUSY),
+    rules = running.RunningPolicy(suspend="true", preempt="true")
+    got = running.running_action(status(State.CLAIMED, Activity.BUSY),
                                 slot_ad(State.CLAIMED, Activity.BUSY), job(), rules)
-    assert got is policy.RunAction.VACATE
+    assert got is running.RunAction.VACATE
 
 
 def test_stale_sandboxes_of_dead_startds_are_removed(tmp_path):
@@ -374,3 +380,12 @@ def test_settings_refuse_an_unparsable_start_with_its_source():
     config = Config.from_text("NUM_SLOTS = 1\nEXECUTE = /x\nLOG = /y\nSTART = (((\n", "cfg")
     with pytest.raises(ConfigError, match="cfg"):
         StartdSettings.from_config(config)
+
+
+def test_settings_take_unset_knobs_from_defaults_conf(config_with_defaults):
+    config = config_with_defaults("EXECUTE = /x\nLOG = /y\n")
+    settings = StartdSettings.from_config(config)
+    # defaults.conf: NUM_SLOTS = $(DETECTED_CPUS), as in HTCondor.
+    assert settings.num_slots == config.get_int("DETECTED_CPUS")
+    assert settings.max_vacate_s == config.get_float("MachineMaxVacateTime")
+    assert settings.running.continue_ == config.get("CONTINUE")

@@ -10,29 +10,27 @@ from __future__ import annotations
 import pytest
 
 from fetchwork.config import ads
-from tests.test_startd_harness import Pool, pool_root
+from tests.startd_runs import MODES, finished_run
+from tests.test_startd_harness import Pool
 
-MODES = ["program", "python"]
+# RANK by the job's Prio; a fetch at once on an idle claim, else every second.
+CONFIG = ('RANK = TARGET.Prio\n'
+          'FetchWorkDelay = ifThenElse(State == "Claimed" && Activity == "Idle", 0, 1)\n')
+
+
+def job_a_then_c_and_b(pool: Pool) -> None:
+    pool.wait_log("job 1.0 started")
+    pool.add_job("Q", cmd="/bin/true", text="Prio = 0\n")
+    pool.add_job("Q", cmd="/bin/true", text="Prio = 5\n")
+    pool.wait_calls("exit", 2, timeout_s=40)
+    pool.wait_calls("evict", 2, timeout_s=20)
 
 
 @pytest.fixture(scope="module", params=MODES)
 def run(request):
-    with pool_root(f"preempt-{request.param}") as root:
-        pool = Pool(root, request.param)
-        pool.write_config(
-            "STARTD_JOB_HOOK_KEYWORD = Q\nRANK = TARGET.Prio\n"
-            'FetchWorkDelay = ifThenElse(State == "Claimed" && Activity == "Idle", 0, 1)\n'
-            + pool.keyword_config("Q"))
-        pool.add_job("Q", cmd="/bin/sleep", args="60", text="Prio = 1\n")
-        pool.start()
-        try:
-            pool.wait_log("job 1.0 started")
-            pool.add_job("Q", cmd="/bin/true", text="Prio = 0\n")
-            pool.add_job("Q", cmd="/bin/true", text="Prio = 5\n")
-            pool.wait_calls("exit", 2, timeout_s=40)
-            pool.wait_calls("evict", 2, timeout_s=20)
-        finally:
-            pool.status = pool.stop()
+    with finished_run("preempt", request.param, CONFIG, job_a_then_c_and_b,
+                      before=lambda pool: pool.add_job("Q", cmd="/bin/sleep", args="60",
+                                                       text="Prio = 1\n")) as pool:
         yield pool
 
 

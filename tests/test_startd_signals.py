@@ -5,16 +5,21 @@ and `--once`.
 from __future__ import annotations
 
 import signal
-import time
 
-import psutil
 import pytest
 
 from fetchwork.config import ads
+from tests.processes import alive
+from tests.startd_runs import (
+    MODES,
+    configured_pool,
+    finished_run,
+    reconfigure,
+    running,
+    signal_and_wait,
+)
 from tests.test_startd_harness import Pool, pool_root
 from tests.waiting import wait_until
-
-MODES = ["program", "python"]
 
 
 def term_ignoring_job(pool: Pool) -> str:
@@ -25,38 +30,31 @@ def term_ignoring_job(pool: Pool) -> str:
     return str(path)
 
 
+def queue_term_ignoring_job(pool: Pool) -> None:
+    pool.add_job("Q", cmd=term_ignoring_job(pool))
+
+
 def _job_pids(pool: Pool) -> list[int]:
     return [int(ads.parse_ad(c.stdin)["JobPid"]) for c in pool.calls("exit")
             if "JobPid" in ads.parse_ad(c.stdin)]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+def term_two_jobs(pool: Pool) -> None:
+    pool.wait_log("job 1.0 started")
+    pool.wait_log("job 2.0 started")
+    signal_and_wait(pool, signal.SIGTERM)
 
 
 @pytest.fixture(scope="module", params=MODES)
 def term(request):
     """Two running jobs, one ignoring SIGTERM; MachineMaxVacateTime is longer than the grace."""
-    with pool_root(f"term-{request.param}") as root:
-        pool = Pool(root, request.param)
-        pool.write_config("NUM_SLOTS = 2\nSTARTD_JOB_HOOK_KEYWORD = Q\n"
-                          "MachineMaxVacateTime = 60\nSTARTD_SHUTDOWN_GRACE = 3\n"
-                          + pool.keyword_config("Q"))
+    config = "NUM_SLOTS = 2\nMachineMaxVacateTime = 60\nSTARTD_SHUTDOWN_GRACE = 3\n"
+
+    def two_jobs(pool: Pool) -> None:
         pool.add_job("Q", cmd="/bin/sleep", args="60")
-        pool.add_job("Q", cmd=term_ignoring_job(pool))
-        proc = pool.start()
-        try:
-            pool.wait_log("job 1.0 started")
-            pool.wait_log("job 2.0 started")
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            pool.status = proc.wait(30)
-            pool.took_s = time.monotonic() - sent
-        finally:
-            pool.stop()
+        queue_term_ignoring_job(pool)
+
+    with finished_run("term", request.param, config, term_two_jobs, two_jobs) as pool:
         yield pool
 
 
@@ -79,29 +77,23 @@ def test_sigterm_evicts_the_claims(term):
 def test_sigterm_leaves_no_job_behind(term):
     pids = _job_pids(term)
     assert len(pids) == 2
-    wait_until(lambda: not any(_alive(pid) for pid in pids), 10, what="jobs to be gone")
+    wait_until(lambda: not any(alive(pid) for pid in pids), 10, what="jobs to be gone")
 
 
 def test_sigterm_cleans_the_execute_directory(term):
     assert list((term.root / "execute").iterdir()) == []
 
 
+def quit_one_job(pool: Pool) -> None:
+    pool.wait_log("job 1.0 started")
+    signal_and_wait(pool, signal.SIGQUIT)
+
+
 @pytest.fixture(scope="module", params=MODES)
 def quit_(request):
-    with pool_root(f"quit-{request.param}") as root:
-        pool = Pool(root, request.param)
-        pool.write_config("STARTD_JOB_HOOK_KEYWORD = Q\nMachineMaxVacateTime = 60\n"
-                          "STARTD_SHUTDOWN_GRACE = 60\n" + pool.keyword_config("Q"))
-        pool.add_job("Q", cmd=term_ignoring_job(pool))
-        proc = pool.start()
-        try:
-            pool.wait_log("job 1.0 started")
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGQUIT)
-            pool.status = proc.wait(30)
-            pool.took_s = time.monotonic() - sent
-        finally:
-            pool.stop()
+    config = "MachineMaxVacateTime = 60\nSTARTD_SHUTDOWN_GRACE = 60\n"
+    with finished_run("quit", request.param, config, quit_one_job,
+                      queue_term_ignoring_job) as pool:
         yield pool
 
 
@@ -115,20 +107,16 @@ def test_sigquit_job_is_killed(quit_):
     exits = quit_.calls("exit")
     assert [c.args[-1] for c in exits] == ["evict"]
     pids = _job_pids(quit_)
-    wait_until(lambda: not any(_alive(pid) for pid in pids), 10, what="the job to be gone")
+    wait_until(lambda: not any(alive(pid) for pid in pids), 10, what="the job to be gone")
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_sighup_rereads_the_configuration(mode):
-    with pool_root(f"hup-{mode}") as root:
-        pool = Pool(root, mode)
-        base = "STARTD_JOB_HOOK_KEYWORD = Q\nFetchWorkDelay = 0\nFETCH_WORK_MIN_INTERVAL = 0.3\n" \
-               "STARTD_ATTRS = Color\n" + pool.keyword_config("Q")
-        pool.write_config(base + 'Color = "blue"\n')
-        proc = pool.start()
-        try:
+    base = "FetchWorkDelay = 0\nFETCH_WORK_MIN_INTERVAL = 0.3\nSTARTD_ATTRS = Color\n"
+    with configured_pool("hup", mode, base + 'Color = "blue"\n') as pool:
+        with running(pool) as proc:
             pool.wait_calls("fetch", 1)
-            pool.write_config(base + 'Color = "red"\n')
+            reconfigure(pool, base + 'Color = "red"\n')
             proc.send_signal(signal.SIGHUP)
             pool.wait_log("configuration reloaded")
 
@@ -138,18 +126,13 @@ def test_sighup_rereads_the_configuration(mode):
 
             wait_until(red, 20, fail_if=pool.exited, what="a fetch with the new slot ad")
             assert ads.parse_ad(pool.calls("fetch")[0].stdin)["Color"] == "blue"
-        finally:
-            assert pool.stop() == 0
+        assert pool.status == 0
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_once_without_work_exits_after_one_fetch_per_slot(mode):
-    with pool_root(f"once-{mode}") as root:
-        pool = Pool(root, mode)
-        pool.write_config("NUM_SLOTS = 2\nSTARTD_JOB_HOOK_KEYWORD = Q\n"
-                          + pool.keyword_config("Q"))
-        proc = pool.start("--once")
-        assert proc.wait(30) == 0
+    with configured_pool("once", mode, "NUM_SLOTS = 2\n") as pool:
+        assert pool.start("--once").wait(30) == 0
         assert len(pool.calls("fetch")) == 2
 
 

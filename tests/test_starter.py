@@ -9,173 +9,21 @@ writable by them.
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from fetchwork.config.ads import format_ad, parse_ad
+from fetchwork.config.ads import parse_ad
+from tests.processes import alive
+from tests.starter_bench import JOB_PYTHON, Bench, pids_in
 from tests.waiting import wait_until
-
-JOB_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-RECORD_HOOK = """#!/bin/sh
-# Record arguments, stdin, the job ad file and the environment, then answer.
-n=$(date +%s%N)
-printf '%s\\n' "$*" > "{records}/{name}.$n.args"
-cat > "{records}/{name}.$n.stdin"
-cat "$_CONDOR_JOB_AD" > "{records}/{name}.$n.jobad" 2>/dev/null
-env > "{records}/{name}.$n.env"
-{tail}
-"""
-
-
-class StarterRun:
-    """One starter process and what it said."""
-
-    def __init__(self, base: Path, name: str, job: dict[str, Any], knobs: dict[str, str],
-                 slot_ad: dict[str, Any] | None = None, slot: int = 1,
-                 standby: bool = False):
-        self.sandbox = base / "execute" / name
-        self.sandbox.mkdir(parents=True)
-        self.sandbox.chmod(0o755)
-        job = {"HookKeyword": "T", **job}
-        (self.sandbox / ".job.ad").write_text(format_ad(job))
-        (self.sandbox / ".machine.ad").write_text(
-            format_ad(slot_ad or {"Name": f"slot{slot}@test", "SlotID": slot}))
-        env = {key: value for key, value in os.environ.items()
-               if not key.startswith("_FETCHWORK_") and key != "FETCHWORK_CONFIG"}
-        config = base / "empty.conf"
-        config.touch()
-        env.update(FETCHWORK_CONFIG=str(config), FETCHWORK_STATE_DIR=str(base / "state"),
-                   PYTHONPATH=str(base / "hooks"))
-        env.update({f"_FETCHWORK_{key}": value for key, value in knobs.items()})
-        self.log = base / f"{name}.log"
-        self.events: list[dict[str, Any]] = []
-        args = ["--job-ad", str(self.sandbox / ".job.ad"),
-                "--slot-ad", str(self.sandbox / ".machine.ad"),
-                "--slot", str(slot), "--sandbox", str(self.sandbox)]
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "fetchwork.starter",
-                 *(["--standby"] if standby else args)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
-                text=True, bufsize=1)
-        if standby:
-            # The arguments line and a control word right behind it: the
-            # standby starter must leave the word for the starter proper.
-            self.send(json.dumps(args))
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.events.append(json.loads(line))
-
-    def send(self, word: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(word + "\n")
-        self.proc.stdin.flush()
-
-    def event(self, name: str, timeout_s: float = 30, **match: Any) -> dict[str, Any]:
-        def found() -> dict[str, Any] | None:
-            for event in self.events:
-                if event["event"] == name and all(event.get(k) == v for k, v in match.items()):
-                    return event
-            return None
-
-        return wait_until(found, timeout_s, fail_if=self._died, what=f"event {name} {match}")
-
-    def _died(self) -> str | None:
-        if self.proc.poll() is not None and not self._reader.is_alive():
-            return f"starter exited {self.proc.returncode}: {self.log.read_text()[-3000:]}"
-        return None
-
-    def finish(self, timeout_s: float = 30) -> dict[str, Any]:
-        """Wait for the exited event and the starter's exit status 0."""
-        exited = self.event("exited", timeout_s)
-        assert self.proc.wait(timeout_s) == 0, self.log.read_text()
-        return exited
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-
-
-class Bench:
-    """A base directory with hooks, records and starters."""
-
-    def __init__(self, base: Path):
-        self.base = base
-        self.hooks = base / "hooks"
-        self.records = base / "records"
-        self.work = base / "work"
-        for path, mode in ((self.hooks, 0o755), (self.records, 0o777), (self.work, 0o777)):
-            path.mkdir()
-            path.chmod(mode)
-        self.runs: list[StarterRun] = []
-
-    def hook(self, name: str, tail: str = "") -> str:
-        path = self.hooks / f"{name}.sh"
-        path.write_text(RECORD_HOOK.format(records=self.records, name=name, tail=tail))
-        path.chmod(0o755)
-        return str(path)
-
-    def script(self, name: str, text: str, mode: int = 0o755) -> str:
-        path = self.work / name
-        path.write_text(text)
-        path.chmod(mode)
-        return str(path)
-
-    def start(self, job: dict[str, Any], standby: bool = False, **knobs: str) -> StarterRun:
-        run = StarterRun(self.base, f"job{len(self.runs)}", job, knobs, standby=standby)
-        self.runs.append(run)
-        return run
-
-    def recorded(self, name: str, part: str) -> list[str]:
-        files = sorted(self.records.glob(f"{name}.*.{part}"))
-        return [path.read_text() for path in files]
-
-
-@pytest.fixture
-def bench() -> Iterator[Bench]:
-    base = Path(tempfile.mkdtemp(prefix="fw-starter-"))
-    base.chmod(0o755)
-    setup = Bench(base)
-    yield setup
-    for run in setup.runs:
-        run.close()
-    shutil.rmtree(base, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _pids(path: Path) -> list[int]:
-    return [int(word) for word in path.read_text().split()] if path.exists() else []
-
 
 # -- a job that runs to its end ----------------------------------------------
 
@@ -327,7 +175,7 @@ def test_tree_is_measured_and_removed_on_request(bench):
     assert ad["JobState"] == "Running" and ad["JobStartDate"] > 0
     assert ad["RemoteUserCpu"] >= 0 and ad["RemoteSysCpu"] >= 0
     assert any(e["event"] == "update" and e["ad"]["NumPids"] >= 3 for e in run.events)
-    pids = _pids(children)
+    pids = pids_in(children)
     assert len(pids) == 2
     run.send("remove")
     exited = run.finish()
@@ -335,7 +183,7 @@ def test_tree_is_measured_and_removed_on_request(bench):
     assert exited["ad"]["ExitSignal"] == signal.SIGTERM
     assert exited["ad"]["ImageSize"] >= 60000
     assert bench.recorded("exit", "args") == ["remove\n"]
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_cpu_of_exited_children_counts(bench):
@@ -390,16 +238,16 @@ def test_vacate_sends_killsig_then_sigkill_and_leaves_no_orphans(bench):
     run = bench.start({"Cmd": script, "KillSig": "SIGUSR2"}, MachineMaxVacateTime="1",
                       T_HOOK_JOB_EXIT=bench.hook("exit"))
     run.event("started")
-    wait_until(lambda: len(_pids(pids_file)) == 2, 20, fail_if=run._died)
-    leftovers = _pids(pids_file)
-    assert all(_alive(pid) for pid in leftovers)
+    wait_until(lambda: len(pids_in(pids_file)) == 2, 20, fail_if=run._died)
+    leftovers = pids_in(pids_file)
+    assert all(alive(pid) for pid in leftovers)
     run.send("vacate")
     wait_until(lambda: record.exists() and "got-term" in record.read_text(), 20)
     exited = run.finish()
     assert exited["how"] == "evict"
     assert exited["ad"]["ExitSignal"] == signal.SIGKILL
     assert bench.recorded("exit", "args") == ["evict\n"]
-    wait_until(lambda: not any(_alive(pid) for pid in leftovers), 10, what="no orphans")
+    wait_until(lambda: not any(alive(pid) for pid in leftovers), 10, what="no orphans")
 
 
 def test_a_standby_starter_hands_on_control_words_sent_behind_its_arguments(bench):
@@ -445,7 +293,7 @@ def test_exit_hook_timeout(bench):
     assert exited["how"] == "exit" and exited["ad"]["ExitCode"] == 0
     assert "took" in run.log.read_text() and "timed out" in run.log.read_text()
     hook_pid = int((bench.work / "hookpid").read_text())
-    assert not _alive(hook_pid)
+    assert not alive(hook_pid)
 
 
 def test_in_process_hook_asks_the_starter_to_hold(bench):
@@ -473,10 +321,10 @@ def test_starter_keyword_overrides_the_job_keyword(bench):
 def test_a_killed_starter_takes_its_job_with_it(bench):
     run = bench.start({"Cmd": "/bin/sleep", "Arguments": "1000"})
     pid = run.event("started")["pid"]
-    assert _alive(pid)
+    assert alive(pid)
     run.proc.kill()
     run.proc.wait(10)
-    wait_until(lambda: not _alive(pid), 10, what="the job died with its starter")
+    wait_until(lambda: not alive(pid), 10, what="the job died with its starter")
 
 
 def test_a_stop_request_during_prepare_kills_the_hook(bench):
@@ -489,4 +337,4 @@ def test_a_stop_request_during_prepare_kills_the_hook(bench):
     exited = run.finish()
     assert exited["how"] == "remove" and not marker.exists()
     assert bench.recorded("exit", "args") == ["remove\n"]
-    assert not _alive(int((bench.work / "hookpid").read_text()))
+    assert not alive(int((bench.work / "hookpid").read_text()))

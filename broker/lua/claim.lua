@@ -19,8 +19,8 @@ for i = 6, #ARGV do
     setv(key, 'FetchworkClaim', token)
     setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
     setv(key, 'NumJobMatches', (tonumber(getv(key, 'NumJobMatches')) or 0) + 1)
-    set_state(key, 'RUNNING', 2)
-    event('claim', id, 'RUNNING', 2, 'slot', slot)
+    set_state(key, 'RUNNING', STATUS_RUNNING)
+    event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
     return cmsgpack.pack({id, redis.call('HGETALL', key)})
   end
 end

@@ -3,10 +3,11 @@
 -- REMOVED (remove). A pending removal wins over any how; a pending hold over evict.
 -- KEYS: the pool keys of lib.lua; KEYS[10] the job's hash.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] claim
--- token, ARGV[5] how, ARGV[6] reason ('' for none), ARGV[7..] attribute
+-- token, ARGV[5] how, ARGV[6] reason ('' for none), ARGV[7] HoldReasonCode and
+-- ARGV[8] HoldReasonSubCode of a hold ('' for none), ARGV[9..] attribute
 -- name/packed-value pairs stored before the transition.
 -- Returns the new state, or nil when the claim is not the caller's.
 local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
 if not own_claim(key, ARGV[4]) then return nil end
-store_attrs(key, 7, #ARGV)
-return settle(key, id, 'finish', ARGV[5], ARGV[6])
+store_attrs(key, 9, #ARGV)
+return settle(key, id, 'finish', ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]))

@@ -13,10 +13,10 @@ for i = 5, #ARGV do
   if state == 'IDLE' or state == 'BLOCKED' then
     to_held(key, id, 'hold', ARGV[3], code)
     done[#done + 1] = id
-  elseif is_claimed(state) and status ~= 3 and status ~= 5 then
+  elseif is_claimed(state) and status ~= STATUS_REMOVED and status ~= STATUS_HELD then
     setv(key, 'HoldReason', ARGV[3])
     setv(key, 'HoldReasonCode', code)
-    set_pending_status(key, id, 'hold', state, 5)
+    set_pending_status(key, id, 'hold', state, STATUS_HELD)
     done[#done + 1] = id
   end
 end

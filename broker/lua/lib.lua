@@ -1,5 +1,7 @@
 -- lib.lua: functions shared by the job transition scripts; scripts.py puts
--- this text in front of each of them before loading.
+-- this text in front of each of them before loading, after a generated
+-- header that defines PRIO_SCALE, STATUS_<NAME> (HTCondor's JobStatus codes)
+-- and HOLD_<NAME> (HoldReasonCode values) from the Python code.
 --
 -- Every job transition script receives the pool's keys first, in this order:
 --   KEYS[1] queue     zset  unfinished jobs, score = submission sequence
@@ -18,7 +20,6 @@
 local K_QUEUE, K_IDLE, K_RUNNING, K_HISTORY, K_EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_CLUSTERS, K_CLUSTER_COUNTER, K_SEQ, K_HEAD = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local FIRST_JOB_KEY = 10
-local PRIO_SCALE = 17179869184  -- 2^34 positions per priority group
 
 local function now_ms()
   if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
@@ -33,6 +34,14 @@ local MAXLEN = ARGV[2]
 -- only 14 significant digits).
 local function score(x)
   return string.format('%.17g', x)
+end
+
+-- FetchworkOrder at the head of the priority group of `order` (the idle
+-- score is -JobPrio * PRIO_SCALE + sequence, see states.idle_order):
+-- counter:head decreases below every submission's sequence.
+local function head_of_group(order)
+  local group = math.floor(order / PRIO_SCALE + 0.5)
+  return group * PRIO_SCALE + redis.call('DECR', K_HEAD)
 end
 
 local function zadd_chunked(key, flat)
@@ -127,17 +136,18 @@ end
 local function to_idle(key, id, kind, ...)
   local order = getv(key, 'FetchworkOrder') or 0
   redis.call('ZADD', K_IDLE, score(order), id)
-  set_state(key, 'IDLE', 1)
-  event(kind, id, 'IDLE', 1, ...)
+  set_state(key, 'IDLE', STATUS_IDLE)
+  event(kind, id, 'IDLE', STATUS_IDLE, ...)
 end
 
 -- -> HELD
-local function to_held(key, id, kind, reason, code)
+local function to_held(key, id, kind, reason, code, subcode)
   redis.call('ZREM', K_IDLE, id)
   if reason then setv(key, 'HoldReason', reason) end
   if code then setv(key, 'HoldReasonCode', code) end
-  set_state(key, 'HELD', 5)
-  event(kind, id, 'HELD', 5)
+  if subcode then setv(key, 'HoldReasonSubCode', subcode) end
+  set_state(key, 'HELD', STATUS_HELD)
+  event(kind, id, 'HELD', STATUS_HELD)
 end
 
 -- -> COMPLETED | REMOVED | FAILED: out of the queue, into history.
@@ -156,26 +166,29 @@ end
 
 -- End a claim (the job is RUNNING or SUSPENDED): `how` is exit, evict, hold
 -- or remove. A pending removal (JobStatus 3) wins over any `how`; a pending
--- hold (JobStatus 5) wins over evict. Returns the new state.
-local function settle(key, id, kind, how, reason)
+-- hold (JobStatus 5) wins over evict. `code` and `subcode` (numbers or nil)
+-- are the execute side's HoldReasonCode and HoldReasonSubCode for a hold; without
+-- a code the hold is the job policy's (3). Returns the new state.
+local function settle(key, id, kind, how, reason, code, subcode)
   local status = getv(key, 'JobStatus')
   leave_claim(key, id)
-  if how == 'remove' or status == 3 then
+  if how == 'remove' or status == STATUS_REMOVED then
     if not redis.call('HGET', key, 'RemoveReason') then
       setv(key, 'RemoveReason', reason ~= '' and reason or 'removed while running')
     end
-    to_history(key, id, kind, 'REMOVED', 3)
+    to_history(key, id, kind, 'REMOVED', STATUS_REMOVED)
     return 'REMOVED'
   end
   if how == 'exit' then
-    to_history(key, id, kind, 'COMPLETED', 4)
+    to_history(key, id, kind, 'COMPLETED', STATUS_COMPLETED)
     return 'COMPLETED'
   end
-  if how == 'hold' or status == 5 then
-    if status == 5 then
+  if how == 'hold' or status == STATUS_HELD then
+    if status == STATUS_HELD then
       to_held(key, id, kind, nil, nil)
     else
-      to_held(key, id, kind, reason ~= '' and reason or 'held by the execute side', 3)
+      to_held(key, id, kind, reason ~= '' and reason or 'held by the execute side',
+              code or HOLD_JOB_POLICY, code and subcode)
     end
     return 'HELD'
   end
@@ -184,6 +197,6 @@ local function settle(key, id, kind, how, reason)
     return 'IDLE'
   end
   setv(key, 'RemoveReason', 'not rerunnable: ' .. (reason ~= '' and reason or 'evicted'))
-  to_history(key, id, kind, 'FAILED', 3)
+  to_history(key, id, kind, 'FAILED', STATUS_REMOVED)
   return 'FAILED'
 end

@@ -9,10 +9,10 @@
 local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
 if not own_claim(key, ARGV[4]) then return nil end
 local status = getv(key, 'JobStatus')
-if status == 3 or status == 5 then return settle(key, id, 'reject', 'evict', '') end
-local order = getv(key, 'FetchworkOrder') or 0
-local group = math.floor(order / PRIO_SCALE + 0.5)
-setv(key, 'FetchworkOrder', group * PRIO_SCALE + redis.call('DECR', K_HEAD))
+if status == STATUS_REMOVED or status == STATUS_HELD then
+  return settle(key, id, 'reject', 'evict', '')
+end
+setv(key, 'FetchworkOrder', head_of_group(getv(key, 'FetchworkOrder') or 0))
 leave_claim(key, id)
 to_idle(key, id, 'reject')
 return 'IDLE'

@@ -2,7 +2,7 @@
 -- job marked held gets its claim back (JobStatus 2, or 7 when suspended).
 -- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3..] job ids.
--- HoldReason moves to LastHoldReason. Returns the ids affected.
+-- HoldReason moves to LastHoldReason; its code and subcode go. Returns the ids affected.
 local done = {}
 for i = 3, #ARGV do
   local key, id = KEYS[FIRST_JOB_KEY + i - 3], ARGV[i]
@@ -12,14 +12,15 @@ for i = 3, #ARGV do
   if state == 'HELD' then
     to_idle(key, id, 'release')
     released = true
-  elseif is_claimed(state) and status == 5 then
-    set_pending_status(key, id, 'release', state, state == 'SUSPENDED' and 7 or 2)
+  elseif is_claimed(state) and status == STATUS_HELD then
+    local resumed = state == 'SUSPENDED' and STATUS_SUSPENDED or STATUS_RUNNING
+    set_pending_status(key, id, 'release', state, resumed)
     released = true
   end
   if released then
     local reason = redis.call('HGET', key, 'HoldReason')
     if reason then redis.call('HSET', key, 'LastHoldReason', reason) end
-    redis.call('HDEL', key, 'HoldReason', 'HoldReasonCode')
+    redis.call('HDEL', key, 'HoldReason', 'HoldReasonCode', 'HoldReasonSubCode')
     done[#done + 1] = id
   end
 end

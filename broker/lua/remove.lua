@@ -10,11 +10,11 @@ for i = 4, #ARGV do
   local status = getv(key, 'JobStatus')
   if state == 'IDLE' or state == 'HELD' or state == 'BLOCKED' then
     setv(key, 'RemoveReason', ARGV[3])
-    to_history(key, id, 'remove', 'REMOVED', 3)
+    to_history(key, id, 'remove', 'REMOVED', STATUS_REMOVED)
     done[#done + 1] = id
-  elseif is_claimed(state) and status ~= 3 then
+  elseif is_claimed(state) and status ~= STATUS_REMOVED then
     setv(key, 'RemoveReason', ARGV[3])
-    set_pending_status(key, id, 'remove', state, 3)
+    set_pending_status(key, id, 'remove', state, STATUS_REMOVED)
     done[#done + 1] = id
   end
 end

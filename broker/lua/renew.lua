@@ -12,16 +12,16 @@ local state = own_claim(key, ARGV[4])
 if not state then return 'gone' end
 store_attrs(key, 7, #ARGV)
 local status = getv(key, 'JobStatus')
-if status == 3 then return 'removed' end
-if status == 5 then return 'held' end
+if status == STATUS_REMOVED then return 'removed' end
+if status == STATUS_HELD then return 'held' end
 local expiry = NOW + lease_ms(key, ARGV[5])
 redis.call('ZADD', K_RUNNING, score(expiry), id)
 setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
 if ARGV[6] == '1' and state == 'RUNNING' then
-  set_state(key, 'SUSPENDED', 7)
-  event('suspend', id, 'SUSPENDED', 7)
+  set_state(key, 'SUSPENDED', STATUS_SUSPENDED)
+  event('suspend', id, 'SUSPENDED', STATUS_SUSPENDED)
 elseif ARGV[6] == '0' and state == 'SUSPENDED' then
-  set_state(key, 'RUNNING', 2)
-  event('continue', id, 'RUNNING', 2)
+  set_state(key, 'RUNNING', STATUS_RUNNING)
+  event('continue', id, 'RUNNING', STATUS_RUNNING)
 end
 return 'ok'

@@ -14,11 +14,11 @@ for j = 1, #batch do
   queued[#queued + 1] = score(seq)
   queued[#queued + 1] = id
   if held then
-    event('submit', id, 'HELD', 5)
+    event('submit', id, 'HELD', STATUS_HELD)
   else
     idle[#idle + 1] = order
     idle[#idle + 1] = id
-    event('submit', id, 'IDLE', 1)
+    event('submit', id, 'IDLE', STATUS_IDLE)
   end
 end
 zadd_chunked(K_QUEUE, queued)

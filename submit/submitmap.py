@@ -12,7 +12,7 @@ import functools
 import math
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,15 +20,12 @@ import classad2
 
 from fetchwork.config import convert
 from fetchwork.config.ads import EXPR_KEY, parse_expr, unparse
+from fetchwork.config.protocol import clip
 from fetchwork.errors import AdError, SubmitFileError
 
 VANILLA_UNIVERSE = 5
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGTP]?)B?\s*\Z", re.I)
 _UNIT_KB = {"": None, "K": 1, "M": 1024, "G": 1024 ** 2, "T": 1024 ** 3, "P": 1024 ** 4}
-
-
-def clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 @dataclass
@@ -200,13 +197,3 @@ def _requests(ad: dict[str, Any], values: Mapping[str, str], ctx: SubmitContext)
     if values.get("request_disk", "").strip():
         ad["RequestDisk"] = _size(values["request_disk"], "request_disk", ctx, 1)
 
-
-def _quote_word(word: str) -> str:
-    if word and not any(char.isspace() or char in "'\"" for char in word):
-        return word
-    return "'" + word.replace("'", "''") + "'"
-
-
-def format_arguments(words: Sequence[str]) -> str:
-    """Words in the new argument syntax as a job ad stores it (no outer double quotes)."""
-    return " ".join(_quote_word(word) for word in words)

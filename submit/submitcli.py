@@ -15,17 +15,12 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fetchwork.broker import tables
 from fetchwork.broker.client import Broker
-from fetchwork.broker.states import (
-    COMPLETED_STATUS,
-    HELD_STATUS,
-    REMOVED_STATUS,
-    RUNNING_STATUS,
-    SUSPENDED_STATUS,
-)
-from fetchwork.broker.submitfile import ParsedSubmit, command_jobs, parse_submit
-from fetchwork.broker.usercli import (
+from fetchwork.config.protocol import JobStatus
+from fetchwork.errors import SubmitFileError
+from fetchwork.submit import tables
+from fetchwork.submit.submitfile import ParsedSubmit, command_jobs, parse_submit
+from fetchwork.submit.usercli import (
     FINISHED_STATES,
     FINISHED_STATUS,
     RECONCILE_S,
@@ -33,7 +28,6 @@ from fetchwork.broker.usercli import (
     connect_broker,
     queued,
 )
-from fetchwork.errors import SubmitFileError
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +105,9 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool,
     since_event = broker.last_event_id()
     cluster = broker.next_cluster()
     if argv is not None:
-        parsed = command_jobs(argv, cluster, commands, count=options["count"], owner=owner)
+        parsed = command_jobs(argv, cluster, commands, count=options["count"])
     else:
-        parsed = _parse_file(file or "-", cluster, owner, commands)
+        parsed = _parse_file(file or "-", cluster, commands)
     for warning in parsed.warnings:
         click.echo(f"fetchwork: warning: {warning}", err=True)
     if not parsed.ads:
@@ -129,8 +123,7 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool,
         ctx.exit(status)
 
 
-def _parse_file(path: str, cluster: int, owner: str,
-                commands: Mapping[str, str]) -> ParsedSubmit:
+def _parse_file(path: str, cluster: int, commands: Mapping[str, str]) -> ParsedSubmit:
     try:
         if path == "-":
             text, source = sys.stdin.read(), "<stdin>"
@@ -141,14 +134,14 @@ def _parse_file(path: str, cluster: int, owner: str,
         raise SubmitFileError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise SubmitFileError(f"{path} is not UTF-8 text") from exc
-    return parse_submit(text, cluster, submit_dir=os.getcwd(), owner=owner, source=source,
+    return parse_submit(text, cluster, submit_dir=os.getcwd(), source=source,
                         extra=commands)
 
 
 def job_failed(ad: Any) -> bool:
     """Removed, failed, held, killed by a signal, or a non-zero exit code."""
     status = tables.value(ad, "JobStatus")
-    if status != COMPLETED_STATUS:
+    if status != JobStatus.COMPLETED:
         return True
     if tables.value(ad, "ExitBySignal") is True:
         return True
@@ -215,12 +208,12 @@ class ClusterProgress:
 
     def settled(self) -> bool:
         """Nothing idle, running or suspended is left."""
-        return all(status in (FINISHED_STATUS, HELD_STATUS) for status in self.status.values())
+        return all(status in (FINISHED_STATUS, JobStatus.HELD) for status in self.status.values())
 
     def summary(self) -> str:
         running = sum(1 for status in self.status.values()
-                      if status in (RUNNING_STATUS, SUSPENDED_STATUS))
-        held = sum(1 for status in self.status.values() if status == HELD_STATUS)
+                      if status in (JobStatus.RUNNING, JobStatus.SUSPENDED))
+        held = sum(1 for status in self.status.values() if status == JobStatus.HELD)
         idle = len(self.status) - running - held - self.finished()
         return f"{running} running, {idle} idle" + (f", {held} held" if held else "")
 
@@ -238,13 +231,11 @@ def _report(console: Console, ads: Sequence[Any]) -> int:
 
 def _why(ad: Any) -> str:
     status = tables.value(ad, "JobStatus")
-    if status == HELD_STATUS:
+    if status == JobStatus.HELD:
         return "held"
-    if status == REMOVED_STATUS:
+    if status == JobStatus.REMOVED:
         return "removed"
-    if status != COMPLETED_STATUS:
+    if status != JobStatus.COMPLETED:
         return f"status {status}"
     return f"exit {tables.exit_text(ad)}"
 
-
-COMMANDS = [submit_command]

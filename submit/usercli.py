@@ -20,18 +20,13 @@ import click
 from rich.console import Console, Group
 from rich.live import Live
 
-from fetchwork.broker import tables
 from fetchwork.broker.client import Broker
-from fetchwork.broker.states import (
-    FINISHED,
-    IDLE_STATUS,
-    RUNNING_STATUS,
-    SUSPENDED_STATUS,
-    parse_job_id,
-)
+from fetchwork.broker.states import FINISHED
 from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.loader import Config
+from fetchwork.config.protocol import JobStatus, parse_job_id
 from fetchwork.errors import FetchworkError
+from fetchwork.submit import tables
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +36,7 @@ RECONCILE_S = 5.0
 FINISHED_STATUS = 0
 FINISHED_STATES = frozenset(state.value for state in FINISHED)
 PIPE_WIDTH = 200
-ACTIVE = (IDLE_STATUS, RUNNING_STATUS, SUSPENDED_STATUS)
+ACTIVE = (JobStatus.IDLE, JobStatus.RUNNING, JobStatus.SUSPENDED)
 
 
 def connect_broker() -> Broker:
@@ -85,7 +80,14 @@ def id_constraint(ids: Sequence[str], constraint: str | None) -> str | None:
     return selection or constraint or None
 
 
-def _show_jobs(ads: Sequence[Any], as_json: bool, long: bool, history: bool) -> None:
+def held_only(constraint: str | None) -> str:
+    """condor_q -hold: held jobs only (and `constraint`)."""
+    held = f"JobStatus == {int(JobStatus.HELD)}"
+    return f"{held} && ({constraint})" if constraint else held
+
+
+def _show_jobs(ads: Sequence[Any], as_json: bool, long: bool, history: bool,
+               held: bool = False) -> None:
     if as_json:
         click.echo(ads_json(ads))
         return
@@ -94,7 +96,9 @@ def _show_jobs(ads: Sequence[Any], as_json: bool, long: bool, history: bool) -> 
         return
     console = table_console()
     now = time.time()
-    console.print(tables.history_table(ads, now) if history else tables.queue_table(ads, now))
+    table = tables.hold_table if held else tables.history_table if history else \
+        tables.queue_table
+    console.print(table(ads, now))
     console.print()
     console.print(tables.queue_summary(ads))
 
@@ -116,15 +120,20 @@ _long_option = click.option("-l", "-long", "--long", "long", is_flag=True,
 @_long_option
 @click.option("-w", "--watch", is_flag=True,
               help="A live table, redrawn as jobs change, until none is idle or running.")
+@click.option("-hold", "--hold", "held", is_flag=True,
+              help="Only held jobs, with when and why they were held.")
 def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long: bool,
-              watch: bool) -> None:
+              watch: bool, held: bool) -> None:
     """List jobs in the queue (idle, running, held), optionally only IDS (C or C.P)."""
     broker = connect_broker()
     selection = id_constraint(ids, constraint)
+    if held:
+        selection = held_only(selection)
     if watch:
         watch_queue(broker, selection, table_console())
         return
-    _show_jobs(sorted(queued(broker, selection), key=_order), as_json, long, history=False)
+    _show_jobs(sorted(queued(broker, selection), key=_order), as_json, long, history=False,
+               held=held)
 
 
 def _queue_view(ads: Sequence[Any]) -> Group:
@@ -179,12 +188,7 @@ def _act(action: str, ids: Sequence[str], constraint: str | None, all_jobs: bool
     selected = broker.select(list(ids), constraint=constraint, all_jobs=all_jobs or not ids)
     if not selected:
         raise FetchworkError("no matching jobs")
-    if action == "remove":
-        done = broker.remove(selected, reason=reason)
-    elif action == "hold":
-        done = broker.hold(selected, reason=reason)
-    else:
-        done = broker.release(selected)
+    done = broker.apply(action, selected, reason)
     verb = {"remove": "marked for removal", "hold": "held", "release": "released"}[action]
     for job in done:
         click.echo(f"Job {job} {verb}.")
@@ -233,6 +237,3 @@ def status_command(as_json: bool) -> None:
     console.print()
     console.print(tables.slot_summary(slots))
 
-
-COMMANDS = [q_command, history_command, rm_command, hold_command,
-            release_command, status_command]

@@ -15,9 +15,8 @@ import classad2
 from rich import box
 from rich.table import Table
 
-STATUS_LETTERS = {1: "I", 2: "R", 3: "X", 4: "C", 5: "H", 6: ">", 7: "S"}
-STATUS_NAMES = {1: "idle", 2: "running", 3: "removed", 4: "completed", 5: "held",
-                7: "suspended"}
+from fetchwork.config.protocol import STATUS_LETTERS, STATUS_NAMES, ad_job_id
+
 QUEUE_COLUMNS = ("ID", "OWNER", "SUBMITTED", "RUN_TIME", "ST", "PRI", "SIZE", "CMD")
 HISTORY_COLUMNS = ("ID", "OWNER", "SUBMITTED", "RUN_TIME", "ST", "COMPLETED", "EXIT", "CMD")
 SLOT_COLUMNS = ("NAME", "STATE", "ACTIVITY", "LOAD", "MEMORY", "JOB")
@@ -53,10 +52,8 @@ def _number(ad: Any, name: str) -> float | None:
 # -- cells ------------------------------------------------------------------
 
 def job_id(ad: Any) -> str:
-    cluster, proc = _number(ad, "ClusterId"), _number(ad, "ProcId")
-    if cluster is None:
-        return "?"
-    return f"{int(cluster)}.{int(proc) if proc is not None else 0}"
+    """`C.P` of a job ad; `?` when it lacks whole ClusterId and ProcId."""
+    return ad_job_id(ad) or "?"
 
 
 def date_text(timestamp: float | None) -> str:
@@ -182,6 +179,22 @@ def history_table(ads: Iterable[Any], now: float) -> Table:
 
 def slot_table(ads: Iterable[Any]) -> Table:
     return _table(SLOT_COLUMNS, (slot_row(ad) for ad in ads))
+
+
+# condor_q -hold: when and why each held job was held; the reason is never cut.
+HOLD_COLUMNS = ("ID", "OWNER", "HELD_SINCE", "HOLD_REASON")
+
+
+def hold_row(ad: Any, now: float) -> tuple[str, ...]:
+    return (*queue_row(ad, now)[:2], date_text(_number(ad, "EnteredCurrentStatus")),
+            _text(ad, "HoldReason"))
+
+
+def hold_table(ads: Iterable[Any], now: float) -> Table:
+    table = _table(HOLD_COLUMNS, (hold_row(ad, now) for ad in ads))
+    table.columns[-1].no_wrap = False
+    table.columns[-1].overflow = "fold"
+    return table
 
 
 def queue_summary(ads: Sequence[Any]) -> str:

@@ -28,8 +28,10 @@ from typing import Any
 import classad2
 import htcondor2
 
-from fetchwork.broker.submitmap import SubmitContext, clip, format_arguments, job_ad
+from fetchwork.config.argsyntax import format_arguments_raw
+from fetchwork.config.protocol import clip
 from fetchwork.errors import SubmitFileError
+from fetchwork.submit.submitmap import SubmitContext, job_ad
 
 # Macros set for each job as it is expanded; they are not submit commands.
 _JOB_MACROS = ("Cluster", "ClusterId", "Process", "ProcId", "Step", "ItemIndex", "Row", "Node")
@@ -260,7 +262,7 @@ def _queue_count(submit: htcondor2.Submit, text: str, statement: Statement,
 # -- the whole description --------------------------------------------------------
 
 def parse_submit(text: str, cluster_id: int, submit_dir: str | None = None,
-                 owner: str | None = None, source: str = "<submit>",
+                 source: str = "<submit>",
                  extra: Mapping[str, str] | None = None) -> ParsedSubmit:
     """Every job of a submit description, ProcId 0, 1, ... in queue order.
 
@@ -284,7 +286,7 @@ def parse_submit(text: str, cluster_id: int, submit_dir: str | None = None,
             submit["MY." + name[1:] if name.startswith("+") else name] = value
         ctx.queue_line = statement.line
         spec = queue_spec(submit, statement, source, submit_dir)
-        _queue_jobs(submit, spec, cluster_id, owner, ctx, result)
+        _queue_jobs(submit, spec, cluster_id, ctx, result)
     for command in sorted({name for name in defined if name in IGNORED_COMMANDS}):
         result.warnings.append(f"line {defined[command][0]}: {command} is not supported by "
                                "fetchwork and was ignored")
@@ -302,7 +304,7 @@ def _in_directory(path: str) -> Iterator[None]:
 
 
 def _queue_jobs(submit: htcondor2.Submit, spec: QueueSpec, cluster_id: int,
-                owner: str | None, ctx: SubmitContext, result: ParsedSubmit) -> None:
+                ctx: SubmitContext, result: ParsedSubmit) -> None:
     commands = [name for name in submit.keys()
                 if name not in _JOB_MACROS and name != "FETCHWORK_QUEUE_COUNT"]
     ctx.names.update({name.lower(): name for name in commands})
@@ -316,17 +318,11 @@ def _queue_jobs(submit: htcondor2.Submit, spec: QueueSpec, cluster_id: int,
             for name, value in {**macros, **(row or {})}.items():
                 submit[name] = str(value)
             values = {name.lower(): submit.expand(name) for name in commands}
-            ad = job_ad(values, ctx)
-            ad["ClusterId"] = cluster_id
-            ad["ProcId"] = proc_id
-            if owner:
-                ad["Owner"] = owner
-            result.ads.append(dict(ad))
+            result.ads.append(dict(job_ad(values, ctx)))
 
 
 def command_jobs(argv: Sequence[str], cluster_id: int, commands: Mapping[str, str] | None = None,
-                 count: int = 1, submit_dir: str | None = None,
-                 owner: str | None = None) -> ParsedSubmit:
+                 count: int = 1, submit_dir: str | None = None) -> ParsedSubmit:
     """Jobs running `argv` as given on a command line, with extra submit commands.
 
     A program name without a slash is looked up on PATH, as a shell would;
@@ -341,10 +337,10 @@ def command_jobs(argv: Sequence[str], cluster_id: int, commands: Mapping[str, st
             raise SubmitFileError(f"command {program!r} not found on PATH")
         program = found
     parsed = parse_submit(f"queue {int(count)}\n", cluster_id, submit_dir=submit_dir,
-                          owner=owner, source="<command line>",
+                          source="<command line>",
                           extra={**(commands or {}), "executable": program})
     if len(argv) > 1:
         for ad in parsed.ads:
             ad.pop("Args", None)
-            ad["Arguments"] = format_arguments(argv[1:])
+            ad["Arguments"] = format_arguments_raw(argv[1:])
     return parsed

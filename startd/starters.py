@@ -1,8 +1,9 @@
-"""Claims and their starters: spawn, evict (vacate or kill), timers, starter events.
+"""The starters of claimed slots: spawn, evict (vacate or kill), reap, starter events.
 
-`Claims` does what the daemon loop decides for a slot that holds a claim. It
-registers each starter's stdout and pidfd in the loop's selector and turns the
-starter's JSON-line events into slot changes.
+`StarterSupervisor` does what the daemon loop decides for a slot that holds a
+claim (the startd's ClaimId, `slot.Claim`). It registers each starter's stdout
+and pidfd in the loop's selector and turns the starter's JSON-line events into
+slot changes.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from fetchwork.config import ads, keywords
 from fetchwork.config.loader import Config
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks.runner import HookSpec
-from fetchwork.startd import policy
-from fetchwork.startd.lifecycle import ShutdownPlan
-from fetchwork.startd.policy import RunAction
+from fetchwork.startd import eviction
+from fetchwork.startd.eviction import Effect
+from fetchwork.startd.running import RunAction, running_action
 from fetchwork.startd.settings import StartdSettings
+from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.slot import Slot
 from fetchwork.startd.starterproc import StandbyStarters, StarterProcess, sandbox_name
 from fetchwork.startd.states import Activity, State
@@ -32,8 +34,8 @@ from fetchwork.startd.states import Activity, State
 log = logging.getLogger(__name__)
 
 
-class ClaimHost(Protocol):
-    """What `Claims` needs from the daemon."""
+class SupervisorHost(Protocol):
+    """What `StarterSupervisor` needs from the daemon."""
 
     config: Config
     settings: StartdSettings
@@ -49,10 +51,10 @@ class ClaimHost(Protocol):
     def update_owner(self, slot: Slot) -> None: ...
 
 
-class Claims:
-    """The claim side of every slot: starters in, events out, evictions and their timers."""
+class StarterSupervisor:
+    """The starters of every slot: spawned, told to vacate or kill, read, reaped."""
 
-    def __init__(self, host: ClaimHost, selector: selectors.BaseSelector):
+    def __init__(self, host: SupervisorHost, selector: selectors.BaseSelector):
         self.host = host
         self.selector = selector
         self._sandbox_numbers = itertools.count(1)
@@ -64,9 +66,8 @@ class Claims:
         assert claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
         sandbox = os.path.join(self.host.settings.execute_dir, sandbox_name(
             os.getpid(), slot.slot_id, next(self._sandbox_numbers)))
-        hook_keyword = claim.job_ad.get("HookKeyword")
-        keyword = keywords.starter_keyword(
-            self.host.config, hook_keyword if isinstance(hook_keyword, str) else None)
+        keyword = keywords.starter_keyword(self.host.config,
+                                           keywords.hook_keyword_of(claim.job_ad))
         try:
             starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad(slot),
                                            sandbox, keyword, standby=self.standby)
@@ -94,12 +95,9 @@ class Claims:
         if slot.starter is None:
             self.release(slot)
         elif slot.is_in(State.PREEMPTING, Activity.KILLING):
-            slot.starter.send("kill")
-            slot.vacate_deadline = None
-            slot.kill_deadline = now + self._killing_timeout_s()
+            self._step(slot, eviction.Kill(self._killing_timeout_s()), now)
         else:
-            slot.starter.send("vacate")
-            slot.vacate_deadline = now + self.host.settings.max_vacate_s
+            self._step(slot, eviction.Vacate(self.host.settings.max_vacate_s), now)
 
     def _evict_hook(self, slot: Slot, job_ad: classad2.ClassAd) -> None:
         """The evict-claim hook: job ad, `-----`, slot ad; never waited for."""
@@ -111,24 +109,37 @@ class Claims:
         return self.host.settings.killing_timeout_s
 
     def check_timers(self, slot: Slot, now: float) -> None:
-        if slot.vacate_deadline is not None and now >= slot.vacate_deadline:
-            slot.vacate_deadline = None
-            if slot.starter is not None and slot.is_in(State.PREEMPTING, Activity.VACATING):
-                slot.move(State.PREEMPTING, Activity.KILLING, time.time(),
-                          "vacating took longer than MachineMaxVacateTime")
-                slot.starter.send("kill")
-                slot.kill_deadline = now + self._killing_timeout_s()
-        if slot.kill_deadline is not None and now >= slot.kill_deadline:
-            slot.kill_deadline = None
-            if slot.starter is not None:
-                log.warning("%s: starter %s did not exit in time; killing it", slot.label,
-                            slot.starter.pid)
-                slot.starter.kill_hard()
+        """Carry out the eviction deadlines that are due."""
+        self._step(slot, eviction.Tick(
+            has_starter=slot.starter is not None,
+            vacating=slot.is_in(State.PREEMPTING, Activity.VACATING),
+            killing_timeout_s=self._killing_timeout_s()), now)
+
+    def _step(self, slot: Slot, event: eviction.Event, now: float) -> None:
+        slot.deadlines, effects = eviction.step(slot.deadlines, event, now)
+        for effect in effects:
+            self._carry_out(slot, effect)
+
+    def _carry_out(self, slot: Slot, effect: eviction.Effect) -> None:
+        starter = slot.starter
+        if starter is None:
+            return
+        if effect is Effect.SEND_VACATE:
+            starter.send("vacate")
+        elif effect is Effect.SEND_KILL:
+            starter.send("kill")
+        elif effect is Effect.VACATE_TIMED_OUT:
+            slot.move(State.PREEMPTING, Activity.KILLING, time.time(),
+                      "vacating took longer than MachineMaxVacateTime")
+        elif effect is Effect.KILL_STARTER:
+            log.warning("%s: starter %s did not exit in time; killing it", slot.label,
+                        starter.pid)
+            starter.kill_hard()
 
     def release(self, slot: Slot) -> None:
         """The Preempting slot's starter is gone: hand it to a waiting claim, or to Owner."""
         slot.claim = None
-        slot.vacate_deadline = slot.kill_deadline = None
+        slot.deadlines, _ = eviction.step(slot.deadlines, eviction.Released(), time.monotonic())
         if slot.pending is not None and self.host.shutdown_plan is None:
             slot.claim, slot.pending = slot.pending, None
             slot.move(State.CLAIMED, Activity.IDLE, time.time(),
@@ -145,7 +156,7 @@ class Claims:
         """SUSPEND / CONTINUE / PREEMPT for the slot's running job (HTCondor's policy)."""
         if slot.starter is None or slot.claim is None:
             return
-        action = policy.running_action(slot.status, self.host.slot_ad(slot), slot.claim.job_ad,
+        action = running_action(slot.status, self.host.slot_ad(slot), slot.claim.job_ad,
                                        self.host.settings.running)
         if action is RunAction.VACATE:
             self.evict(slot, "PREEMPT is true")

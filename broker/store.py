@@ -1,0 +1,103 @@
+"""A pool's store: one Redis client, the pool's keys and its Lua scripts.
+
+The client (must return bytes, redis-py's default), the pool's key schema
+(keys.py) and its scripts (scripts.py), with the few operations every user
+of them needs: running a transition script, reading job hashes and events,
+and the leader lease. The client API, the claimer, the submitter and the
+service each take a Store and reach Redis through it alone. One Store may be
+shared by threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import redis
+
+from fetchwork.errors import BrokerError, RedisUnavailableError
+
+from . import codec
+from .keys import PoolKeys
+from .scripts import Scripts
+
+READ_BATCH = 1000
+
+
+class Store:
+    """The keys and scripts of one pool on one Redis."""
+
+    def __init__(self, client: redis.Redis, pool: str, events_maxlen: int):
+        if client.get_connection_kwargs().get("decode_responses"):
+            raise BrokerError("the broker needs a Redis client that returns bytes "
+                              "(decode_responses=False)")
+        self.client = client
+        self.pool = pool
+        try:
+            self.keys = PoolKeys(pool)
+        except ValueError as exc:
+            raise BrokerError(f"{exc} (FETCHWORK_POOL)") from exc
+        self.scripts = Scripts(client)
+        # Approximate cap of the events stream (XADD MAXLEN ~).
+        self.events_maxlen = events_maxlen
+
+    def pool_keys(self) -> list[str]:
+        """The nine keys every job transition script takes first (see lua/lib.lua)."""
+        k = self.keys
+        return [k.queue, k.idle, k.running, k.history, k.events, k.clusters,
+                k.cluster_counter, k.seq_counter, k.head_counter]
+
+    def head_args(self, now_ms: int | None = None) -> list[str]:
+        """The two arguments every job transition script takes first (see lua/lib.lua)."""
+        return ["" if now_ms is None else str(now_ms), str(self.events_maxlen)]
+
+    def run(self, name: str, job_ids: Sequence[str], args: Sequence[Any],
+            now_ms: int | None = None) -> Any:
+        """Run transition script `name` on `job_ids` (their hashes become KEYS[10..])."""
+        keys = self.pool_keys() + [self.keys.job(job) for job in job_ids]
+        try:
+            return self.scripts.call(name, keys, self.head_args(now_ms) + list(args))
+        except redis.ConnectionError as exc:
+            raise RedisUnavailableError(f"lost the broker's Redis: {exc}") from exc
+
+    def hashes(self, job_ids: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(id, to_dict-style mapping) of each existing job, in order (read_ads.lua)."""
+        for start in range(0, len(job_ids), READ_BATCH):
+            chunk = job_ids[start:start + READ_BATCH]
+            reply = self.scripts.call("read_ads", [self.keys.job(job) for job in chunk], [])
+            for job, data in zip(chunk, codec.decode_packed_hashes(reply), strict=True):
+                if data:
+                    yield job, data
+
+    def events(self, last_id: str = "$", block_ms: int = 0,
+               count: int = 100) -> list[tuple[str, dict[str, str]]]:
+        """Transition events after `last_id` (`$`: only new ones, so use it with block_ms)."""
+        reply = self.client.xread({self.keys.events: last_id}, count=count,
+                                  block=block_ms if block_ms > 0 else None)
+        out: list[tuple[str, dict[str, str]]] = []
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                out.append((codec.text(entry_id),
+                            {codec.text(k): codec.text(v) for k, v in fields.items()}))
+        return out
+
+    def last_event_id(self) -> str:
+        """Id of the newest event ("0-0" when there is none)."""
+        newest = self.client.xrevrange(self.keys.events, count=1)
+        return codec.text(newest[0][0]) if newest else "0-0"
+
+    def lead(self, replica: str, lease_ms: int) -> bool:
+        """Extend `replica`'s leadership (leader_renew.lua) or take it when free (SET NX PX)."""
+        key = self.keys.leader
+        if self.scripts.call("leader_renew", [key], [replica, lease_ms]):
+            return True
+        return bool(self.client.set(key, replica, nx=True, px=lease_ms))
+
+    def resign(self, replica: str) -> bool:
+        """Give up `replica`'s leadership; False when it did not lead."""
+        return bool(self.scripts.call("leader_resign", [self.keys.leader], [replica]))
+
+    @staticmethod
+    def ids(raw: Iterable[bytes]) -> list[str]:
+        """Job ids (or other members) as text."""
+        return [codec.text(item) for item in raw]

@@ -1,0 +1,49 @@
+"""What a fetch hook's output means: no work, a job ad, or bad output (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import classad2
+
+from fetchwork.config import ads
+from fetchwork.errors import AdError
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What one fetch produced: nothing, a job ad, or output that must be rejected."""
+
+    job_ad: classad2.ClassAd | None = None
+    bad_reason: str | None = None
+
+    @property
+    def found_work(self) -> bool:
+        return self.job_ad is not None and self.bad_reason is None
+
+    @property
+    def empty(self) -> bool:
+        return self.job_ad is None and self.bad_reason is None
+
+
+def read_fetch_output(stdout: str, *, failure: str | None = None,
+                      output_too_large: bool = False) -> Fetched:
+    """Interpret a fetch hook's stdout. Its exit status is ignored, as the text says.
+
+    `failure` says why the hook did not run to its end (refused, timed out,
+    crashed in-process): no work, unless it printed something, which is then
+    bad output.
+    """
+    if output_too_large:
+        return Fetched(bad_reason="output over the hook output limit")
+    if not stdout.strip():
+        return Fetched()
+    if failure is not None:
+        return Fetched(bad_reason=f"hook did not finish ({failure})")
+    try:
+        job_ad = ads.parse_ad(stdout, "fetch hook output")
+    except AdError as exc:
+        return Fetched(bad_reason=f"not a ClassAd: {exc}")
+    if "Cmd" not in job_ad:
+        return Fetched(job_ad=job_ad, bad_reason="the job ad has no Cmd")
+    return Fetched(job_ad=job_ad)
