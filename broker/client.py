@@ -47,8 +47,9 @@ class Broker:
         self.keys = self.store.keys
         self.default_lease_s = config.get_duration_s("JOB_DEFAULT_LEASE_DURATION")
         scan_batch = max(1, config.get_int("BROKER_CLAIM_SCAN_BATCH"))
-        self._claimer = Claimer(self.store, self.default_lease_s, scan_batch)
-        self._submitter = Submitter(self.store, self.default_lease_s)
+        significant = tuple(config.get_list("ADD_SIGNIFICANT_ATTRIBUTES"))
+        self._claimer = Claimer(self.store, self.default_lease_s, scan_batch, significant)
+        self._submitter = Submitter(self.store, self.default_lease_s, significant)
 
     @classmethod
     def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:

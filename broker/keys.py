@@ -14,6 +14,9 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:slot:<name>   string: a published slot ad (msgpack), with a TTL
     fw:{P}:slots         zset: published slot names, scored by expiry (ms)
     fw:{P}:leader        string: the broker replica holding leadership, with a TTL
+    fw:{P}:ac:groups     zset: autoclusters of IDLE jobs, scored by their best order
+    fw:{P}:ac:members    zset: IDLE jobs by autocluster then order (see autoclusters.py)
+    fw:{P}:ac:reps       hash: autocluster -> its representative attributes (msgpack)
 """
 
 from __future__ import annotations
@@ -60,3 +63,6 @@ class PoolKeys:
     head_counter = _named("counter:head")
     slots = _named("slots")
     leader = _named("leader")
+    ac_groups = _named("ac:groups")
+    ac_members = _named("ac:members")
+    ac_reps = _named("ac:reps")

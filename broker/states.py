@@ -64,6 +64,7 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     "FetchworkLeaseExpiry", "RemoteHost", "LastRemoteHost", "CompletionDate",
     "HoldReason", "HoldReasonCode", "LastHoldReason", "RemoveReason", "NumJobMatches",
     "HoldReasonSubCode",
+    "FetchworkAutocluster",
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

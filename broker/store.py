@@ -42,10 +42,11 @@ class Store:
         self.events_maxlen = events_maxlen
 
     def pool_keys(self) -> list[str]:
-        """The nine keys every job transition script takes first (see lua/lib.lua)."""
+        """The twelve keys every job transition script takes first (see lua/lib.lua)."""
         k = self.keys
         return [k.queue, k.idle, k.running, k.history, k.events, k.clusters,
-                k.cluster_counter, k.seq_counter, k.head_counter]
+                k.cluster_counter, k.seq_counter, k.head_counter,
+                k.ac_groups, k.ac_members, k.ac_reps]
 
     def head_args(self, now_ms: int | None = None) -> list[str]:
         """The two arguments every job transition script takes first (see lua/lib.lua)."""
@@ -53,7 +54,7 @@ class Store:
 
     def run(self, name: str, job_ids: Sequence[str], args: Sequence[Any],
             now_ms: int | None = None) -> Any:
-        """Run transition script `name` on `job_ids` (their hashes become KEYS[10..])."""
+        """Run transition script `name` on `job_ids` (their hashes become KEYS[13..])."""
         keys = self.pool_keys() + [self.keys.job(job) for job in job_ids]
         try:
             return self.scripts.call(name, keys, self.head_args(now_ms) + list(args))

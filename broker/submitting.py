@@ -27,6 +27,7 @@ from redis.exceptions import NoScriptError
 from fetchwork.errors import SubmitError
 
 from . import codec
+from .autoclusters import Grouper
 from .jobads import PreparedJob, identity, place, prepare_submitted
 from .store import Store
 
@@ -41,9 +42,12 @@ TRANSACTION = 20_000
 class Submitter:
     """Submits clusters to one pool; jobs without JobLeaseDuration get `default_lease_s`."""
 
-    def __init__(self, store: Store, default_lease_s: float):
+    def __init__(self, store: Store, default_lease_s: float,
+                 significant_attrs: Sequence[str] = ()):
         self.store = store
         self.default_lease_s = default_lease_s
+        # ADD_SIGNIFICANT_ATTRIBUTES: what autoclusters group jobs by, beyond the usual.
+        self.significant_attrs = tuple(significant_attrs)
 
     def next_cluster(self) -> int:
         """Allocate a cluster number."""
@@ -64,13 +68,16 @@ class Submitter:
         placed = [(place(job, identity(store.pool, cluster, proc, qdate_s, first_seq + proc,
                                        job.prio, owner, job.ad_owner, user)), first_seq + proc)
                   for proc, job in enumerate(jobs)]
+        grouper = Grouper(self.significant_attrs)
+        for job, _seq in placed:
+            job.attrs["FetchworkAutocluster"] = grouper.gid(job.attrs)
         nonce = uuid.uuid4().hex
         try:
             self._retrying(lambda: self._stage(cluster, nonce, placed))
         except redis.RedisError as exc:
             self._unstage(cluster, nonce, placed)
             raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
-        self._retrying(lambda: self._queue(placed))
+        self._retrying(lambda: self._queue(placed, grouper))
         log.info("submitted %d job(s) to cluster %s", len(placed), cluster)
         return [job.job_id for job, _seq in placed]
 
@@ -113,16 +120,19 @@ class Submitter:
             log.warning("could not clean up the failed submission to cluster %s: %s",
                         cluster, exc)
 
-    def _queue(self, placed: list[tuple[PreparedJob, int]]) -> None:
+    def _queue(self, placed: list[tuple[PreparedJob, int]], grouper: Grouper) -> None:
         store = self.store
         store.scripts.ensure_loaded(["submit"])
         head = store.head_args()
         for first in range(0, len(placed), TRANSACTION):
             pipe = store.client.pipeline(transaction=True)
             for start in range(first, min(first + TRANSACTION, len(placed)), BATCH):
+                batch = placed[start:start + BATCH]
                 blob = codec.pack_for_lua([
-                    [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held]
-                    for job, seq in placed[start:start + BATCH]])
-                store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob])
+                    [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held,
+                     job.attrs["FetchworkAutocluster"]] for job, seq in batch])
+                gids = {job.attrs["FetchworkAutocluster"] for job, _seq in batch}
+                reps = codec.pack_for_lua({gid: codec.pack(grouper.reps[gid]) for gid in gids})
+                store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob, reps])
             pipe.execute()
 

@@ -1,6 +1,6 @@
 -- claim.lua: IDLE -> RUNNING for the first of a few jobs the caller matched
 -- against its slot (candidates in the caller's priority order).
--- KEYS: the pool keys of lib.lua; KEYS[10..] the candidates' hashes, in ARGV order.
+-- KEYS: the pool keys of lib.lua; KEYS[13..] the candidates' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] claim token, ARGV[4]
 -- slot name (RemoteHost), ARGV[5] default lease seconds, ARGV[6..] candidate ids.
 -- Only a job still in the idle set is claimed, so no job goes to two slots.
@@ -13,6 +13,7 @@ for i = 6, #ARGV do
   local key, id = KEYS[FIRST_JOB_KEY + i - 6], ARGV[i]
   if redis.call('ZSCORE', K_IDLE, id) then
     redis.call('ZREM', K_IDLE, id)
+    ac_remove(key, id)
     local expiry = NOW + lease_ms(key, ARGV[5])
     redis.call('ZADD', K_RUNNING, score(expiry), id)
     setv(key, 'RemoteHost', slot)

@@ -1,6 +1,6 @@
 -- hold.lua: IDLE|BLOCKED -> HELD; a claimed job is marked (JobStatus 5) and
 -- is held when its claim ends.
--- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in ARGV order.
+-- KEYS: the pool keys of lib.lua; KEYS[13..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] HoldReason,
 -- ARGV[4] HoldReasonCode, ARGV[5..] job ids.
 -- Returns the ids affected (held, finished, or marked jobs are skipped).

@@ -1,6 +1,6 @@
 -- release.lua: HELD -> IDLE (back at its place in the idle order); a claimed
 -- job marked held gets its claim back (JobStatus 2, or 7 when suspended).
--- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in ARGV order.
+-- KEYS: the pool keys of lib.lua; KEYS[13..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3..] job ids.
 -- HoldReason moves to LastHoldReason; its code and subcode go. Returns the ids affected.
 local done = {}

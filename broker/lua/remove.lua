@@ -1,6 +1,6 @@
 -- remove.lua: IDLE|HELD|BLOCKED -> REMOVED (into history); a claimed job is
 -- marked (JobStatus 3) and is removed when its claim ends.
--- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in ARGV order.
+-- KEYS: the pool keys of lib.lua; KEYS[13..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] RemoveReason, ARGV[4..] job ids.
 -- Returns the ids affected (finished jobs and jobs already marked are skipped).
 local done = {}

@@ -1,6 +1,6 @@
 -- stage.lua: write the hashes of a batch of new jobs of one cluster; they are
 -- in no index yet, so nothing sees them until submit.lua queues them.
--- KEYS: the pool keys of lib.lua; KEYS[10..] the new jobs' hashes, in batch order.
+-- KEYS: the pool keys of lib.lua; KEYS[13..] the new jobs' hashes, in batch order.
 -- ARGV[1] now ms or '', ARGV[2] events cap,
 -- ARGV[3] cluster number, ARGV[4] submission nonce (every batch of one
 --   submission carries the same nonce; a cluster owned by another nonce, or
