@@ -300,7 +300,8 @@ def main() -> None:
     args = parser.parse_args()
     per_exec_ms = fork_exec_ms(200)
     print(f"reference: fork+exec+wait of /bin/true {per_exec_ms:.2f} ms "
-          f"({1000 / per_exec_ms:.0f}/s on one core); {os.cpu_count()} cores")
+          f"({1000 / per_exec_ms:.0f}/s on one core); {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f}")
     root = Path(tempfile.mkdtemp(prefix="fw-startd-bench-"))
     root.chmod(0o755)
     run = StartdRun(root, args.slots)
