@@ -94,7 +94,7 @@ def fork_exec_ms(count: int) -> float:
     return (time.perf_counter() - started) / count * 1000
 
 
-def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 40) -> float:
+def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 30) -> float:
     """Jobs/s from the first job's end to the last one's (`count()` jobs ended so far);
     after `timeout_s`, the rate over the jobs that ended by then."""
     deadline = time.monotonic() + timeout_s
@@ -302,10 +302,10 @@ def report_latency(name: str, values: list[float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000,
-                        help="jobs per throughput run (each run stops after 40 s)")
-    parser.add_argument("--latency-jobs", type=int, default=40)
+                        help="jobs per throughput run (each run stops after 30 s)")
+    parser.add_argument("--latency-jobs", type=int, default=30)
     parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--program-jobs", type=int, default=100,
+    parser.add_argument("--program-jobs", type=int, default=50,
                         help="jobs for the program-hook run (0: skip it)")
     args = parser.parse_args()
     per_exec_ms = fork_exec_ms(200)
@@ -317,7 +317,7 @@ def main() -> None:
     run = StartdRun(root, args.slots)
     try:
         run.start()
-        print(f"/bin/true throughput, {args.jobs} jobs (or 40 s), {args.slots} slots / "
+        print(f"/bin/true throughput, {args.jobs} jobs (or 30 s), {args.slots} slots / "
               "workers:")
         ours = throughput(run, args.jobs)
         print(f"  {'fetchwork startd (python: hooks)':<34} {ours:8.1f} jobs/s")
