@@ -178,7 +178,7 @@ def main() -> None:
                "FETCHWORK_POOL": "bench", "_FETCHWORK_FETCHWORK_FETCH_LONG_POLL": "5"}
     os.environ.update(environ)
     config = Config.load(environ=environ)
-    pool = Pool(config, slots=1)
+    pool = Pool(config, slots=1, log_path=state / "pool.log")
     try:
         pool.start()
         client = redis.Redis.from_url(pool.url)
