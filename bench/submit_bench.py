@@ -74,7 +74,9 @@ def rss_report(pool: Pool) -> None:
             print(f"  {name:<28} {rss_mb:8.1f} MB")
             if name == "startd":
                 for kid in process.children():
-                    label = "standby starter" if "--standby" in kid.cmdline() else "starter"
+                    command = " ".join(kid.cmdline())
+                    label = ("starter zygote" if "fetchwork.starter.zygote" in command
+                             else "standby starter" if "--standby" in command else "starter")
                     print(f"  {label:<28} {kid.memory_info().rss / 2**20:8.1f} MB")
         except psutil.Error:
             pass
@@ -167,7 +169,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--cluster-size", type=int, default=1000)
-    parser.add_argument("--latency-samples", type=int, default=100)
+    parser.add_argument("--latency-samples", type=int, default=50)
     parser.add_argument("--idle-s", type=float, default=0.5,
                         help="pause before each latency sample so the slot is idle")
     options = parser.parse_args()
