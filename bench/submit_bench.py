@@ -1,6 +1,6 @@
 """Submit throughput and submit-to-start latency, fetchwork beside rq.
 
-    python bench/submit_bench.py [--jobs 100000] [--latency-samples 100]
+    python bench/submit_bench.py [--jobs 100000] [--latency-samples 50]
 
 Runs on a private embedded Redis in a temporary state directory (or the
 broker named by FETCHWORK_BROKER), so both systems use the same server.
