@@ -6,7 +6,7 @@ job. The significant attributes of a job are:
 
 - `SIGNIFICANT_ATTRS`: Requirements, Rank, RequestCpus, RequestMemory,
   RequestDisk and Owner (the attributes HTCondor's negotiator and the usual
-  slot policies read), plus the site's `ADD_SIGNIFICANT_ATTRIBUTES` (what its
+  slot policies read), plus the site's extra attributes (what its
   slots' START expressions read of a job, e.g. AccountingGroup);
 - every attribute of the job that its Requirements or Rank read, through
   other attributes too (`Requirements = TARGET.Memory >= MY.Need * 2`,

@@ -1,13 +1,5 @@
 """Claiming: match idle jobs against a slot in priority order, then claim one atomically.
 
-Idle jobs are grouped into autoclusters (autoclusters.py): the claimer reads
-the groups in the order of their best job, evaluates one representative per
-group (each member instead when the slot's START reads a job attribute the
-groups do not hold) and offers the head of the first group that matches to
-claim.lua, so a claim costs the same behind 100,000 jobs the slot does not
-match as behind none. Idle jobs in no group (queued before groups existed)
-are matched by the scan of the idle set below.
-
 Candidates are read from the idle set in batches (small first, growing up to
 BROKER_CLAIM_SCAN_BATCH), paging by score so a long run of jobs that do not
 match is walked to its end. The first match is claimed by claim.lua, which
@@ -15,6 +7,15 @@ succeeds only while the job is still idle; a lost race moves on to the next
 candidate. With `wait_s` > 0 and nothing claimable, the claimer blocks on
 the event stream (XREAD BLOCK) from the last event seen before the scan and
 scans again when a job became IDLE, until the deadline: no busy polling.
+
+Activation (filters/claimside.py): the first read also brings what the
+leader's activation filters left for this slot (reservation, blocks); jobs
+they hold back are not offered, and a job that claim.lua made ACTIVATING
+ends the claim with the leader's verdict: the job, or None.
+
+Scheduling policy (broker/policy): with limits set, a slot no IDLE job fits
+may take a job BLOCKED only by a soft PS limit (the soft set), as a last
+resort; claim.lua re-checks every job's PS budget.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ import msgpack
 from fetchwork.config.ads import from_dict
 from fetchwork.errors import AdError
 
-from . import autoclusters, codec
+from . import codec
+from .filters.claimside import ActivationClaims, is_activation
+from .filters.gate import ClaimView, block_floor, group_of, may_offer
 from .matching import job_matches_slot, slot_name
 from .store import Store
 
@@ -49,126 +52,110 @@ MAX_BLOCK_MS = 2000
 
 class Claimer:
     """Claims jobs of one pool for slots; leases last `default_lease_s` unless the job
-    says JobLeaseDuration; scans read at most `scan_batch` idle jobs at a time;
-    `significant_attrs` are ADD_SIGNIFICANT_ATTRIBUTES."""
+    says JobLeaseDuration; scans read at most `scan_batch` idle jobs at a time."""
 
     def __init__(self, store: Store, default_lease_s: float, scan_batch: int,
-                 significant_attrs: tuple[str, ...] = ()):
+                 soft_tier: bool = False):
         self.store = store
         self.default_lease_s = default_lease_s
         self.scan_batch = scan_batch
-        # Representatives never change for a group id (it is their digest).
-        self._reps: dict[str, classad2.ClassAd | None] = {}
-        self._common = (*autoclusters.SIGNIFICANT_ATTRS, *significant_attrs)
+        self.activation = ActivationClaims(store)
+        # Scheduling policy limits are set: scan the soft set when nothing else fits.
+        self.soft_tier = soft_tier
 
     def claim(self, slot_ad: classad2.ClassAd | Mapping[str, Any],
               wait_s: float = 0.0) -> classad2.ClassAd | None:
         slot = slot_ad if isinstance(slot_ad, classad2.ClassAd) else from_dict(slot_ad)
         name = slot_name(slot)
         if wait_s <= 0:
-            return self._scan(slot, name)
+            return self._find(slot, name)[0]
         deadline = time.monotonic() + wait_s
         last_id = self.store.last_event_id()
         while True:
-            job = self._scan(slot, name)
-            if job is not None:
+            job, final = self._find(slot, name)
+            if job is not None or final:
                 return job
             next_id = self._wait_for_idle(last_id, deadline)
             if next_id is None:
                 return None
             last_id = next_id
 
-    def _scan(self, slot: classad2.ClassAd, name: str) -> classad2.ClassAd | None:
-        keys = self.store.keys
-        pipe = self.store.client.pipeline(transaction=False)
-        pipe.zrange(keys.ac_groups, 0, -1)
-        pipe.zcard(keys.idle)
-        pipe.zcard(keys.ac_members)
-        groups, idle_count, grouped_count = pipe.execute()
-        job = self._scan_groups(slot, name, self.store.ids(groups))
-        if job is None and idle_count > grouped_count:
-            job = self._scan_idle(slot, name)
-        return job
+    def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
+        """The scan of the idle set; then, with the soft tier, of the soft set."""
+        claimed = self._scan(slot, name)
+        if claimed != (None, False) or not self.soft_tier:
+            return claimed
+        rows = self.store.client.zrangebyscore(self.store.keys.soft, "-inf", "+inf", start=0,
+                                               num=max(self.scan_batch, FIRST_BATCH),
+                                               withscores=True)
+        view = self.activation.first_read(name, 0)[1]
+        return self._offer(rows, slot, name, view, last_resort=True) if rows else claimed
 
-    def _scan_groups(self, slot: classad2.ClassAd, name: str,
-                     gids: list[str]) -> classad2.ClassAd | None:
-        """The head of the first group, in the order of their best jobs, that fits the slot."""
-        self._load_reps([gid for gid in gids if gid not in self._reps])
-        by_representative = autoclusters.start_reads_only(slot, self._common)
-        for gid in gids:
-            rep = self._reps.get(gid)
-            if rep is None:
-                continue
-            if by_representative and not job_matches_slot(rep, slot):
-                continue
-            job = self._claim_in_group(gid, slot, name, by_representative)
-            if job is not None:
-                return job
-        return None
-
-    def _load_reps(self, gids: list[str]) -> None:
-        if not gids:
-            return
-        for gid, raw in zip(gids, self.store.client.hmget(self.store.keys.ac_reps, gids),
-                            strict=True):
-            try:
-                self._reps[gid] = from_dict(codec.unpack(raw)) if raw is not None else None
-            except (AdError, ValueError) as exc:
-                log.warning("autocluster %s has an unreadable representative: %s", gid, exc)
-                self._reps[gid] = None
-
-    def _claim_in_group(self, gid: str, slot: classad2.ClassAd, name: str,
-                        by_representative: bool) -> classad2.ClassAd | None:
-        """Claim the group's best job that fits (each member checked when START reads more)."""
-        low = f"[{gid}{autoclusters.SEPARATOR}"
-        high = f"[{gid}{autoclusters.SEPARATOR}~"
-        batch = CLAIM_GROUP if by_representative else FIRST_BATCH
-        while True:
-            rows = self.store.client.zrangebylex(self.store.keys.ac_members, low, high,
-                                                 start=0, num=batch)
-            if not rows:
-                return None
-            ids = [autoclusters.parse_member(codec.text(row))[2] for row in rows]
-            if not by_representative:
-                ids = [job_id for job_id, data in self.store.hashes(ids)
-                       if self._fits(job_id, data, slot)]
-            claimed = self._claim_first(ids, name) if ids else None
-            if claimed is not None:
-                return claimed
-            # Other slots took those first (or none fit): the group's next ones.
-            if len(rows) < batch:
-                return None
-            low = f"({codec.text(rows[-1])}"
-            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
-
-    def _scan_idle(self, slot: classad2.ClassAd, name: str) -> classad2.ClassAd | None:
-        keys = self.store.keys
-        client = self.store.client
-        low: str = "-inf"
+    def _scan(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
+        """(the claimed job or None, whether an activation verdict ended the claim)."""
         batch = FIRST_BATCH
+        rows, view = self.activation.first_read(name, batch)
+        if not view.quiet:
+            return self._scan_held_back(slot, name, view, rows)
         while True:
-            rows = client.zrangebyscore(keys.idle, low, "+inf", start=0, num=batch,
-                                        withscores=True)
             if not rows:
-                return None
-            ids = [codec.text(member) for member, _score in rows]
-            matched: list[str] = []
-            for job_id, data in self.store.hashes(ids):
+                return None, False
+            claimed = self._offer(rows, slot, name, view)
+            if claimed != (None, False) or len(rows) < batch:
+                return claimed
+            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+            rows = self._rows_after(rows[-1][1], batch)
+
+    def _rows_after(self, score: float, batch: int) -> list[tuple[bytes, float]]:
+        return self.store.client.zrangebyscore(self.store.keys.idle, f"({score!r}", "+inf",
+                                               start=0, num=batch, withscores=True)
+
+    def _scan_held_back(self, slot: classad2.ClassAd, name: str, view: ClaimView,
+                        rows: list[tuple[bytes, float]]) -> tuple[classad2.ClassAd | None, bool]:
+        """The scan when activation may hold jobs back: a reserved slot looks at its job
+        only; past the first blocked priority group, only the blockers remain; jobs
+        reserved for other slots or not due for evaluation are passed over."""
+        client, keys = self.store.client, self.store.keys
+        if view.reserved_job is not None:
+            score = client.zscore(keys.idle, view.reserved_job)
+            rows = [] if score is None else [(view.reserved_job.encode(), score)]
+            return self._offer(rows, slot, name, view) if rows else (None, False)
+        floor = block_floor(view)
+        batch = FIRST_BATCH
+        while rows:
+            before = [row for row in rows if floor is None or group_of(row[1]) < floor]
+            claimed = self._offer(before, slot, name, view) if before else (None, False)
+            if claimed != (None, False):
+                return claimed
+            if len(before) < len(rows) or len(rows) < batch:
+                break
+            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+            rows = self._rows_after(rows[-1][1], batch)
+        blockers = [job for job, _group in view.blocks]
+        scores = client.zmscore(keys.idle, blockers) if blockers else []
+        rows = [(job.encode(), score) for job, score in zip(blockers, scores, strict=True)
+                if score is not None]
+        return self._offer(sorted(rows, key=lambda row: row[1]), slot, name, view)
+
+    def _offer(self, rows: list[tuple[bytes, float]], slot: classad2.ClassAd, name: str,
+               view: ClaimView, last_resort: bool = False
+               ) -> tuple[classad2.ClassAd | None, bool]:
+        """Offer the matching jobs among `rows` to claim.lua, a few at a time."""
+        scores = {codec.text(member): score for member, score in rows}
+        now_ms = time.time() * 1000
+        matched: list[str] = []
+        for job_id, data in self.store.hashes(list(scores)):
+            if view.quiet or may_offer(job_id, data, scores[job_id], view, name, now_ms):
                 if self._fits(job_id, data, slot):
                     matched.append(job_id)
-                if len(matched) == CLAIM_GROUP:
-                    claimed = self._claim_first(matched, name)
-                    if claimed is not None:
-                        return claimed
-                    matched = []
-            if matched:
-                claimed = self._claim_first(matched, name)
-                if claimed is not None:
+            if len(matched) == CLAIM_GROUP:
+                claimed = self._claim_first(matched, slot, name, view, last_resort)
+                if claimed != (None, False):
                     return claimed
-            if len(rows) < batch:
-                return None
-            low = f"({rows[-1][1]!r}"
-            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+                matched = []
+        if matched:
+            return self._claim_first(matched, slot, name, view, last_resort)
+        return None, False
 
     @staticmethod
     def _fits(job_id: str, data: dict[str, Any], slot: classad2.ClassAd) -> bool:
@@ -179,16 +166,26 @@ class Claimer:
             return False
         return job_matches_slot(job, slot)
 
-    def _claim_first(self, job_ids: list[str], name: str) -> classad2.ClassAd | None:
-        """claim.lua on matched candidates: the first one still idle is ours."""
+    def _claim_first(self, job_ids: list[str], slot: classad2.ClassAd, name: str,
+                     view: ClaimView, last_resort: bool = False
+                     ) -> tuple[classad2.ClassAd | None, bool]:
+        """claim.lua on matched candidates: the first one still idle is ours (or, with an
+        activation chain, the leader's verdict on it decides, and ends the claim)."""
         token = uuid.uuid4().hex
+        keys = self.store.keys
+        policy_keys = [keys.ps_ledger, keys.soft] if last_resort else [keys.ps_ledger]
         reply = self.store.run("claim", job_ids,
-                                [token, name, str(self.default_lease_s), *job_ids])
+                               [token, name, str(self.default_lease_s),
+                                self.activation.slot_ad_arg(view, slot), *job_ids],
+                               extra_keys=[keys.activation(token), *policy_keys])
         if reply is None:
-            return None
+            return None, False
         job_id, flat = msgpack.unpackb(reply, raw=True)
+        if is_activation((job_id, flat)):
+            ad = self.activation.await_verdict(job_id.decode(), token, view.summary.wait_ms)
+            return ad, True
         log.debug("job %s claimed by %s", job_id.decode(), name)
-        return from_dict(codec.decode_flat(flat))
+        return from_dict(codec.decode_flat(flat)), False
 
     def _wait_for_idle(self, last_id: str, deadline: float) -> str | None:
         """Block until an event shows a job becoming IDLE; its id, or None at the deadline."""

@@ -25,8 +25,9 @@ from fetchwork.errors import AdError, BrokerError
 from . import codec
 from .claiming import Claimer
 from .jobads import caller_attrs
+from .policy.settings import policy_in_force
 from .store import READ_BATCH, Store
-from .submitting import Submitter
+from .submitting import Submitted, Submitter
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,11 @@ class Broker:
         self.keys = self.store.keys
         self.default_lease_s = config.get_duration_s("JOB_DEFAULT_LEASE_DURATION")
         scan_batch = max(1, config.get_int("BROKER_CLAIM_SCAN_BATCH"))
-        significant = tuple(config.get_list("ADD_SIGNIFICANT_ATTRIBUTES"))
-        self._claimer = Claimer(self.store, self.default_lease_s, scan_batch, significant)
-        self._submitter = Submitter(self.store, self.default_lease_s, significant)
+        # Scheduling policy (broker/policy): None while every policy knob is 0.
+        self.policy = policy_in_force(config)
+        self._claimer = Claimer(self.store, self.default_lease_s, scan_batch,
+                                soft_tier=self.policy is not None and self.policy.limits_on())
+        self._submitter = Submitter(self.store, self.default_lease_s, self.policy)
 
     @classmethod
     def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:
@@ -79,7 +82,27 @@ class Broker:
                cluster_id: int | None = None) -> list[str]:
         """Queue `ads` as one cluster (ProcId 0..n-1), all or nothing; returns the job ids.
         `cluster_id` must come from next_cluster() and be used by one submission only."""
+        return self._submitter.submit(ads, owner, cluster_id).job_ids
+
+    def submit_cluster(self, ads: Sequence[AdLike], owner: str | None = None,
+                       cluster_id: int | None = None) -> Submitted:
+        """As submit(), and whether the jobs wait VALIDATING for the leader's
+        submission filters (then `verdicts()` tells how they ended)."""
         return self._submitter.submit(ads, owner, cluster_id)
+
+    def verdicts(self, job_ids: Sequence[str]) -> dict[str, str | None]:
+        """For each job no longer VALIDATING: None when it was admitted, else the
+        RemoveReason it failed with. Jobs still waiting are left out (a job that is
+        gone altogether counts as decided)."""
+        decided: dict[str, str | None] = dict.fromkeys(job_ids)
+        for job, data in self.store.hashes(job_ids):
+            state = data.get("FetchworkState")
+            if state == "VALIDATING":
+                del decided[job]
+                continue
+            reason = data.get("RemoveReason")
+            decided[job] = reason if state == "FAILED" and isinstance(reason, str) else None
+        return decided
 
     # -- reading ---------------------------------------------------------------
 
@@ -144,12 +167,15 @@ class Broker:
 
     # -- user actions ------------------------------------------------------------
 
-    def apply(self, action: str, selected: Sequence[str], reason: str | None = None) -> list[str]:
-        """Remove, hold or release the jobs `select()` chose; the ones it changed."""
+    def apply(self, action: str, selected: Sequence[str], reason: str | None = None,
+              hold_until: int | None = None) -> list[str]:
+        """Remove, hold or release the jobs `select()` chose; the ones it changed.
+        A hold with `hold_until` (epoch s) ends by itself then."""
         if action == "remove":
             args: list[Any] = [reason or "removed by user"]
         elif action == "hold":
-            args = [reason or "held by user", int(HoldCode.USER_REQUEST)]
+            args = [reason or "held by user", int(HoldCode.USER_REQUEST),
+                    "" if hold_until is None else str(int(hold_until))]
         elif action == "release":
             args = []
         else:
@@ -164,9 +190,11 @@ class Broker:
         """Remove jobs (ids or clusters); a running job is marked and removed when it stops."""
         return self.apply("remove", self.select(job_ids) if job_ids else [], reason)
 
-    def hold(self, job_ids: Sequence[str], reason: str | None = None) -> list[str]:
-        """Hold idle jobs; a running job is marked and held when it stops."""
-        return self.apply("hold", self.select(job_ids) if job_ids else [], reason)
+    def hold(self, job_ids: Sequence[str], reason: str | None = None,
+             hold_until: int | None = None) -> list[str]:
+        """Hold idle jobs; a running job is marked and held when it stops. With
+        `hold_until` (epoch s) the leader releases them by itself then."""
+        return self.apply("hold", self.select(job_ids) if job_ids else [], reason, hold_until)
 
     def release(self, job_ids: Sequence[str]) -> list[str]:
         """Held jobs go back to IDLE; a pending hold on a running job is cancelled."""

@@ -88,12 +88,16 @@ def identity(pool: str, cluster: int, proc: int, qdate_s: int, seq: int, prio: i
     }
 
 
-def place(job: PreparedJob, identity_attrs: Mapping[str, Any]) -> PreparedJob:
-    """Put `identity_attrs` and the initial state (IDLE or HELD) on `job`, in place."""
+def place(job: PreparedJob, identity_attrs: Mapping[str, Any],
+          blocked_reason: str | None = None) -> PreparedJob:
+    """Put `identity_attrs` and the initial state (IDLE or HELD; BLOCKED with
+    `blocked_reason` when scheduling policy places it first) on `job`, in place."""
     attrs = job.attrs
     attrs.update(identity_attrs)
     job.job_id = job_id(attrs["ClusterId"], attrs["ProcId"])
-    state = State.HELD if job.held else State.IDLE
+    state = State.HELD if job.held else State.BLOCKED if blocked_reason else State.IDLE
+    if state is State.BLOCKED:
+        attrs["BlockedReason"] = blocked_reason
     attrs["FetchworkState"] = state.value
     attrs["JobStatus"] = int(JOB_STATUS[state])
     attrs["EnteredCurrentStatus"] = attrs["QDate"]

@@ -14,9 +14,16 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:slot:<name>   string: a published slot ad (msgpack), with a TTL
     fw:{P}:slots         zset: published slot names, scored by expiry (ms)
     fw:{P}:leader        string: the broker replica holding leadership, with a TTL
-    fw:{P}:ac:groups     zset: autoclusters of IDLE jobs, scored by their best order
-    fw:{P}:ac:members    zset: IDLE jobs by autocluster then order (see autoclusters.py)
-    fw:{P}:ac:reps       hash: autocluster -> its representative attributes (msgpack)
+    fw:{P}:filters       hash: the leader's filter summary (filters/gate.py), the pass counter
+    fw:{P}:validating    zset: VALIDATING jobs (submission filters pending), scored by sequence
+    fw:{P}:activating    zset: ACTIVATING jobs (activation chain running), scored by deadline (ms)
+    fw:{P}:blocks        zset: jobs whose activation answered 1, scored by priority group
+    fw:{P}:reservations  hash: slot name -> the job an activation answer 2 reserved it for
+    fw:{P}:holds         zset: held jobs with a HoldUntil, scored by it (s)
+    fw:{P}:activation:<token>        hash: a claim's activation request (slot ad, facts)
+    fw:{P}:activation:<token>:reply  list: the leader's verdict for that claim
+    fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
+    fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
 """
 
 from __future__ import annotations
@@ -63,6 +70,17 @@ class PoolKeys:
     head_counter = _named("counter:head")
     slots = _named("slots")
     leader = _named("leader")
-    ac_groups = _named("ac:groups")
-    ac_members = _named("ac:members")
-    ac_reps = _named("ac:reps")
+    filters = _named("filters")
+    validating = _named("validating")
+    activating = _named("activating")
+    blocks = _named("blocks")
+    reservations = _named("reservations")
+    holds = _named("holds")
+    soft = _named("soft")
+    ps_ledger = _named("psledger")
+
+    def activation(self, token: str) -> str:
+        return f"{self.prefix}activation:{token}"
+
+    def activation_reply(self, token: str) -> str:
+        return f"{self.prefix}activation:{token}:reply"

@@ -27,7 +27,9 @@ from fetchwork.config.protocol import HoldCode, JobStatus
 from .states import PRIO_SCALE
 
 TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", "remove", "hold",
-               "release")
+               "release", "admit", "admit_fail", "activate_start", "activate_defer",
+               "activate_hold", "activate_fail", "activate_abandon", "activation_expire",
+               "release_due", "reservation_expire", "block", "unblock", "overrun")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "trim_history")
 
 Arg = str | bytes | int | float

@@ -6,7 +6,20 @@ it when it is free (SET NX PX); only the leader reaps. The tick is
 short enough to renew the leadership three times per BROKER_LEADER_LEASE,
 and the reaper runs every BROKER_REAPER_INTERVAL. A leader that dies simply
 stops renewing; another replica takes over when the key expires. More
-periodic policy (holds expiring, dependencies) joins `run_once`.
+periodic policy (dependencies) joins `run_once`.
+
+The leader also runs the pool's filters (filters/leader.py): it publishes
+its filter summary, admits VALIDATING jobs, decides ACTIVATING ones and
+releases holds whose HoldUntil passed. `run` does that on its own thread,
+woken by the event stream; `run_once` does one such pass and waits for it.
+A configuration the filters cannot use (DEFAULT_HOLD_DURATION out of range,
+a chain naming an undefined filter) stops `from_config`: the broker refuses
+to start.
+
+With scheduling policy knobs set, the leader also runs policy passes
+(broker/policing.py) on a thread of their own, after every transition and
+at least every POLICY_INTERVAL; with none set, a new leader releases any job
+a former policy left BLOCKED.
 """
 
 from __future__ import annotations
@@ -24,6 +37,9 @@ from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 
 from .client import Broker
+from .filters.leader import POLL_S, FilterLeader
+from .filters.settings import load_settings
+from .policing import PolicyResult, PolicyRunner, release_blocked
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +49,7 @@ class PassResult:
     leader: bool
     reaped: list[str] = field(default_factory=list)
     forgotten: int = 0
+    policy: PolicyResult | None = None
 
 
 def tick_interval_s(reaper_interval_s: float, leader_lease_s: float) -> float:
@@ -54,8 +71,10 @@ class BrokerService:
 
     def __init__(self, broker: Broker, reaper_interval_s: float = 5.0,
                  leader_lease_s: float = 15.0, replica: str | None = None,
-                 history_max_jobs: int | None = None):
+                 history_max_jobs: int | None = None, filters: FilterLeader | None = None):
         self.broker = broker
+        # The filter work of the leader; None runs none (no filters, no timed holds).
+        self.filters = filters
         self.store = broker.store
         # The history keeps the newest finished jobs; None keeps them all.
         self.history_max_jobs = history_max_jobs
@@ -64,6 +83,8 @@ class BrokerService:
         self.replica = replica or default_replica_name()
         self.is_leader = False
         self._last_reap_s: float | None = None
+        # The scheduling policy's passes; None while no policy knob is set.
+        self.policy = PolicyRunner.for_broker(broker)
 
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
@@ -71,7 +92,9 @@ class BrokerService:
                    reaper_interval_s=config.get_duration_s("BROKER_REAPER_INTERVAL"),
                    leader_lease_s=config.get_duration_s("BROKER_LEADER_LEASE"),
                    replica=(config.get("BROKER_REPLICA_NAME") or "").strip() or None,
-                   history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS"))
+                   history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS"),
+                   filters=FilterLeader(broker.store, load_settings(config),
+                                        broker.default_lease_s))
 
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""
@@ -90,17 +113,30 @@ class BrokerService:
             log.info("replica %s resigned leadership of pool %s", self.replica, self.broker.pool)
         self.is_leader = False
 
-    def run_once(self, now_s: float | None = None) -> PassResult:
-        """One pass: renew leadership, and reap when leading and due."""
+    def run_once(self, now_s: float | None = None, filter_pass: bool = True,
+                 policy_pass: bool = True) -> PassResult:
+        """One pass: renew leadership, and reap when leading and due; with
+        `filter_pass`, one pass of the filters too, waited for; with `policy_pass`,
+        a scheduling policy pass when one is due."""
         now_s = time.monotonic() if now_s is None else now_s
         if not self.try_lead():
             return PassResult(leader=False)
         result = PassResult(leader=True)
+        if self.filters is not None:
+            self.filters.publish()
+            if filter_pass:
+                for work in self.filters.run_pass():
+                    work.result()
+        if self.policy is None and self._last_reap_s is None:
+            # Just took leadership with no policy: jobs a former policy blocked wait no more.
+            release_blocked(self.store)
         if reap_due(now_s, self._last_reap_s, self.reaper_interval_s):
             result.reaped = self.broker.reap_expired()
             if self.history_max_jobs is not None:
                 result.forgotten = self.broker.trim_history(self.history_max_jobs)
             self._last_reap_s = now_s
+        if policy_pass and self.policy is not None and self.policy.due(now_s):
+            result.policy = self.policy.run_pass(monotonic_s=now_s)
         return result
 
     def run(self, stop: threading.Event) -> None:
@@ -108,16 +144,65 @@ class BrokerService:
         interval_s = tick_interval_s(self.reaper_interval_s, self.leader_lease_s)
         log.info("broker replica %s serving pool %s (reaper every %ss, leader lease %ss)",
                  self.replica, self.broker.pool, self.reaper_interval_s, self.leader_lease_s)
+        filter_thread = None
+        if self.filters is not None:
+            filter_thread = threading.Thread(target=self._run_filters, args=(stop,),
+                                             name="broker-filters", daemon=True)
+            filter_thread.start()
+        policy_thread = None
+        if self.policy is not None:
+            policy_thread = threading.Thread(target=self._run_policy, args=(stop,),
+                                             name="broker-policy", daemon=True)
+            policy_thread.start()
         try:
             while not stop.is_set():
                 try:
-                    self.run_once()
+                    self.run_once(filter_pass=False, policy_pass=False)
                 except (redis.RedisError, FetchworkError):
                     log.exception("broker pass failed; retrying in %ss", interval_s)
                     self.is_leader = False
                 stop.wait(interval_s)
         finally:
+            if filter_thread is not None:
+                filter_thread.join(timeout=5)
+            if policy_thread is not None:
+                policy_thread.join(timeout=5)
             try:
                 self.resign()
             except (redis.RedisError, FetchworkError) as exc:
                 log.warning("could not resign leadership: %s", exc)
+
+    def _run_filters(self, stop: threading.Event) -> None:
+        """The filter thread: a filter pass whenever an event arrives (or every
+        POLL_S), while this replica leads."""
+        assert self.filters is not None
+        last_id = "$"
+        try:
+            while not stop.is_set():
+                try:
+                    if last_id == "$":
+                        last_id = self.store.last_event_id()
+                    if self.is_leader:
+                        self.filters.run_pass()
+                    events = self.store.events(last_id, block_ms=int(POLL_S * 1000), count=1000)
+                    if events:
+                        last_id = events[-1][0]
+                except (redis.RedisError, FetchworkError):
+                    log.exception("filter pass failed; retrying")
+                    stop.wait(POLL_S)
+        finally:
+            self.filters.close()
+
+    def _run_policy(self, stop: threading.Event) -> None:
+        """The policy thread: a pass after each transition (at least every
+        POLICY_INTERVAL) while this replica leads."""
+        assert self.policy is not None
+        interval_s = max(0.05, self.policy.settings.interval_s)
+        while not stop.is_set():
+            try:
+                if self.is_leader and self.policy.due(time.monotonic()):
+                    self.policy.run_pass()
+                self.policy.wait_for_change(stop, interval_s)
+            except (redis.RedisError, FetchworkError):
+                log.exception("policy pass failed; retrying in %ss", interval_s)
+                stop.wait(interval_s)

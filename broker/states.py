@@ -4,15 +4,30 @@ Every job ad carries `FetchworkState` (the state name below) and `JobStatus`
 (HTCondor's code). The transitions, each one Lua script:
 
     (submit)   -> IDLE | HELD         stage.lua then submit.lua (HELD when the ad says hold = true)
-    IDLE       -> RUNNING             claim.lua
+    (submit)   -> VALIDATING          the same, while the leader publishes submission filters
+    VALIDATING -> IDLE | HELD         admit.lua (the chains and the template accepted it)
+    VALIDATING -> FAILED              admit_fail.lua
+    (submit)   -> BLOCKED             submit.lua, when scheduling policy limits are set
+    IDLE       -> BLOCKED             block.lua (the leader's policy pass, broker/policing.py)
+    BLOCKED    -> IDLE                unblock.lua (the same pass)
+    IDLE       -> RUNNING             claim.lua (also BLOCKED by a soft PS limit only -> RUNNING,
+                                      for a slot no IDLE job fits)
+    IDLE       -> ACTIVATING          claim.lua, for a job with an activation chain
+    ACTIVATING -> RUNNING             activate_start.lua (the chain answered 0)
+    ACTIVATING -> IDLE                activate_defer.lua (1: block; 2, other, timeout: reserve),
+                                      activate_abandon.lua, activation_expire.lua
+    ACTIVATING -> HELD                activate_hold.lua (3, with HoldUntil)
+    ACTIVATING -> FAILED              activate_fail.lua (4)
+    HELD       -> IDLE                release_due.lua (HoldUntil passed)
     RUNNING    -> IDLE                reject.lua (head of its priority group)
     RUNNING    -> SUSPENDED -> RUNNING renew.lua (suspended flag)
     RUNNING    -> COMPLETED           finish.lua how=exit
     RUNNING    -> IDLE | FAILED       finish.lua how=evict, reap.lua (Rerunnable decides)
     RUNNING    -> HELD                finish.lua how=hold
     RUNNING    -> REMOVED             finish.lua how=remove
-    IDLE|HELD  -> REMOVED             remove.lua
-    IDLE       -> HELD                hold.lua
+    RUNNING    -> FAILED              overrun.lua marks a job past its walltime; its end settles it
+    IDLE|HELD|VALIDATING|ACTIVATING -> REMOVED  remove.lua
+    IDLE|ACTIVATING -> HELD           hold.lua (with a HoldUntil when given)
     HELD       -> IDLE                release.lua
 
 A running (or suspended) job that is removed or held keeps its claim and its
@@ -22,7 +37,10 @@ the execute side stops it; its finish(), or the reaper when the lease lapses,
 completes the transition (a pending removal wins over any `how`; a pending
 hold wins over evict). FAILED has no HTCondor code: such a job leaves the
 queue like a job removed by the system, with JobStatus 3 and a RemoveReason.
-BLOCKED is reserved for scheduling policy; nothing produces it yet.
+BLOCKED jobs (JobStatus 1, with a BlockedReason) are the ones scheduling
+policy keeps out of scheduling; with every policy knob 0 there are none.
+VALIDATING and ACTIVATING jobs wait for the leader's filters (JobStatus 1,
+in no idle set, so no slot can claim them).
 """
 
 from __future__ import annotations
@@ -34,7 +52,9 @@ from fetchwork.config.protocol import JobStatus
 
 class State(StrEnum):
     BLOCKED = "BLOCKED"
+    VALIDATING = "VALIDATING"
     IDLE = "IDLE"
+    ACTIVATING = "ACTIVATING"
     RUNNING = "RUNNING"
     SUSPENDED = "SUSPENDED"
     HELD = "HELD"
@@ -45,7 +65,9 @@ class State(StrEnum):
 
 JOB_STATUS = {
     State.BLOCKED: JobStatus.IDLE,
+    State.VALIDATING: JobStatus.IDLE,
     State.IDLE: JobStatus.IDLE,
+    State.ACTIVATING: JobStatus.IDLE,
     State.RUNNING: JobStatus.RUNNING,
     State.SUSPENDED: JobStatus.SUSPENDED,
     State.HELD: JobStatus.HELD,
@@ -63,8 +85,11 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     "EnteredCurrentStatus", "FetchworkState", "FetchworkClaim", "FetchworkOrder",
     "FetchworkLeaseExpiry", "RemoteHost", "LastRemoteHost", "CompletionDate",
     "HoldReason", "HoldReasonCode", "LastHoldReason", "RemoveReason", "NumJobMatches",
-    "HoldReasonSubCode",
-    "FetchworkAutocluster",
+    "HoldReasonSubCode", "FetchworkActivateAfter", "FetchworkReservedSlot",
+    "FetchworkActivationReason", "FetchworkActivationSlot",
+    # Written by the scheduling policy's pass (broker/policing.py).
+    "BlockedReason", "BlockedBySoftLimit", "FetchworkBudget", "FetchworkCpus",
+    "FetchworkWalltime", "FetchworkPsLimit", "FetchworkPriority", "FetchworkOverrun",
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

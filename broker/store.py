@@ -42,20 +42,21 @@ class Store:
         self.events_maxlen = events_maxlen
 
     def pool_keys(self) -> list[str]:
-        """The twelve keys every job transition script takes first (see lua/lib.lua)."""
+        """The keys every job transition script takes first (see lua/lib.lua)."""
         k = self.keys
         return [k.queue, k.idle, k.running, k.history, k.events, k.clusters,
                 k.cluster_counter, k.seq_counter, k.head_counter,
-                k.ac_groups, k.ac_members, k.ac_reps]
+                k.filters, k.validating, k.activating, k.blocks, k.reservations, k.holds]
 
     def head_args(self, now_ms: int | None = None) -> list[str]:
         """The two arguments every job transition script takes first (see lua/lib.lua)."""
         return ["" if now_ms is None else str(now_ms), str(self.events_maxlen)]
 
     def run(self, name: str, job_ids: Sequence[str], args: Sequence[Any],
-            now_ms: int | None = None) -> Any:
-        """Run transition script `name` on `job_ids` (their hashes become KEYS[13..])."""
-        keys = self.pool_keys() + [self.keys.job(job) for job in job_ids]
+            now_ms: int | None = None, extra_keys: Sequence[str] = ()) -> Any:
+        """Run transition script `name` on `job_ids` (their hashes follow the pool keys,
+        then `extra_keys`)."""
+        keys = self.pool_keys() + [self.keys.job(job) for job in job_ids] + list(extra_keys)
         try:
             return self.scripts.call(name, keys, self.head_args(now_ms) + list(args))
         except redis.ConnectionError as exc:

@@ -7,6 +7,9 @@ submit.lua per batch to put every job in the queue and idle sets and emit its
 event, so the whole cluster appears at once. The second step is cheap per job
 (sorted-set members and one XADD), which keeps even 100,000 jobs well inside
 a client's socket timeout. If staging fails, the staged hashes are deleted.
+When the leader publishes submission filters or job templates, stage.lua
+makes each batch VALIDATING and says so, and submit.lua puts those jobs in
+the validating set instead of the idle one: no extra round trip either way.
 Sequence numbers come from counter:seq before staging, so each job's
 identity and FetchworkOrder are decided here (jobads.identity).
 """
@@ -18,6 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import classad2
@@ -27,8 +31,10 @@ from redis.exceptions import NoScriptError
 from fetchwork.errors import SubmitError
 
 from . import codec
-from .autoclusters import Grouper
 from .jobads import PreparedJob, identity, place, prepare_submitted
+from .policy.limits import admission
+from .policy.settings import PolicySettings
+from .states import State
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -39,47 +45,56 @@ BATCH = 1000
 TRANSACTION = 20_000
 
 
+@dataclass
+class Submitted:
+    """A queued cluster: its job ids, and whether they wait for the leader's
+    submission filters (VALIDATING) before they become IDLE."""
+
+    job_ids: list[str]
+    validating: bool = False
+
+
 class Submitter:
     """Submits clusters to one pool; jobs without JobLeaseDuration get `default_lease_s`."""
 
     def __init__(self, store: Store, default_lease_s: float,
-                 significant_attrs: Sequence[str] = ()):
+                 policy: PolicySettings | None = None):
         self.store = store
         self.default_lease_s = default_lease_s
-        # ADD_SIGNIFICANT_ATTRIBUTES: what autoclusters group jobs by, beyond the usual.
-        self.significant_attrs = tuple(significant_attrs)
+        # Scheduling policy: MAX_WALLTIME refuses; with limits, jobs start BLOCKED.
+        self.policy = policy
 
     def next_cluster(self) -> int:
         """Allocate a cluster number."""
         return int(self.store.client.incr(self.store.keys.cluster_counter))
 
     def submit(self, ads: Sequence[classad2.ClassAd | Mapping[str, Any]], owner: str | None,
-               cluster_id: int | None) -> list[str]:
+               cluster_id: int | None) -> Submitted:
         if not ads:
-            return []
+            return Submitted([])
         normalizer = codec.AdNormalizer()
         qdate_s = int(time.time())
         user = getpass.getuser()
         jobs = [prepare_submitted(normalizer.normalize(ad), qdate_s, self.default_lease_s)
                 for ad in ads]
+        blocked_reason = admission(self.policy, [job.attrs for job in jobs])
         store = self.store
         cluster = cluster_id if cluster_id is not None else self.next_cluster()
         first_seq = int(store.client.incrby(store.keys.seq_counter, len(jobs))) - len(jobs) + 1
         placed = [(place(job, identity(store.pool, cluster, proc, qdate_s, first_seq + proc,
-                                       job.prio, owner, job.ad_owner, user)), first_seq + proc)
+                                       job.prio, owner, job.ad_owner, user), blocked_reason),
+                   first_seq + proc)
                   for proc, job in enumerate(jobs)]
-        grouper = Grouper(self.significant_attrs)
-        for job, _seq in placed:
-            job.attrs["FetchworkAutocluster"] = grouper.gid(job.attrs)
         nonce = uuid.uuid4().hex
+        validating: list[bool] = []
         try:
-            self._retrying(lambda: self._stage(cluster, nonce, placed))
+            self._retrying(lambda: self._stage(cluster, nonce, placed, validating))
         except redis.RedisError as exc:
             self._unstage(cluster, nonce, placed)
             raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
-        self._retrying(lambda: self._queue(placed, grouper))
+        self._retrying(lambda: self._queue(placed, validating))
         log.info("submitted %d job(s) to cluster %s", len(placed), cluster)
-        return [job.job_id for job, _seq in placed]
+        return Submitted([job.job_id for job, _seq in placed], any(validating))
 
     def _retrying(self, step: Callable[[], None]) -> None:
         """Run `step`; once more after NOSCRIPT (the server lost its script cache).
@@ -91,7 +106,8 @@ class Submitter:
             self.store.scripts.forget()
             step()
 
-    def _stage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]]) -> None:
+    def _stage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]],
+               validating: list[bool]) -> None:
         store = self.store
         store.scripts.ensure_loaded(["stage"])
         pipe = store.client.pipeline(transaction=False)
@@ -102,7 +118,8 @@ class Submitter:
             blob = codec.pack_for_lua([packer.fields(job.attrs) for job, _seq in batch])
             keys = store.pool_keys() + [store.keys.job(job.job_id) for job, _seq in batch]
             store.scripts.queue(pipe, "stage", keys, [*head, blob])
-        pipe.execute()
+        # Per batch: (jobs written, whether they are VALIDATING).
+        validating[:] = [bool(flag) for _count, flag in pipe.execute()]
 
     def _unstage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]]) -> None:
         """Delete what staging wrote, if this submission owns the cluster."""
@@ -120,19 +137,18 @@ class Submitter:
             log.warning("could not clean up the failed submission to cluster %s: %s",
                         cluster, exc)
 
-    def _queue(self, placed: list[tuple[PreparedJob, int]], grouper: Grouper) -> None:
+    def _queue(self, placed: list[tuple[PreparedJob, int]], validating: list[bool]) -> None:
         store = self.store
         store.scripts.ensure_loaded(["submit"])
         head = store.head_args()
         for first in range(0, len(placed), TRANSACTION):
             pipe = store.client.pipeline(transaction=True)
             for start in range(first, min(first + TRANSACTION, len(placed)), BATCH):
-                batch = placed[start:start + BATCH]
                 blob = codec.pack_for_lua([
                     [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held,
-                     job.attrs["FetchworkAutocluster"]] for job, seq in batch])
-                gids = {job.attrs["FetchworkAutocluster"] for job, _seq in batch}
-                reps = codec.pack_for_lua({gid: codec.pack(grouper.reps[gid]) for gid in gids})
-                store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob, reps])
+                     job.attrs["FetchworkState"] == State.BLOCKED]
+                    for job, seq in placed[start:start + BATCH]])
+                flag = "1" if validating[start // BATCH] else ""
+                store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob, flag])
             pipe.execute()
 

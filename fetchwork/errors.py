@@ -83,3 +83,7 @@ class JobIdError(BrokerError):
 
 class SubmitError(BrokerError):
     """A submission was refused; nothing of it was queued."""
+
+
+class HoldTimeError(FetchworkError):
+    """A hold time given on the command line (--for, --until) cannot be used."""

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fetchwork.broker.client import Broker
-from fetchwork.config.protocol import JobStatus
+from fetchwork.config.protocol import JobStatus, job_id_key
 from fetchwork.errors import SubmitFileError
 from fetchwork.submit import tables
 from fetchwork.submit.submitfile import ParsedSubmit, command_jobs, parse_submit
@@ -68,6 +68,9 @@ def _command_options(values: Mapping[str, Any]) -> dict[str, str]:
 @click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-w", "--wait", is_flag=True,
               help="Show progress until every job has finished; exit 1 if any failed.")
+@click.option("--no-wait", is_flag=True,
+              help="Return at once, without waiting for the verdict of the pool's "
+                   "submission filters.")
 @click.option("--wait-timeout", type=float, default=None, metavar="SECONDS",
               help="With --wait: give up after this long (exit 2).")
 @click.option("-n", "--count", type=click.IntRange(min=1), default=1, show_default=True,
@@ -85,7 +88,7 @@ def _command_options(values: Mapping[str, Any]) -> dict[str, str]:
 @click.option("-a", "-append", "--append", "append", multiple=True, metavar="'CMD = VALUE'",
               help="Any other submit command (repeatable).")
 @click.pass_context
-def submit_command(ctx: click.Context, file: str | None, wait: bool,
+def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bool,
                    wait_timeout: float | None, **options: Any) -> None:
     """Queue the jobs of an HTCondor submit description FILE ('-': stdin),
     or one command line: `fetchwork submit [OPTIONS] -- CMD ARGS...`.
@@ -93,6 +96,11 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool,
     Prints how many jobs went to which cluster. A malformed file queues
     nothing and names the line at fault. The job options act as submit
     commands written just before every queue statement of FILE.
+
+    When the pool has submission filters or job templates, the jobs wait
+    (state VALIDATING) for the broker service's verdict; submit waits for it,
+    prints each failed job with its reason and exits 1 when any failed
+    (--no-wait returns at once).
     """
     argv: list[str] | None = ctx.meta.get("fetchwork.command")
     if (file is None) == (argv is None):
@@ -112,15 +120,44 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool,
         click.echo(f"fetchwork: warning: {warning}", err=True)
     if not parsed.ads:
         raise SubmitFileError("the submit description queues no jobs")
-    ids = broker.submit(parsed.ads, owner=owner, cluster_id=cluster)
+    submitted = broker.submit_cluster(parsed.ads, owner=owner, cluster_id=cluster)
+    ids = submitted.job_ids
     click.echo(f"{len(ids)} job(s) submitted to cluster {cluster}.")
+    failed = 0
+    if submitted.validating and not no_wait:
+        failed = report_verdicts(broker, cluster, ids, since_event)
     if wait:
         try:
             status = wait_for_cluster(broker, cluster, ids, since_event, wait_timeout)
         except KeyboardInterrupt:
             click.echo(f"stopped waiting; the jobs of cluster {cluster} stay queued", err=True)
             status = 130
-        ctx.exit(status)
+        ctx.exit(max(status, 1 if failed else 0))
+    if failed:
+        ctx.exit(1)
+
+
+def report_verdicts(broker: Broker, cluster: int, job_ids: Sequence[str],
+                    since_event: str) -> int:
+    """Wait for the submission filters' verdict on every job; print the failed
+    ones with their reasons and what was queued. Returns how many failed."""
+    click.echo("waiting for the pool's submission filters...", err=True)
+    waiting = list(job_ids)
+    failed: dict[str, str] = {}
+    while waiting:
+        for job, reason in broker.verdicts(waiting).items():
+            waiting.remove(job)
+            if reason is not None:
+                failed[job] = reason
+        if waiting:
+            for event_id, _fields in broker.events(since_event, block_ms=WAIT_BLOCK_MS,
+                                                   count=1000):
+                since_event = event_id
+    for job in sorted(failed, key=job_id_key):
+        click.echo(f"Job {job} failed: {failed[job]}")
+    click.echo(f"{len(job_ids) - len(failed)} job(s) queued in cluster {cluster}"
+               + (f"; {len(failed)} failed." if failed else "."))
+    return len(failed)
 
 
 def _parse_file(path: str, cluster: int, commands: Mapping[str, str]) -> ParsedSubmit:

@@ -48,7 +48,7 @@ IGNORED_COMMANDS = frozenset({
     "log", "notification", "notify_user", "should_transfer_files", "when_to_transfer_output",
     "transfer_input_files", "transfer_output_files", "getenv", "stream_output", "stream_error",
     "periodic_hold", "periodic_release", "periodic_remove", "on_exit_hold", "on_exit_remove",
-    "max_retries", "request_gpus", "accounting_group", "accounting_group_user",
+    "max_retries", "request_gpus", "accounting_group_user",
     "concurrency_limits", "leave_in_queue", "nice_user", "deferral_time", "coresize",
     "x509userproxy", "docker_image", "container_image", "output_destination", "max_idle",
 })

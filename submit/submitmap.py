@@ -149,6 +149,12 @@ def job_ad(values: Mapping[str, str], ctx: SubmitContext) -> dict[str, Any]:
         ad["JobPrio"] = _int(values["priority"], "priority", ctx)
     if values.get("job_lease_duration", "").strip():
         ad["JobLeaseDuration"] = _int(values["job_lease_duration"], "job_lease_duration", ctx, 1)
+    # The scheduling policy's inputs: the walltime (seconds) and the project.
+    if values.get("allowed_job_duration", "").strip():
+        ad["AllowedJobDuration"] = _int(values["allowed_job_duration"], "allowed_job_duration",
+                                        ctx, 1)
+    if values.get("accounting_group", "").strip():
+        ad["AccountingGroup"] = values["accounting_group"].strip()
     if values.get("hold", "").strip() and _bool(values["hold"], "hold", ctx):
         ad["Hold"] = True
     for name, value in values.items():

@@ -15,7 +15,8 @@ import classad2
 from rich import box
 from rich.table import Table
 
-from fetchwork.config.protocol import STATUS_LETTERS, STATUS_NAMES, ad_job_id
+from fetchwork.broker.holdtime import format_hold_until
+from fetchwork.config.protocol import STATUS_LETTERS, STATUS_NAMES, JobStatus, ad_job_id
 
 QUEUE_COLUMNS = ("ID", "OWNER", "SUBMITTED", "RUN_TIME", "ST", "PRI", "SIZE", "CMD")
 HISTORY_COLUMNS = ("ID", "OWNER", "SUBMITTED", "RUN_TIME", "ST", "COMPLETED", "EXIT", "CMD")
@@ -95,9 +96,27 @@ def run_time_s(ad: Any, now: float) -> float | None:
     return 0.0
 
 
+# States of their own that HTCondor has no JobStatus for: waiting for the
+# submission filters, and for an activation chain.
+STATE_LETTERS = {"VALIDATING": "V", "ACTIVATING": "A"}
+
+
 def status_letter(ad: Any) -> str:
+    state = value(ad, "FetchworkState")
+    if isinstance(state, str) and state in STATE_LETTERS:
+        return STATE_LETTERS[state]
     status = _number(ad, "JobStatus")
     return STATUS_LETTERS.get(int(status), "?") if status is not None else "?"
+
+
+def hold_until_lines(ads: Iterable[Any]) -> list[str]:
+    """`Job 3.0 held until 2026-12-01 08:00:00` for each held job with a HoldUntil."""
+    lines = []
+    for ad in ads:
+        until = _number(ad, "HoldUntil")
+        if until is not None and _number(ad, "JobStatus") == float(JobStatus.HELD):
+            lines.append(f"Job {job_id(ad)} held until {format_hold_until(until)}")
+    return lines
 
 
 def size_text(ad: Any) -> str:

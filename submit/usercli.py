@@ -21,6 +21,8 @@ from rich.console import Console, Group
 from rich.live import Live
 
 from fetchwork.broker.client import Broker
+from fetchwork.broker.holdtime import format_hold_until, hold_for
+from fetchwork.broker.holdtime import hold_until as parse_until
 from fetchwork.broker.states import FINISHED
 from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.loader import Config
@@ -101,6 +103,8 @@ def _show_jobs(ads: Sequence[Any], as_json: bool, long: bool, history: bool,
     console.print(table(ads, now))
     console.print()
     console.print(tables.queue_summary(ads))
+    for line in [] if history else tables.hold_until_lines(ads):
+        console.print(line)
 
 
 # -- q and history ------------------------------------------------------------------
@@ -122,9 +126,19 @@ _long_option = click.option("-l", "-long", "--long", "long", is_flag=True,
               help="A live table, redrawn as jobs change, until none is idle or running.")
 @click.option("-hold", "--hold", "held", is_flag=True,
               help="Only held jobs, with when and why they were held.")
+@click.option("-showq", "--showq", "view", flag_value="showq",
+              help="Maui's view: active, idle and blocked jobs, with the totals line.")
+@click.option("-analyze", "--analyze", "view", flag_value="analyze",
+              help="Why each job of IDS is not running: the policy limit and its numbers, "
+                   "the Requirements clause no slot meets, the jobs ahead, the hold.")
+@click.option("-priority", "--priority", "view", flag_value="priority",
+              help="Waiting jobs best first, with each priority factor's contribution.")
 def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long: bool,
-              watch: bool, held: bool) -> None:
+              watch: bool, held: bool, view: str | None) -> None:
     """List jobs in the queue (idle, running, held), optionally only IDS (C or C.P)."""
+    if view is not None:
+        policy_view(view, ids)
+        return
     broker = connect_broker()
     selection = id_constraint(ids, constraint)
     if held:
@@ -134,6 +148,24 @@ def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long:
         return
     _show_jobs(sorted(queued(broker, selection), key=_order), as_json, long, history=False,
                held=held)
+
+
+def policy_view(view: str, ids: Sequence[str]) -> None:
+    """q -showq, -analyze IDS or -priority (submit/policyview.py)."""
+    from fetchwork.broker.policy.settings import policy_settings
+    from fetchwork.submit import policyview
+
+    config = Config.load()
+    broker, settings = Broker.from_config(config), policy_settings(config)
+    if view == "showq":
+        click.echo(policyview.showq(broker, settings), nl=False)
+    elif view == "priority":
+        table_console().print(policyview.priority_table(broker, settings))
+    elif not ids:
+        raise click.UsageError("-analyze needs job ids (C.P)")
+    else:
+        for job_id in ids:
+            click.echo(policyview.analyze(broker, settings, job_id.strip()))
 
 
 def _queue_view(ads: Sequence[Any]) -> Group:
@@ -180,7 +212,7 @@ def _order(ad: Any) -> tuple[int, int]:
 # -- rm, hold, release -----------------------------------------------------------------
 
 def _act(action: str, ids: Sequence[str], constraint: str | None, all_jobs: bool,
-         reason: str | None) -> None:
+         reason: str | None, hold_until: int | None = None) -> None:
     if not ids and not constraint and not all_jobs:
         raise click.UsageError("name jobs (C.P), clusters (C), -constraint EXPR or -all")
     broker = connect_broker()
@@ -188,10 +220,11 @@ def _act(action: str, ids: Sequence[str], constraint: str | None, all_jobs: bool
     selected = broker.select(list(ids), constraint=constraint, all_jobs=all_jobs or not ids)
     if not selected:
         raise FetchworkError("no matching jobs")
-    done = broker.apply(action, selected, reason)
+    done = broker.apply(action, selected, reason, hold_until)
     verb = {"remove": "marked for removal", "hold": "held", "release": "released"}[action]
+    until = f" until {format_hold_until(hold_until)}" if hold_until is not None else ""
     for job in done:
-        click.echo(f"Job {job} {verb}.")
+        click.echo(f"Job {job} {verb}{until}.")
     skipped = len(selected) - len(done)
     if skipped:
         click.echo(f"fetchwork: {skipped} matching job(s) could not be {verb.split()[-1]}",
@@ -216,8 +249,34 @@ def _action_command(name: str, action: str, summary: str, with_reason: bool) -> 
 
 rm_command = _action_command(
     "rm", "remove", "Remove jobs: IDS are C.P or whole clusters C; or -constraint, -all.", True)
-hold_command = _action_command(
-    "hold", "hold", "Hold idle or running jobs (a running job is stopped).", True)
+
+
+@click.command("hold")
+@click.argument("ids", nargs=-1)
+@_constraint_option
+@click.option("-all", "--all", "all_jobs", is_flag=True, help="Every job in the queue.")
+@click.option("-reason", "--reason", metavar="TEXT", help="Recorded in the job ad.")
+@click.option("--for", "for_text", metavar="SECONDS",
+              help="End the hold by itself after this long (seconds, or 90s, 10m, 2h).")
+@click.option("--until", "until_text", metavar="TIME",
+              help='End the hold by itself at TIME: local time ("2026-12-01 08:00") or ISO 8601.')
+def hold_command(ids: tuple[str, ...], constraint: str | None, all_jobs: bool,
+                 reason: str | None, for_text: str | None, until_text: str | None) -> None:
+    """Hold idle or running jobs (a running job is stopped).
+
+    A plain hold stays until `fetchwork release`. With --for or --until the job's
+    HoldUntil is set and the broker service releases it by itself when that time
+    passes (release still ends it early); a held job gets the new time.
+    """
+    if for_text is not None and until_text is not None:
+        raise click.UsageError("give --for or --until, not both")
+    hold_until = None
+    if for_text is not None:
+        hold_until = hold_for(for_text, time.time())
+    elif until_text is not None:
+        hold_until = parse_until(until_text, time.time())
+    _act("hold", ids, constraint, all_jobs, reason, hold_until)
+
 release_command = _action_command(
     "release", "release", "Release held jobs so they become idle again.", False)
 

@@ -1,28 +1,130 @@
 -- claim.lua: IDLE -> RUNNING for the first of a few jobs the caller matched
--- against its slot (candidates in the caller's priority order).
--- KEYS: the pool keys of lib.lua; KEYS[13..] the candidates' hashes, in ARGV order.
+-- against its slot (candidates in the caller's priority order); or IDLE ->
+-- ACTIVATING when that job has an activation chain (the leader's filters
+-- summary says so), and the claim then waits for the leader's verdict.
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the candidates'
+--   hashes, in ARGV order; then the claim's activation request hash; then the
+--   PS ledger (hash: scheduling policy budget -> msgpack array of {job id,
+--   walltime end in s, CPUs} of its running jobs); then, on a last-resort
+--   claim only, the soft set (see block.lua).
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] claim token, ARGV[4]
--- slot name (RemoteHost), ARGV[5] default lease seconds, ARGV[6..] candidate ids.
--- Only a job still in the idle set is claimed, so no job goes to two slots.
--- Sets JobStatus 2, RemoteHost, FetchworkClaim, FetchworkLeaseExpiry (s),
--- NumJobMatches + 1; the lease is JobLeaseDuration (else ARGV[5]) seconds.
--- Returns cmsgpack of {job id, flat HGETALL of its hash}, or nil when no
--- candidate is idle any more.
-local token, slot = ARGV[3], ARGV[4]
-for i = 6, #ARGV do
-  local key, id = KEYS[FIRST_JOB_KEY + i - 6], ARGV[i]
-  if redis.call('ZSCORE', K_IDLE, id) then
-    redis.call('ZREM', K_IDLE, id)
-    ac_remove(key, id)
-    local expiry = NOW + lease_ms(key, ARGV[5])
-    redis.call('ZADD', K_RUNNING, score(expiry), id)
-    setv(key, 'RemoteHost', slot)
-    setv(key, 'FetchworkClaim', token)
-    setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
-    setv(key, 'NumJobMatches', (tonumber(getv(key, 'NumJobMatches')) or 0) + 1)
-    set_state(key, 'RUNNING', STATUS_RUNNING)
-    event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
-    return cmsgpack.pack({id, redis.call('HGETALL', key)})
+-- slot name (RemoteHost), ARGV[5] default lease seconds, ARGV[6] the slot ad
+-- (msgpack) for an activation chain, '' when the caller saw none configured,
+-- ARGV[7..] candidate ids.
+-- Only a job still in the idle set is claimed, so no job goes to two slots;
+-- a slot reserved for another job, a job reserved for another slot, a job
+-- not due for evaluation and a job held back by a block are skipped.
+-- Scheduling policy: a job the policy pass gave a budget (FetchworkBudget)
+-- is claimed only while its PS (FetchworkCpus x FetchworkWalltime) plus the
+-- remaining PS of its budget's running jobs stays within FetchworkPsLimit
+-- (0: none), so two slots racing cannot break MAXPS. With the soft set
+-- given, a candidate may also be a job BLOCKED only by a soft PS limit (the
+-- caller found no IDLE job for its slot); it starts at once, within its hard
+-- limit, unless it has an activation chain.
+-- A start sets JobStatus 2, RemoteHost, FetchworkClaim, FetchworkLeaseExpiry
+-- (s), NumJobMatches + 1 (lease: JobLeaseDuration, else ARGV[5] seconds).
+-- An activation writes the request hash (job, slot, slot_ad, index = the
+-- job's rank among idle jobs, pass = the pool's activation counter, deadline
+-- ms) and puts the job in the activating set until that deadline.
+-- Returns cmsgpack of {job id, flat HGETALL of its hash}, or of {job id,
+-- 'activate'}, or nil when no candidate can be claimed.
+local token, slot, slot_ad = ARGV[3], ARGV[4], ARGV[6]
+local request = KEYS[FIRST_JOB_KEY + #ARGV - 6]
+local K_LEDGER, K_SOFT = KEYS[FIRST_JOB_KEY + #ARGV - 5], KEYS[FIRST_JOB_KEY + #ARGV - 4]
+local reserved = redis.call('HGET', K_RESERVATIONS, slot)
+local blocks = redis.call('ZRANGE', K_BLOCKS, 0, 15, 'WITHSCORES')
+local summary = redis.call('HMGET', K_FILTERS, 'activate', 'templates', 'wait_ms')
+
+-- Blocks, reservations and re-evaluation times (filters/gate.py may_offer).
+local function allowed(key, id, order)
+  if reserved and reserved ~= id then return false end
+  local mine = getv(key, 'FetchworkReservedSlot')
+  if mine and mine ~= slot then return false end
+  local after = getv(key, 'FetchworkActivateAfter')
+  if type(after) == 'number' and after > NOW then return false end
+  local group = group_of(order)
+  for b = 1, #blocks, 2 do
+    if blocks[b] ~= id and tonumber(blocks[b + 1]) <= group then return false end
+  end
+  return true
+end
+
+-- The cluster-wide chain, or the chain of the job's template (filters/gate.py).
+local function needs_activation(key)
+  if summary[1] == '1' then return true end
+  if not summary[2] or summary[2] == '' then return false end
+  local template = getv(key, 'JobTemplate')
+  if type(template) ~= 'string' then return false end
+  template = string.lower(template)
+  for name in string.gmatch(summary[2], '%S+') do
+    if name == template then return true end
+  end
+  return false
+end
+
+-- IDLE -> ACTIVATING
+local function begin_activation(key, id)
+  local wait_ms = tonumber(summary[3]) or 0
+  local deadline = NOW + wait_ms
+  local index = redis.call('ZRANK', K_IDLE, id)
+  redis.call('ZREM', K_IDLE, id)
+  redis.call('ZADD', K_ACTIVATING, score(deadline), id)
+  local pass = redis.call('HINCRBY', K_FILTERS, 'pass', '1')
+  redis.call('HSET', request, 'job', id, 'slot', slot, 'slot_ad', slot_ad, 'index', index,
+             'pass', pass, 'deadline', score(deadline))
+  redis.call('PEXPIRE', request, wait_ms + 60000)
+  setv(key, 'FetchworkClaim', token)
+  setv(key, 'FetchworkActivationSlot', slot)
+  set_state(key, 'ACTIVATING', STATUS_IDLE)
+  event('activate', id, 'ACTIVATING', STATUS_IDLE, 'slot', slot)
+  return cmsgpack.pack({id, 'activate'})
+end
+
+-- The policy's PS re-check (broker/policy/limits.py start_refusal); records the
+-- job in its budget's ledger when it may start. Jobs no longer claimed drop out.
+local function policy_allows(key, id)
+  local budget = getv(key, 'FetchworkBudget')
+  if not budget or not K_LEDGER then return true end
+  local raw = redis.call('HGET', K_LEDGER, budget)
+  local live, used, now_s = {}, 0, NOW / 1000
+  for _, entry in ipairs(raw and cmsgpack.unpack(raw) or {}) do
+    if redis.call('ZSCORE', K_RUNNING, entry[1]) then
+      live[#live + 1] = entry
+      used = used + math.max(0, entry[2] - now_s) * entry[3]
+    end
+  end
+  local cpus = tonumber(getv(key, 'FetchworkCpus')) or 1
+  local walltime = tonumber(getv(key, 'FetchworkWalltime')) or 0
+  local limit = tonumber(getv(key, 'FetchworkPsLimit')) or 0
+  local fits = limit <= 0 or used + cpus * walltime <= limit
+  if fits then live[#live + 1] = {id, now_s + walltime, cpus} end
+  redis.call('HSET', K_LEDGER, budget, cmsgpack.pack(live))
+  return fits
+end
+
+-- A last-resort candidate: BLOCKED only by a soft PS limit.
+local function soft_blocked(key, id)
+  return K_SOFT ~= nil and redis.call('ZSCORE', K_SOFT, id) ~= false
+    and getv(key, 'FetchworkState') == 'BLOCKED'
+end
+
+for i = 7, #ARGV do
+  local key, id = KEYS[FIRST_JOB_KEY + i - 7], ARGV[i]
+  local order = redis.call('ZSCORE', K_IDLE, id)
+  if order and allowed(key, id, tonumber(order)) then
+    if not needs_activation(key) then
+      if policy_allows(key, id) then
+        return start_claim(key, id, token, slot, ARGV[5])
+      end
+    elseif slot_ad ~= '' and policy_allows(key, id) then
+      return begin_activation(key, id)
+    end
+  elseif not order and soft_blocked(key, id) and not needs_activation(key)
+      and allowed(key, id, tonumber(getv(key, 'FetchworkOrder')) or 0)
+      and policy_allows(key, id) then
+    redis.call('ZREM', K_SOFT, id)
+    redis.call('HDEL', key, 'BlockedReason', 'BlockedBySoftLimit')
+    return start_claim(key, id, token, slot, ARGV[5])
   end
 end
 return nil

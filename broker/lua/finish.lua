@@ -1,7 +1,7 @@
 -- finish.lua: end a claim: RUNNING|SUSPENDED -> COMPLETED (exit),
 -- IDLE or FAILED (evict; Rerunnable = false gives FAILED), HELD (hold),
 -- REMOVED (remove). A pending removal wins over any how; a pending hold over evict.
--- KEYS: the pool keys of lib.lua; KEYS[13] the job's hash.
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY] the job's hash.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] claim
 -- token, ARGV[5] how, ARGV[6] reason ('' for none), ARGV[7] HoldReasonCode and
 -- ARGV[8] HoldReasonSubCode of a hold ('' for none), ARGV[9..] attribute

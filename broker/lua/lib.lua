@@ -11,10 +11,13 @@
 --   KEYS[5] events    stream one entry per transition
 --   KEYS[6] clusters  hash  cluster number -> submission nonce
 --   KEYS[7] counter:cluster, KEYS[8] counter:seq, KEYS[9] counter:head
---   KEYS[10] ac:groups  zset  autocluster id -> best FetchworkOrder of its IDLE jobs
---   KEYS[11] ac:members zset  IDLE jobs, score 0, "<group>|<order + 2^52>|<id>"
---   KEYS[12] ac:reps    hash  autocluster id -> its representative (msgpack)
---   KEYS[13..]        job hashes (one field per attribute, msgpack values)
+--   KEYS[10] filters  hash  the leader's filter summary (filters/gate.py) and pass counter
+--   KEYS[11] validating zset VALIDATING jobs, score = submission sequence
+--   KEYS[12] activating zset ACTIVATING jobs, score = the claim's deadline (ms)
+--   KEYS[13] blocks   zset  jobs whose activation answered 1, score = priority group
+--   KEYS[14] reservations hash slot name -> job an activation answer 2 reserved it for
+--   KEYS[15] holds    zset  held jobs with a HoldUntil, score = HoldUntil (s)
+--   KEYS[FIRST_JOB_KEY..] job hashes (one field per attribute, msgpack values)
 -- and these arguments first:
 --   ARGV[1] now in ms, or '' for the server's clock
 --   ARGV[2] approximate cap of the events stream (XADD MAXLEN ~)
@@ -22,8 +25,9 @@
 
 local K_QUEUE, K_IDLE, K_RUNNING, K_HISTORY, K_EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_CLUSTERS, K_CLUSTER_COUNTER, K_SEQ, K_HEAD = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local K_AC_GROUPS, K_AC_MEMBERS, K_AC_REPS = KEYS[10], KEYS[11], KEYS[12]
-local FIRST_JOB_KEY = 13
+local K_FILTERS, K_VALIDATING, K_ACTIVATING = KEYS[10], KEYS[11], KEYS[12]
+local K_BLOCKS, K_RESERVATIONS, K_HOLDS = KEYS[13], KEYS[14], KEYS[15]
+local FIRST_JOB_KEY = 16
 
 local function now_ms()
   if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
@@ -128,57 +132,6 @@ local function lease_ms(key, default_s)
   return lease * 1000
 end
 
--- Autoclusters (broker/autoclusters.py): a job's group is FetchworkAutocluster;
--- every IDLE job of a group is one ac:members entry, sorted by its order.
-local AC_OFFSET = 4503599627370496  -- 2^52: |FetchworkOrder| stays below it
-local AC_HEAD = 1  -- entries read for a group's head
-
-local function ac_member(gid, order, id)
-  return gid .. '|' .. string.format('%016.0f', order + AC_OFFSET) .. '|' .. id
-end
-
--- The group's score becomes its best IDLE job's order; an empty group goes.
-local function ac_rescore(gid)
-  local head = redis.call('ZRANGEBYLEX', K_AC_MEMBERS, '[' .. gid .. '|', '[' .. gid .. '|~',
-                          'LIMIT', 0, AC_HEAD)
-  if #head < 1 then
-    redis.call('ZREM', K_AC_GROUPS, gid)
-  else
-    local order = tonumber(string.sub(head[1], #gid + 2, #gid + 17)) - AC_OFFSET
-    redis.call('ZADD', K_AC_GROUPS, score(order), gid)
-  end
-end
-
--- The job became IDLE with `order`.
-local function ac_add(key, id, order)
-  local gid = getv(key, 'FetchworkAutocluster')
-  if not gid then return end
-  redis.call('ZADD', K_AC_MEMBERS, 0, ac_member(gid, order, id))
-  local best = redis.call('ZSCORE', K_AC_GROUPS, gid)
-  if not best or tonumber(best) > order then
-    redis.call('ZADD', K_AC_GROUPS, score(order), gid)
-  end
-end
-
--- The job leaves IDLE. Its entry is found from its order, or else (its order
--- changed while it was idle) by walking its group.
-local function ac_remove(key, id)
-  local gid = getv(key, 'FetchworkAutocluster')
-  if not gid then return end
-  local order = getv(key, 'FetchworkOrder') or 0
-  if redis.call('ZREM', K_AC_MEMBERS, ac_member(gid, order, id)) < 1 then
-    local suffix = '|' .. id
-    for _, entry in ipairs(redis.call('ZRANGEBYLEX', K_AC_MEMBERS, '[' .. gid .. '|',
-                                      '[' .. gid .. '|~')) do
-      if string.sub(entry, -#suffix) == suffix then
-        redis.call('ZREM', K_AC_MEMBERS, entry)
-        break
-      end
-    end
-  end
-  ac_rescore(gid)
-end
-
 -- RUNNING|SUSPENDED -> (not claimed): forget the slot and the lease.
 local function leave_claim(key, id)
   redis.call('ZREM', K_RUNNING, id)
@@ -187,18 +140,71 @@ local function leave_claim(key, id)
   redis.call('HDEL', key, 'RemoteHost', 'FetchworkClaim', 'FetchworkLeaseExpiry')
 end
 
+-- The priority group of an idle score (-JobPrio; see filters/gate.py group_of).
+local function group_of(order)
+  return math.floor(order / PRIO_SCALE + 0.5)
+end
+
+-- Whether the job is ACTIVATING under the claim named by `token`.
+local function own_activation(key, token)
+  return getv(key, 'FetchworkState') == 'ACTIVATING' and getv(key, 'FetchworkClaim') == token
+end
+
+-- ACTIVATING -> (not activating): forget the claim that asked.
+local function leave_activation(key, id)
+  redis.call('ZREM', K_ACTIVATING, id)
+  redis.call('HDEL', key, 'FetchworkClaim', 'FetchworkActivationSlot')
+end
+
+-- What activation left on a job that starts, is held or leaves the queue:
+-- its block, its slot reservation, its next evaluation time.
+local function forget_activation(key, id)
+  redis.call('ZREM', K_ACTIVATING, id)
+  redis.call('ZREM', K_VALIDATING, id)
+  redis.call('ZREM', K_BLOCKS, id)
+  local slot = getv(key, 'FetchworkReservedSlot')
+  if slot and redis.call('HGET', K_RESERVATIONS, slot) == id then
+    redis.call('HDEL', K_RESERVATIONS, slot)
+  end
+  redis.call('HDEL', key, 'FetchworkReservedSlot', 'FetchworkActivateAfter')
+end
+
+-- The leader's verdict for a waiting claim: one entry on its reply list.
+local function answer(reply, value, ttl_ms)
+  redis.call('RPUSH', reply, value)
+  redis.call('PEXPIRE', reply, ttl_ms)
+end
+
+-- (not running) -> RUNNING under claim `token` on `slot`: the lease starts,
+-- HoldUntil is cleared. Returns cmsgpack {job id, flat HGETALL}.
+local function start_claim(key, id, token, slot, default_lease_s)
+  local expiry = NOW + lease_ms(key, default_lease_s)
+  redis.call('ZREM', K_IDLE, id)
+  redis.call('ZADD', K_RUNNING, score(expiry), id)
+  forget_activation(key, id)
+  redis.call('ZREM', K_HOLDS, id)
+  redis.call('HDEL', key, 'HoldUntil', 'FetchworkActivationReason', 'FetchworkActivationSlot')
+  setv(key, 'RemoteHost', slot)
+  setv(key, 'FetchworkClaim', token)
+  setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
+  setv(key, 'NumJobMatches', (tonumber(getv(key, 'NumJobMatches')) or 0) + 1)
+  set_state(key, 'RUNNING', STATUS_RUNNING)
+  event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
+  return cmsgpack.pack({id, redis.call('HGETALL', key)})
+end
+
 -- -> IDLE, at the job's place in the idle order.
 local function to_idle(key, id, kind, ...)
   local order = getv(key, 'FetchworkOrder') or 0
   redis.call('ZADD', K_IDLE, score(order), id)
-  ac_add(key, id, order)
   set_state(key, 'IDLE', STATUS_IDLE)
   event(kind, id, 'IDLE', STATUS_IDLE, ...)
 end
 
 -- -> HELD
 local function to_held(key, id, kind, reason, code, subcode)
-  if redis.call('ZREM', K_IDLE, id) > 0 then ac_remove(key, id) end
+  redis.call('ZREM', K_IDLE, id)
+  forget_activation(key, id)
   if reason then setv(key, 'HoldReason', reason) end
   if code then setv(key, 'HoldReasonCode', code) end
   if subcode then setv(key, 'HoldReasonSubCode', subcode) end
@@ -209,7 +215,9 @@ end
 -- -> COMPLETED | REMOVED | FAILED: out of the queue, into history.
 local function to_history(key, id, kind, state, status)
   redis.call('ZREM', K_QUEUE, id)
-  if redis.call('ZREM', K_IDLE, id) > 0 then ac_remove(key, id) end
+  redis.call('ZREM', K_IDLE, id)
+  redis.call('ZREM', K_HOLDS, id)
+  forget_activation(key, id)
   redis.call('ZADD', K_HISTORY, score(NOW), id)
   if state == 'COMPLETED' then setv(key, 'CompletionDate', NOW_S) end
   set_state(key, state, status)
@@ -232,8 +240,10 @@ local function settle(key, id, kind, how, reason, code, subcode)
     if not redis.call('HGET', key, 'RemoveReason') then
       setv(key, 'RemoveReason', reason ~= '' and reason or 'removed while running')
     end
-    to_history(key, id, kind, 'REMOVED', STATUS_REMOVED)
-    return 'REMOVED'
+    -- Stopped for running past its walltime (overrun.lua): a failure.
+    local final = getv(key, 'FetchworkOverrun') and 'FAILED' or 'REMOVED'
+    to_history(key, id, kind, final, STATUS_REMOVED)
+    return final
   end
   if how == 'exit' then
     to_history(key, id, kind, 'COMPLETED', STATUS_COMPLETED)

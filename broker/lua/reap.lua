@@ -1,6 +1,6 @@
 -- reap.lua: claimed jobs whose lease lapsed -> IDLE, or FAILED when not
 -- Rerunnable (a pending removal or hold completes instead).
--- KEYS: the pool keys of lib.lua; KEYS[13..] the jobs' hashes, in ARGV order.
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3..] job ids.
 -- A job is reaped only if its lease (score in the running set) is still at
 -- or before now, so a renew that raced the caller's scan wins.

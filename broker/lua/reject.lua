@@ -1,6 +1,6 @@
 -- reject.lua: RUNNING -> IDLE at the head of the job's priority group (the
 -- slot declined the job it fetched).
--- KEYS: the pool keys of lib.lua; KEYS[13] the job's hash.
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY] the job's hash.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] claim token.
 -- The new FetchworkOrder keeps the priority part and takes a sequence from
 -- counter:head (decreasing, below every submission). A job removed or held

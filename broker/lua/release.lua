@@ -1,8 +1,9 @@
 -- release.lua: HELD -> IDLE (back at its place in the idle order); a claimed
 -- job marked held gets its claim back (JobStatus 2, or 7 when suspended).
--- KEYS: the pool keys of lib.lua; KEYS[13..] the jobs' hashes, in ARGV order.
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3..] job ids.
--- HoldReason moves to LastHoldReason; its code and subcode go. Returns the ids affected.
+-- HoldReason moves to LastHoldReason; its code and subcode go, and a HoldUntil
+-- ends with the hold. Returns the ids affected.
 local done = {}
 for i = 3, #ARGV do
   local key, id = KEYS[FIRST_JOB_KEY + i - 3], ARGV[i]
@@ -20,7 +21,8 @@ for i = 3, #ARGV do
   if released then
     local reason = redis.call('HGET', key, 'HoldReason')
     if reason then redis.call('HSET', key, 'LastHoldReason', reason) end
-    redis.call('HDEL', key, 'HoldReason', 'HoldReasonCode', 'HoldReasonSubCode')
+    redis.call('HDEL', key, 'HoldReason', 'HoldReasonCode', 'HoldReasonSubCode', 'HoldUntil')
+    redis.call('ZREM', K_HOLDS, id)
     done[#done + 1] = id
   end
 end

@@ -1,6 +1,6 @@
 -- renew.lua: extend a claimed job's lease and store measured attributes;
 -- RUNNING <-> SUSPENDED when asked.
--- KEYS: the pool keys of lib.lua; KEYS[13] the job's hash.
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY] the job's hash.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] claim
 -- token, ARGV[5] default lease seconds, ARGV[6] '1' suspended, '0' running,
 -- '' unchanged, ARGV[7..] attribute name/packed-value pairs.

@@ -1,13 +1,15 @@
 -- stage.lua: write the hashes of a batch of new jobs of one cluster; they are
 -- in no index yet, so nothing sees them until submit.lua queues them.
--- KEYS: the pool keys of lib.lua; KEYS[13..] the new jobs' hashes, in batch order.
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the new jobs' hashes, in batch order.
 -- ARGV[1] now ms or '', ARGV[2] events cap,
 -- ARGV[3] cluster number, ARGV[4] submission nonce (every batch of one
 --   submission carries the same nonce; a cluster owned by another nonce, or
 --   one never handed out by counter:cluster, is refused before any write),
 -- ARGV[5] the batch: one msgpack array (old-spec raw strings, as cmsgpack
 --   reads them) holding per job {name, packed value, name, packed value, ...}.
--- Returns the number of hashes written, or an error reply.
+-- When the leader's filters summary says submit = 1 (submission filters or job
+-- templates), each job is VALIDATING (JobStatus 1) until the leader's verdict.
+-- Returns {number of hashes written, 'validating' or ''}, or an error reply.
 local cluster, nonce = ARGV[3], ARGV[4]
 local owner = redis.call('HGET', K_CLUSTERS, cluster)
 if owner and owner ~= nonce then
@@ -20,7 +22,10 @@ if not owner then
   redis.call('HSET', K_CLUSTERS, cluster, nonce)
 end
 local batch = cmsgpack.unpack(ARGV[5])
+local validate = redis.call('HGET', K_FILTERS, 'submit') == '1'
 for j = 1, #batch do
-  hset_chunked(KEYS[FIRST_JOB_KEY + j - 1], batch[j], 1, #batch[j])
+  local key = KEYS[FIRST_JOB_KEY + j - 1]
+  hset_chunked(key, batch[j], 1, #batch[j])
+  if validate then set_state(key, 'VALIDATING', STATUS_IDLE) end
 end
-return #batch
+return {#batch, validate and 'validating' or ''}

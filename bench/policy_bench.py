@@ -1,0 +1,132 @@
+"""The cost of one policy pass over a big queue (pure code, no Redis).
+
+    python bench/policy_bench.py [--jobs 100000] [--users 1000] [--running 2000]
+                                 [--claims 2000]
+
+Builds job ads as the broker stores them (to_dict-style mappings), then times:
+the snapshot built from the ads; a pass with every policy knob off; a pass
+with the example site's policy (config/examples/hpc2n.conf: limits, MAXPS,
+priority weights, fair share over a day of finished jobs); and the
+transitions that pass asks for. Then, on a private embedded Redis, the
+latency of claim() (claim.lua and its PS re-check) with every policy knob
+off, beside the example site's policy. Prints figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from fetchwork.broker.client import Broker
+from fetchwork.broker.embedded import EmbeddedRedis
+from fetchwork.broker.policing import PolicyRunner
+from fetchwork.broker.policy.partition import changes, policy_pass
+from fetchwork.broker.policy.settings import policy_settings
+from fetchwork.broker.policy.snapshot import Usage, build_snapshot
+from fetchwork.config.loader import DEFAULTS_FILE, Config
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "config" / "examples" / "hpc2n.conf"
+PROJECTS = ("snac001", "phys", "chem", None, None)
+
+
+def make_ads(jobs: int, users: int, running: int, now: float, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    ads = []
+    for number in range(jobs):
+        state = "RUNNING" if number < running else "IDLE"
+        ad = {"ClusterId": number // 100 + 1, "ProcId": number % 100,
+              "Owner": f"user{rng.randrange(users)}", "QDate": now - 3600,
+              "JobStatus": 2 if state == "RUNNING" else 1, "FetchworkState": state,
+              "FetchworkOrder": float(number), "EnteredCurrentStatus": now - rng.randrange(3600),
+              "JobPrio": rng.choice((0, 0, 0, 1)), "RequestCpus": rng.choice((1, 1, 2, 8)),
+              "AllowedJobDuration": rng.choice((600, 3600, 7200)), "Cmd": "/bin/true"}
+        project = rng.choice(PROJECTS)
+        if project:
+            ad["AccountingGroup"] = project
+        ads.append(ad)
+    return ads
+
+
+def timed(label: str, step, repeat: int = 3):
+    best, value = float("inf"), None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        value = step()
+        best = min(best, time.perf_counter() - started)
+    print(f"{label:<44} {best * 1000:9.1f} ms")
+    return value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--users", type=int, default=1000)
+    parser.add_argument("--running", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--claims", type=int, default=2000)
+    args = parser.parse_args()
+    now = time.time()
+    defaults = Path(DEFAULTS_FILE).read_text(encoding="utf-8")
+    off = policy_settings(Config.from_text(defaults))
+    site = policy_settings(Config.from_text(defaults + EXAMPLE.read_text(encoding="utf-8")))
+    ads = make_ads(args.jobs, args.users, args.running, now, args.seed)
+    rng = random.Random(args.seed)
+    usage = [Usage(f"user{rng.randrange(args.users)}", rng.choice(PROJECTS), 1,
+                   now - 86400 + i, now - 86400 + i + 600) for i in range(0, 86400, 10)]
+    print(f"{args.jobs} jobs ({args.running} running) of {args.users} users, "
+          f"{len(usage)} finished jobs for fair share")
+    jobs = timed("snapshot from ads", lambda: build_snapshot(ads, off.default_walltime_s))
+    timed("pass, every knob off", lambda: policy_pass(jobs, off, now))
+    result = timed("pass, example site (limits + weights)", lambda: policy_pass(jobs, site, now,
+                                                                                 usage))
+    moves = timed("transitions of that pass", lambda: changes(jobs, result))
+    idle = len(result.idle_ids())
+    print(f"idle {idle}, blocked {len(result.blocked_ids())}, transitions {len(moves)}")
+    claim_latency(args.claims)
+
+
+def claim_latency(claims: int) -> None:
+    """Median and p99 of claim() + finish() cycles, policy off and on, 8 jobs per user."""
+    state = tempfile.mkdtemp(prefix="fw-policy-bench-")
+    server = EmbeddedRedis(state)
+    server.start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        environ = {"FETCHWORK_STATE_DIR": state, "FETCHWORK_BROKER": server.url}
+        print(f"claim latency, {claims} claims of 1-CPU jobs, 8 per user:")
+        for label, config_file in (("policy off", None), ("example site", str(EXAMPLE))):
+            config = Config.load(environ=environ, config_file=config_file)
+            broker = Broker(client, f"bench-{label.split()[0]}", config)
+            for first in range(0, claims, 8):
+                count = min(8, claims - first)
+                broker.submit([{"Cmd": "/bin/true", "AllowedJobDuration": 60}] * count,
+                              owner=f"user{first // 8}")
+            runner = PolicyRunner.for_broker(broker)
+            if runner is not None:
+                runner.run_pass()
+            samples = []
+            slot = {"Name": "slot1@bench", "Cpus": 1, "Memory": 1024}
+            for _ in range(claims):
+                started = time.perf_counter()
+                ad = broker.claim(slot)
+                samples.append(time.perf_counter() - started)
+                assert ad is not None, "every job is idle"
+                broker.finish(f"{ad['ClusterId']}.{ad['ProcId']}", ad["FetchworkClaim"], "exit")
+            samples.sort()
+            print(f"  {label:<14} median {statistics.median(samples) * 1000:6.2f} ms   "
+                  f"p99 {samples[int(0.99 * (len(samples) - 1))] * 1000:6.2f} ms")
+        client.close()
+    finally:
+        server.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""The leader's filter work: admissions, activations, timed holds, stale activations.
+
+Level-triggered: each pass reads the pool's VALIDATING and ACTIVATING sets
+and the due part of the holds set, hands every job not already in hand to a
+small thread pool, and returns. A pass runs whenever an event arrives (the
+service's filter thread blocks on the event stream) and at least every
+`POLL_S`, so a new leader picks up whatever its predecessor left: a job's
+chain runs again, and an activation whose claim gave up returns to IDLE.
+Each verdict is one Lua script (admit, admit_fail, activate_start,
+activate_defer, activate_hold, activate_fail); reverts run after it, off the
+claim's wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from fetchwork.config.ads import from_dict
+from fetchwork.errors import AdError
+
+from .. import codec
+from ..matching import ad_prio
+from ..states import State, clamp_prio, is_managed
+from ..store import Store
+from .admission import activate, admit
+from .chain import Call, revert
+from .codes import Activation
+from .gate import summary_of
+from .runner import Facts, FilterRun, FilterSpec, run_filter
+from .settings import FilterSettings
+
+log = logging.getLogger(__name__)
+
+# Seconds between passes when no event wakes the filter thread.
+POLL_S = 0.5
+# What the last filter call of a chain leaves for the verdict to reach the claim.
+VERDICT_MARGIN_S = 0.3
+# A claim's reply list outlives the claim's wait by far.
+REPLY_TTL_MS = 60_000
+# An activation past its deadline is the claim's to give back; the leader puts
+# the job back itself only this long after (the claim died too).
+EXPIRE_GRACE_MS = 2000
+BATCH = 500
+WORKERS = 8
+
+
+def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]
+                   ) -> tuple[list[str], dict[str, Any]]:
+    """(names to delete, attributes to store) taking a stored ad to an admitted one;
+    attributes the broker manages are left alone."""
+    new_lower = {name.lower() for name in new}
+    deleted = [name for name in old if not is_managed(name) and name.lower() not in new_lower]
+    stored = {name: value for name, value in new.items()
+              if not is_managed(name) and old.get(name, _MISSING) != value}
+    return deleted, stored
+
+
+_MISSING = object()
+
+
+class FilterLeader:
+    """Runs the filters of one pool while this replica leads."""
+
+    def __init__(self, store: Store, settings: FilterSettings, default_lease_s: float,
+                 call: Call | None = None, workers: int = WORKERS):
+        self.store = store
+        self.settings = settings
+        self.default_lease_s = default_lease_s
+        # What the broker gives a job that does not say (jobads.prepare_submitted):
+        # a template's default replaces these.
+        self.broker_defaults = {"JobPrio": 0, "JobLeaseDuration": int(default_lease_s),
+                                "Rerunnable": True}
+        self.call: Call = call or run_filter_call
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="filters")
+        self._in_hand: set[str] = set()
+        self._lock = threading.Lock()
+
+    # -- passes ---------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Write the summary claims and submissions read (on taking leadership)."""
+        keys = self.store.keys
+        self.store.client.hset(keys.filters, mapping=summary_of(self.settings).fields())
+
+    def run_pass(self, now_s: float | None = None) -> list[Future[None]]:
+        """Hand out what waits for a verdict; release due holds. Returns the new work."""
+        now_s = time.time() if now_s is None else now_s
+        keys, client = self.store.keys, self.store.client
+        pipe = client.pipeline(transaction=False)
+        pipe.zrange(keys.validating, 0, BATCH - 1)
+        pipe.zrange(keys.activating, 0, BATCH - 1, withscores=True)
+        pipe.zrangebyscore(keys.holds, "-inf", int(now_s), start=0, num=BATCH)
+        pipe.hvals(keys.reservations)
+        validating, activating, due, reserved = pipe.execute()
+        work = [self._hand_out(job, self._admit) for job in Store.ids(validating)]
+        expired = []
+        for member, deadline_ms in activating:
+            job = codec.text(member)
+            if deadline_ms + EXPIRE_GRACE_MS <= now_s * 1000:
+                expired.append(job)
+            else:
+                work.append(self._hand_out(job, self._activate))
+        if expired:
+            back = Store.ids(self.store.run("activation_expire", expired,
+                                            [EXPIRE_GRACE_MS, *expired]))
+            if back:
+                log.info("activation outlived its claim for %s: back to IDLE", " ".join(back))
+        if due:
+            ids = Store.ids(due)
+            released = Store.ids(self.store.run("release_due", ids, ids))
+            if released:
+                log.info("hold time passed: released %s", " ".join(released))
+        if reserved:
+            self._expire_reservations(sorted(set(Store.ids(reserved))))
+        return [future for future in work if future is not None]
+
+    def _expire_reservations(self, jobs: list[str]) -> None:
+        grace_ms = int(self.settings.reservation_timeout_s * 1000)
+        lapsed = Store.ids(self.store.run("reservation_expire", jobs, [grace_ms, *jobs]))
+        if lapsed:
+            log.info("reserved slot did not come back for %s: reservation dropped",
+                     " ".join(lapsed))
+
+    def _hand_out(self, job: str, step: Callable[[str], None]) -> Future[None] | None:
+        with self._lock:
+            if job in self._in_hand:
+                return None
+            self._in_hand.add(job)
+
+        def body() -> None:
+            try:
+                step(job)
+            except Exception:
+                log.exception("filters for job %s failed; it is tried again", job)
+            finally:
+                with self._lock:
+                    self._in_hand.discard(job)
+
+        return self._pool.submit(body)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- admission --------------------------------------------------------------
+
+    def _read(self, job: str) -> dict[str, Any] | None:
+        return next((data for _job, data in self.store.hashes([job])), None)
+
+    def _admit(self, job: str) -> None:
+        data = self._read(job)
+        if data is None or data.get("FetchworkState") != State.VALIDATING.value:
+            return
+        admission = admit(data, self.settings, self.call, self.broker_defaults)
+        if not admission.ok:
+            log.info("job %s failed at submission: %s", job, admission.reason)
+            self.store.run("admit_fail", [job], [job, admission.reason or "failed"])
+            return
+        deleted, stored = changed_fields(data, admission.ad)
+        try:
+            prio = clamp_prio(ad_prio(from_dict(admission.ad)))
+        except AdError:
+            prio = 0
+        self.store.run("admit", [job], [job, prio, len(deleted), *deleted,
+                                        *codec.fields_of(stored)])
+
+    # -- activation -------------------------------------------------------------
+
+    def _activate(self, job: str) -> None:
+        data = self._read(job)
+        if data is None or data.get("FetchworkState") != State.ACTIVATING.value:
+            return
+        token = data.get("FetchworkClaim")
+        if not isinstance(token, str):
+            return
+        request = self.store.client.hgetall(self.store.keys.activation(token))
+        if not request:
+            return  # the claim gave up; activation_expire puts the job back
+        facts, deadline_s = request_facts(request)
+        if time.time() >= deadline_s - VERDICT_MARGIN_S:
+            return  # too late for the claim; it (or activation_expire) puts the job back
+        result = activate(data, self.settings, bounded(self.call, deadline_s), facts, time.time())
+        applied = self._settle(job, token, result.action, result.verdict.reason,
+                               result.verdict.hold_until)
+        undo = result.passed if (result.action is Activation.START and not applied) \
+            else result.to_revert
+        revert(undo, self.call, facts)
+
+    def _settle(self, job: str, token: str, action: Activation, reason: str | None,
+                hold_until: int | None) -> bool:
+        keys = self.store.keys
+        extra = [keys.activation_reply(token), keys.activation(token)]
+        head = [job, token]
+        if action is Activation.START:
+            args = [*head, str(self.default_lease_s), REPLY_TTL_MS]
+            name = "activate_start"
+        elif action in (Activation.BLOCK, Activation.RESERVE):
+            interval_ms = int(self.settings.activation_interval_s * 1000)
+            args = [*head, action.value, reason or "", interval_ms, REPLY_TTL_MS]
+            name = "activate_defer"
+        elif action is Activation.HOLD:
+            args = [*head, reason or "held by an activation filter", hold_until or 0,
+                    REPLY_TTL_MS]
+            name = "activate_hold"
+        else:
+            args = [*head, reason or "failed by an activation filter", REPLY_TTL_MS]
+            name = "activate_fail"
+        done = bool(self.store.run(name, [job], args, extra_keys=extra))
+        log.info("job %s activation: %s%s", job, action.value, f" ({reason})" if reason else "")
+        return done
+
+
+def run_filter_call(spec: FilterSpec, action: str, ad: Mapping[str, Any],
+                    facts: Facts | None) -> FilterRun:
+    return run_filter(spec, action, ad, facts)
+
+
+def bounded(call: Call, deadline_s: float) -> Call:
+    """`call` with each filter's timeout cut to what is left before the claim's deadline."""
+    def limited(spec: FilterSpec, action: str, ad: Mapping[str, Any],
+                facts: Facts | None) -> FilterRun:
+        left_s = deadline_s - VERDICT_MARGIN_S - time.time()
+        if left_s < spec.timeout_s:
+            return run_filter(spec, action, ad, facts, timeout_s=max(0.0, left_s))
+        return call(spec, action, ad, facts)
+    return limited
+
+
+def request_facts(request: Mapping[bytes, bytes]) -> tuple[Facts, float]:
+    """Facts for the chain from a claim's activation request hash, and its deadline (s)."""
+    def field(name: str, default: str = "0") -> str:
+        return codec.text(request.get(name.encode(), default.encode()))
+
+    slot_ad = codec.unpack(request[b"slot_ad"]) if b"slot_ad" in request else None
+    cpus = slot_ad.get("Cpus", 1) if isinstance(slot_ad, dict) else 1
+    facts = Facts(scheduler_pass=int(field("pass")), job_index=int(field("index")),
+                  backfill=False, resource_count=int(cpus) if isinstance(cpus, int) else 1,
+                  slot_ad=slot_ad)
+    return facts, int(field("deadline")) / 1000.0

@@ -1,0 +1,27 @@
+-- admit.lua: VALIDATING -> IDLE | HELD | BLOCKED once the leader's submission chains and
+-- the job template accepted the job (a job submitted on hold is HELD; with
+-- scheduling policy limits, a job placed with a BlockedReason is BLOCKED).
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY] the job's hash.
+-- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] JobPrio
+--   (clamped, for the idle order), ARGV[5] n = attributes to delete,
+--   ARGV[6..5+n] their names, then (name, packed value) pairs to store.
+-- FetchworkOrder becomes -JobPrio * PRIO_SCALE + the job's sequence.
+-- Returns 1, or 0 when the job is no longer VALIDATING (removed meanwhile).
+local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
+if getv(key, 'FetchworkState') ~= 'VALIDATING' then return 0 end
+redis.call('ZREM', K_VALIDATING, id)
+local deleted = tonumber(ARGV[5])
+for i = 6, 5 + deleted do redis.call('HDEL', key, ARGV[i]) end
+store_attrs(key, 6 + deleted, #ARGV)
+local seq = tonumber(redis.call('ZSCORE', K_QUEUE, id)) or 0
+setv(key, 'FetchworkOrder', -tonumber(ARGV[4]) * PRIO_SCALE + seq)
+if getv(key, 'HoldReasonCode') == HOLD_SUBMITTED_ON_HOLD then
+  to_held(key, id, 'admit', nil, nil)
+elseif getv(key, 'BlockedReason') then
+  -- Scheduling policy limits are set: the leader's policy pass places it.
+  set_state(key, 'BLOCKED', STATUS_IDLE)
+  event('admit', id, 'BLOCKED', STATUS_IDLE)
+else
+  to_idle(key, id, 'admit')
+end
+return 1
