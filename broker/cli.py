@@ -12,6 +12,7 @@ import click
 from fetchwork.config.loader import get_config
 
 from .client import Broker
+from .metrics import serve_broker_metrics
 from .service import BrokerService
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,8 @@ def broker_command(once: bool) -> None:
     Any number of replicas may run; the one holding the pool's leader lease
     (BROKER_LEADER_LEASE) reaps jobs whose lease lapsed every
     BROKER_REAPER_INTERVAL seconds. SIGTERM or Ctrl-C stops it and gives the
-    leadership up.
+    leadership up. With BROKER_METRICS_PORT set it serves Prometheus
+    metrics on that port (/metrics).
     """
     logging.getLogger("fetchwork").setLevel(
         min(logging.INFO, logging.getLogger().getEffectiveLevel()))
@@ -47,5 +49,6 @@ def broker_command(once: bool) -> None:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    serve_broker_metrics(service.broker, config, stop)
     service.run(stop)
 

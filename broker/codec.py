@@ -122,4 +122,4 @@ def decode_flat(flat: Sequence[bytes]) -> dict[str, Any]:
 
 def decode_packed_hashes(data: bytes) -> list[dict[str, Any]]:
     """read_ads.lua's reply: per job, its hash as a to_dict-style mapping ({} when missing)."""
-    return [decode_flat(flat) for flat in msgpack.unpackb(data, raw=True)]
+    return list(msgpack.unpackb(data, raw=False))

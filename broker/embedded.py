@@ -36,6 +36,8 @@ from redis.retry import Retry
 from fetchwork.config.loader import Config, get_config
 from fetchwork.errors import RedisUnavailableError
 
+from .connection import check_url, client_options, redacted
+
 log = logging.getLogger(__name__)
 
 MIN_VERSION = (6, 2)
@@ -290,10 +292,7 @@ def broker_url(config: Config | None = None, start: bool = True) -> str:
     config = config or get_config()
     url = (config.get("FETCHWORK_BROKER") or "").strip()
     if url:
-        if not url.startswith(("redis://", "rediss://", "unix://")):
-            raise RedisUnavailableError(
-                f"FETCHWORK_BROKER={url!r} is not a redis://, rediss:// or unix:// URL")
-        return url
+        return check_url(url)
     server = embedded_for(config)
     if start:
         server.start()
@@ -313,13 +312,16 @@ def _quiet_connection() -> dict[str, object]:
 
 
 def connect(config: Config | None = None, start: bool = True, **kwargs: object) -> redis.Redis:
-    """A Redis client for the configured broker (bytes responses unless asked otherwise)."""
+    """A Redis client for the configured broker (bytes responses unless asked otherwise);
+    TLS files and credentials come from the knobs connection.py reads."""
+    config = config or get_config()
     url = broker_url(config, start=start)
-    client = redis.Redis.from_url(url, **{**_quiet_connection(), **kwargs})  # type: ignore[arg-type]
+    client = redis.Redis.from_url(
+        url, **{**_quiet_connection(), **client_options(url, config), **kwargs})
     try:
         client.ping()
     except redis.RedisError as exc:
         raise RedisUnavailableError(
-            f"cannot reach the broker at {url}: {exc}; check FETCHWORK_BROKER, or unset it to "
-            "use the embedded Redis") from exc
+            f"cannot reach the broker at {redacted(url)}: {exc}; check FETCHWORK_BROKER, "
+            "or unset it to use the embedded Redis") from exc
     return client

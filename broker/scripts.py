@@ -30,7 +30,8 @@ TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", 
                "release", "admit", "admit_fail", "activate_start", "activate_defer",
                "activate_hold", "activate_fail", "activate_abandon", "activation_expire",
                "release_due", "reservation_expire", "block", "unblock", "overrun")
-STANDALONE = ("leader_renew", "leader_resign", "read_ads", "trim_history")
+STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
+              "trim_history")
 
 Arg = str | bytes | int | float
 

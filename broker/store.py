@@ -71,6 +71,21 @@ class Store:
                 if data:
                     yield job, data
 
+    def fields(self, job_ids: Sequence[str], names: Sequence[str]) -> Iterator[list[Any]]:
+        """The values of attributes `names` of each job (None where absent), in order;
+        a job that does not exist gives all None (read_fields.lua)."""
+        for start in range(0, len(job_ids), READ_BATCH):
+            chunk = job_ids[start:start + READ_BATCH]
+            reply = self.scripts.call("read_fields", [self.keys.job(job) for job in chunk],
+                                      list(names))
+            yield from codec.unpack(reply)
+
+    def members(self, key: str, start: int = 0, stop: int = -1, rev: bool = False) -> list[str]:
+        """Members of sorted set `key` by rank, in one reply (read_ids.lua)."""
+        reply = self.scripts.call("read_ids", [key], [start, stop, "rev" if rev else ""])
+        joined = codec.text(reply)
+        return joined.split("\n") if joined else []
+
     def events(self, last_id: str = "$", block_ms: int = 0,
                count: int = 100) -> list[tuple[str, dict[str, str]]]:
         """Transition events after `last_id` (`$`: only new ones, so use it with block_ms)."""

@@ -70,8 +70,14 @@ def detected_definitions() -> list[Definition]:
 def _read_file(path: str, required: bool) -> tuple[str, str] | None:
     if not required and not os.path.exists(path):
         return None
-    with open(path, encoding="utf-8") as handle:
-        return handle.read(), path
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    try:
+        return raw.decode("utf-8"), path
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"byte 0x{raw[exc.start]:02x} is not UTF-8 text; configuration "
+                          "files must be UTF-8", path, line) from exc
 
 
 def _parse_file(path: str, defined: dict[str, Definition]) -> None:

@@ -34,6 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hook": ("fetchwork.hooks.cli", "hook_command"),
     "config": ("fetchwork.config.cli", "config_command"),
     "redis": ("fetchwork.broker.redis_cli", "redis_group"),
+    "acl": ("fetchwork.broker.aclcli", "acl_command"),
+    "glidein": ("fetchwork.startd.glideincli", "glidein_command"),
+    "completion": ("fetchwork.completion", "completion_command"),
 }
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

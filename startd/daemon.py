@@ -30,6 +30,7 @@ from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
 from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
 from fetchwork.startd.fetchoutput import read_fetch_output
+from fetchwork.startd.metrics import serve_startd_metrics
 from fetchwork.startd.settings import StartdSettings, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.signals import SignalInbox
@@ -78,6 +79,7 @@ class Startd:
         self.starters = StarterSupervisor(self, self._selector)
         self._delay_problem: dict[int, str | None] = {}
         self._next_policy_at = 0.0
+        self.metrics = serve_startd_metrics(self, config)
 
     # -- the loop --------------------------------------------------------------
 
@@ -219,6 +221,7 @@ class Startd:
                 kind, slot_id, job_id, result = self._results.get_nowait()
             except queue.Empty:
                 return
+            self.metrics.hook_done(result)
             if kind == _ADVISORY:
                 self._advisory -= 1
                 log.log(logging.INFO if result.ok else logging.WARNING,

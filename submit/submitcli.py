@@ -16,9 +16,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fetchwork.broker.client import Broker
+from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.protocol import JobStatus, job_id_key
 from fetchwork.errors import SubmitFileError
-from fetchwork.submit import tables
+from fetchwork.submit import poolcheck, reading, tables
+from fetchwork.submit.options import CondorCommand
 from fetchwork.submit.submitfile import ParsedSubmit, command_jobs, parse_submit
 from fetchwork.submit.usercli import (
     FINISHED_STATES,
@@ -26,7 +28,6 @@ from fetchwork.submit.usercli import (
     RECONCILE_S,
     WAIT_BLOCK_MS,
     connect_broker,
-    queued,
 )
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 # -- submit -----------------------------------------------------------------------
 
-class _SubmitCommand(click.Command):
+class _SubmitCommand(CondorCommand):
     """Everything after `--` is the job's command line, kept out of option parsing."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -87,6 +88,8 @@ def _command_options(values: Mapping[str, Any]) -> dict[str, str]:
 @click.option("--hold", is_flag=True, help="Queue the jobs held.")
 @click.option("-a", "-append", "--append", "append", multiple=True, metavar="'CMD = VALUE'",
               help="Any other submit command (repeatable).")
+@click.option("-dry-run", "--dry-run", "dry_run", is_flag=True,
+              help="Print the job ads the jobs would have; queue nothing.")
 @click.pass_context
 def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bool,
                    wait_timeout: float | None, **options: Any) -> None:
@@ -108,6 +111,9 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
     if argv is None and options["count"] != 1:
         raise click.UsageError("--count applies to `-- CMD` only; a submit file says `queue N`")
     commands = _command_options(options)
+    if options.get("dry_run"):
+        dry_run(file, argv, commands, options["count"])
+        return
     owner = getpass.getuser()
     broker = connect_broker()
     since_event = broker.last_event_id()
@@ -123,6 +129,7 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
     submitted = broker.submit_cluster(parsed.ads, owner=owner, cluster_id=cluster)
     ids = submitted.job_ids
     click.echo(f"{len(ids)} job(s) submitted to cluster {cluster}.")
+    poolcheck.warn_without_startd(broker)
     failed = 0
     if submitted.validating and not no_wait:
         failed = report_verdicts(broker, cluster, ids, since_event)
@@ -192,7 +199,6 @@ def wait_for_cluster(broker: Broker, cluster: int, job_ids: Sequence[str], since
 
     Progress follows the event stream from `since_event` (taken before the
     submission), with a full look at the cluster every RECONCILE_S."""
-    constraint = f"ClusterId == {cluster}"
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     tracker = ClusterProgress(job_ids)
     console = Console(stderr=True, highlight=False)
@@ -203,7 +209,8 @@ def wait_for_cluster(broker: Broker, cluster: int, job_ids: Sequence[str], since
         reconciled_at = -RECONCILE_S
         while True:
             if time.monotonic() - reconciled_at >= RECONCILE_S or tracker.settled():
-                tracker.reconcile(queued(broker, constraint))
+                tracker.reconcile([ad for ad in reading.jobs(broker, job_ids)
+                                   if not reading.is_finished(ad)])
                 reconciled_at = time.monotonic()
             progress.update(task, completed=tracker.finished(), description=tracker.summary())
             if tracker.settled():
@@ -216,7 +223,7 @@ def wait_for_cluster(broker: Broker, cluster: int, job_ids: Sequence[str], since
                                                   count=1000):
                 since_event = event_id
                 tracker.saw(fields)
-    return _report(console, broker.history(constraint) + queued(broker, constraint))
+    return _report(console, reading.jobs(broker, job_ids))
 
 
 class ClusterProgress:
@@ -276,3 +283,18 @@ def _why(ad: Any) -> str:
         return f"status {status}"
     return f"exit {tables.exit_text(ad)}"
 
+
+
+def dry_run(file: str | None, argv: list[str] | None, commands: Mapping[str, str],
+            count: int) -> None:
+    """condor_submit -dry-run: the job ads, as old-format ads, with cluster 1; nothing queued."""
+    cluster = 1
+    parsed = (command_jobs(argv, cluster, commands, count=count) if argv is not None
+              else _parse_file(file or "-", cluster, commands))
+    for warning in parsed.warnings:
+        click.echo(f"fetchwork: warning: {warning}", err=True)
+    for proc, data in enumerate(parsed.ads):
+        ad = from_dict({**data, "ClusterId": cluster, "ProcId": proc,
+                        "Owner": getpass.getuser()})
+        click.echo(format_ad(ad))
+    click.echo(f"{len(parsed.ads)} job(s) dry-run to cluster {cluster}.")

@@ -29,8 +29,11 @@ import classad2
 import htcondor2
 
 from fetchwork.config.argsyntax import format_arguments_raw
+from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import clip
 from fetchwork.errors import SubmitFileError
+from fetchwork.submit import submitcheck
+from fetchwork.submit.submitcheck import UNSUPPORTED_COMMANDS
 from fetchwork.submit.submitmap import SubmitContext, job_ad
 
 # Macros set for each job as it is expanded; they are not submit commands.
@@ -44,14 +47,7 @@ _HEAD_RE = re.compile(
 _TIMESTAMP_RE = re.compile(r"^\d+/\d+/\d+ \d+:\d+:\d+ ", re.M)
 
 # Commands condor_submit knows that fetchwork accepts and ignores (with a warning).
-IGNORED_COMMANDS = frozenset({
-    "log", "notification", "notify_user", "should_transfer_files", "when_to_transfer_output",
-    "transfer_input_files", "transfer_output_files", "getenv", "stream_output", "stream_error",
-    "periodic_hold", "periodic_release", "periodic_remove", "on_exit_hold", "on_exit_remove",
-    "max_retries", "request_gpus", "accounting_group_user",
-    "concurrency_limits", "leave_in_queue", "nice_user", "deferral_time", "coresize",
-    "x509userproxy", "docker_image", "container_image", "output_destination", "max_idle",
-})
+IGNORED_COMMANDS = UNSUPPORTED_COMMANDS
 
 
 @dataclass(frozen=True)
@@ -91,13 +87,15 @@ def logical_lines(text: str) -> list[Statement]:
     return out
 
 
-def split_queues(text: str, source: str) -> tuple[list[str], list[tuple[Statement, int]],
-                                                  dict[str, list[int]]]:
+def split_queues(text: str, source: str, max_attrs: int | None = None
+                 ) -> tuple[list[str], list[tuple[Statement, int]], dict[str, list[int]]]:
     """Check every line's form; return the physical lines, each queue statement with
-    the last line of its inline item block, and the lines that set each command."""
+    the last line of its inline item block, and the lines that set each command.
+    More than `max_attrs` distinct +Attr names are refused at the first one too many."""
     lines = text.splitlines()
     queues: list[tuple[Statement, int]] = []
     defined: dict[str, list[int]] = {}
+    attrs = 0
     statements = iter(logical_lines(text))
     for statement in statements:
         body = statement.text.strip()
@@ -122,6 +120,12 @@ def split_queues(text: str, source: str) -> tuple[list[str], list[tuple[Statemen
         name = assign.group(1)
         if name.startswith("+"):
             name = "MY." + name[1:]
+            if max_attrs is not None and name.lower() not in defined:
+                attrs += 1
+                if attrs > max_attrs:
+                    raise SubmitFileError(
+                        f"more than {max_attrs} job attributes (+Attr lines); a job may have "
+                        "at most SUBMIT_MAX_JOB_ATTRS", source, statement.line)
         defined.setdefault(name.lower(), []).append(statement.line)
     if not queues:
         raise SubmitFileError("no queue statement: nothing to submit", source)
@@ -263,19 +267,23 @@ def _queue_count(submit: htcondor2.Submit, text: str, statement: Statement,
 
 def parse_submit(text: str, cluster_id: int, submit_dir: str | None = None,
                  source: str = "<submit>",
-                 extra: Mapping[str, str] | None = None) -> ParsedSubmit:
+                 extra: Mapping[str, str] | None = None,
+                 max_attrs: int | None = None) -> ParsedSubmit:
     """Every job of a submit description, ProcId 0, 1, ... in queue order.
 
     `cluster_id` is what `$(Cluster)` expands to; `submit_dir` (default: the
     current directory) anchors relative paths, `queue ... from FILE` and
     `queue ... matching`. `extra` commands act as if written just before
-    every queue statement (condor_submit's `-append`). Raises
+    every queue statement (condor_submit's `-append`). A job may have at most
+    `max_attrs` attributes (default: the SUBMIT_MAX_JOB_ATTRS knob). Raises
     SubmitFileError naming the line.
     """
     submit_dir = os.path.abspath(submit_dir or os.getcwd())
-    lines, queues, defined = split_queues(text, source)
+    if max_attrs is None:
+        max_attrs = get_config().get_int("SUBMIT_MAX_JOB_ATTRS")
+    lines, queues, defined = split_queues(text, source, max_attrs)
     result = ParsedSubmit()
-    ctx = SubmitContext(submit_dir, source, defined, result.warnings)
+    ctx = SubmitContext(submit_dir, source, defined, result.warnings, max_attrs=max_attrs)
     queue_lines = {number for statement, end in queues
                    for number in range(statement.line, end + 1)}
     for statement, end in queues:
@@ -287,9 +295,9 @@ def parse_submit(text: str, cluster_id: int, submit_dir: str | None = None,
         ctx.queue_line = statement.line
         spec = queue_spec(submit, statement, source, submit_dir)
         _queue_jobs(submit, spec, cluster_id, ctx, result)
-    for command in sorted({name for name in defined if name in IGNORED_COMMANDS}):
-        result.warnings.append(f"line {defined[command][0]}: {command} is not supported by "
-                               "fetchwork and was ignored")
+    for ad in result.ads:
+        ad["TotalSubmitProcs"] = len(result.ads)
+    result.warnings += submitcheck.warnings(defined, lines, text, source)
     return result
 
 

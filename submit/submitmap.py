@@ -37,6 +37,7 @@ class SubmitContext:
     names: dict[str, str] = field(default_factory=dict)
     queue_line: int = 0
     seen: dict[tuple[str, str], bool] = field(default_factory=dict)
+    max_attrs: int | None = None
 
     def checked(self, key: tuple[str, str], check: Callable[[], bool]) -> bool:
         """`check()`, asked once per key (the same path for many jobs)."""
@@ -52,11 +53,26 @@ class SubmitContext:
 
 
 class _JobAd(dict[str, Any]):
-    """A job ad in to_dict form whose names, as in a ClassAd, ignore case."""
+    """A job ad in to_dict form whose names, as in a ClassAd, ignore case; setting a
+    name looks up its other spelling in a map of lower-case names (no scan), and a
+    job past `ctx.max_attrs` attributes is refused."""
+
+    def __init__(self, ctx: SubmitContext):
+        super().__init__()
+        self._ctx = ctx
+        self._spelling: dict[str, str] = {}
 
     def __setitem__(self, name: str, value: Any) -> None:
-        for existing in [key for key in self if key.lower() == name.lower() and key != name]:
+        lower = name.lower()
+        existing = self._spelling.get(lower)
+        if existing is not None and existing != name:
             del self[existing]
+        elif existing is None and self._ctx.max_attrs is not None \
+                and len(self) >= self._ctx.max_attrs:
+            raise self._ctx.fail(f"a job may have at most {self._ctx.max_attrs} attributes "
+                                 f"(SUBMIT_MAX_JOB_ATTRS); {name} is one too many",
+                                 "my." + lower)
+        self._spelling[lower] = name
         super().__setitem__(name, value)
 
 
@@ -125,15 +141,16 @@ def _absolute(path: str, base: str) -> str:
 def job_ad(values: Mapping[str, str], ctx: SubmitContext) -> dict[str, Any]:
     """The job ad (to_dict form) of one job from its expanded submit commands
     (lower-case names)."""
-    ad = _JobAd()
+    ad = _JobAd(ctx)
     universe = values.get("universe", "vanilla").strip().lower() or "vanilla"
     if universe != "vanilla":
         raise ctx.fail(f"universe {universe} is not supported; fetchwork runs vanilla jobs only",
                        "universe")
     ad["JobUniverse"] = VANILLA_UNIVERSE
-    iwd = _absolute(values.get("initialdir") or ".", ctx.submit_dir)
+    iwd_command = "initialdir" if values.get("initialdir", "").strip() else "initial_dir"
+    iwd = _absolute(values.get(iwd_command) or ".", ctx.submit_dir)
     if not ctx.checked(("dir", iwd), lambda: os.path.isdir(iwd)):
-        raise ctx.fail(f"initialdir {iwd} is not a directory", "initialdir")
+        raise ctx.fail(f"{iwd_command} {iwd} is not a directory", iwd_command)
     ad["Iwd"] = iwd
     ad["Cmd"] = _executable(values, ctx)
     _arguments(ad, values, ctx)
@@ -147,12 +164,12 @@ def job_ad(values: Mapping[str, str], ctx: SubmitContext) -> dict[str, Any]:
             ad[attr] = _expr(values[command], command, ctx)
     if values.get("priority", "").strip():
         ad["JobPrio"] = _int(values["priority"], "priority", ctx)
-    if values.get("job_lease_duration", "").strip():
-        ad["JobLeaseDuration"] = _int(values["job_lease_duration"], "job_lease_duration", ctx, 1)
-    # The scheduling policy's inputs: the walltime (seconds) and the project.
-    if values.get("allowed_job_duration", "").strip():
-        ad["AllowedJobDuration"] = _int(values["allowed_job_duration"], "allowed_job_duration",
-                                        ctx, 1)
+    for command, attr, least in (("job_lease_duration", "JobLeaseDuration", 1),
+                                 ("allowed_job_duration", "AllowedJobDuration", 1),
+                                 ("job_max_vacate_time", "JobMaxVacateTime", 0)):
+        if values.get(command, "").strip():
+            ad[attr] = _int(values[command], command, ctx, least)
+    # The scheduling policy's project.
     if values.get("accounting_group", "").strip():
         ad["AccountingGroup"] = values["accounting_group"].strip()
     if values.get("hold", "").strip() and _bool(values["hold"], "hold", ctx):
@@ -198,8 +215,12 @@ def _requests(ad: dict[str, Any], values: Mapping[str, str], ctx: SubmitContext)
         text = values["request_cpus"]
         ad["RequestCpus"] = (_int(text, "request_cpus", ctx, 1) if text.strip().isdigit()
                              else _expr(text, "request_cpus", ctx))
-    if values.get("request_memory", "").strip():
-        ad["RequestMemory"] = _size(values["request_memory"], "request_memory", ctx, 1024)
-    if values.get("request_disk", "").strip():
-        ad["RequestDisk"] = _size(values["request_disk"], "request_disk", ctx, 1)
+    for command, attr, unit_kb in (("request_memory", "RequestMemory", 1024),
+                                   ("request_disk", "RequestDisk", 1)):
+        if values.get(command, "").strip():
+            size = _size(values[command], command, ctx, unit_kb)
+            if isinstance(size, int | float) and not isinstance(size, bool) and size <= 0:
+                raise ctx.fail(f"{command} must be more than zero, got "
+                               f"{values[command].strip()!r}", command)
+            ad[attr] = size
 

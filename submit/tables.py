@@ -6,6 +6,7 @@ HTCondor attribute names) and `now`, and returns text or a `rich` table.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,10 +24,18 @@ HISTORY_COLUMNS = ("ID", "OWNER", "SUBMITTED", "RUN_TIME", "ST", "COMPLETED", "E
 SLOT_COLUMNS = ("NAME", "STATE", "ACTIVITY", "LOAD", "MEMORY", "JOB")
 _RIGHT = {"RUN_TIME", "PRI", "SIZE", "LOAD", "MEMORY", "EXIT"}
 CMD_WIDTH = 60
+_PLAIN = frozenset({int, float, str, bool})
+_MISSING = object()
 
 
 def value(ad: Any, name: str) -> Any:
     """A literal attribute of a ClassAd or mapping (case-insensitive); None otherwise."""
+    if type(ad) is dict:  # the common case, kept cheap for big tables
+        found = ad.get(name, _MISSING)
+        if found is None or type(found) in _PLAIN:
+            return found
+        if found is not _MISSING:
+            return None if isinstance(found, dict | classad2.Value) else found
     if isinstance(ad, classad2.ClassAd):
         if name not in ad:
             return None
@@ -61,7 +70,13 @@ def date_text(timestamp: float | None) -> str:
     """condor_q's `MM/DD HH:MM` in local time; blank when unknown."""
     if not timestamp:
         return ""
-    return time.strftime("%m/%d %H:%M", time.localtime(timestamp))
+    return _minute_text(int(timestamp) // 60)
+
+
+@functools.lru_cache(maxsize=4096)
+def _minute_text(minute: int) -> str:
+    """The jobs of a big table share few submit minutes: each is formatted once."""
+    return time.strftime("%m/%d %H:%M", time.localtime(minute * 60))
 
 
 def duration_text(seconds: float | None) -> str:

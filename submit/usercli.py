@@ -19,6 +19,7 @@ import classad2
 import click
 from rich.console import Console, Group
 from rich.live import Live
+from rich.text import Text
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.holdtime import format_hold_until, hold_for
@@ -28,7 +29,8 @@ from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import JobStatus, parse_job_id
 from fetchwork.errors import FetchworkError
-from fetchwork.submit import tables
+from fetchwork.submit import formats, poolcheck, qviews, reading, tables
+from fetchwork.submit.options import CondorCommand
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,9 @@ ACTIVE = (JobStatus.IDLE, JobStatus.RUNNING, JobStatus.SUSPENDED)
 
 def connect_broker() -> Broker:
     # Read the configuration afresh: each command is one request of its own.
-    return Broker.from_config(Config.load())
+    config = Config.load()
+    poolcheck.start_queue(config)
+    return Broker.from_config(config)
 
 
 def table_console() -> Console:
@@ -66,7 +70,12 @@ def queued(broker: Broker, constraint: str | None) -> list[Any]:
 
 def ads_json(ads: Sequence[Any]) -> str:
     """A JSON list of ads as HTCondor writes them (`condor_q -json`)."""
-    return json.dumps([json.loads(_as_ad(ad).printJson()) for ad in ads], indent=2)
+    return json.dumps([_json_ready(ad) for ad in ads], indent=2)
+
+
+def _json_ready(ad: Any) -> Any:
+    ready = formats.json_ready(ad) if type(ad) is dict else None
+    return ready if ready is not None else json.loads(_as_ad(ad).printJson())
 
 
 def id_constraint(ids: Sequence[str], constraint: str | None) -> str | None:
@@ -96,11 +105,12 @@ def _show_jobs(ads: Sequence[Any], as_json: bool, long: bool, history: bool,
     if long:
         click.echo("\n".join(format_ad(_as_ad(ad)) for ad in ads), nl=False)
         return
+    if not held:
+        click.echo(formats.job_lines(ads, time.time(), history, formats.output_width()))
+        click.echo(tables.queue_summary(ads))
+        return
     console = table_console()
-    now = time.time()
-    table = tables.hold_table if held else tables.history_table if history else \
-        tables.queue_table
-    console.print(table(ads, now))
+    console.print(tables.hold_table(ads, time.time()))
     console.print()
     console.print(tables.queue_summary(ads))
     for line in [] if history else tables.hold_until_lines(ads):
@@ -117,7 +127,7 @@ _long_option = click.option("-l", "-long", "--long", "long", is_flag=True,
                             help="Every attribute of every job, as old-format ads.")
 
 
-@click.command("q")
+@click.command("q", cls=CondorCommand)
 @click.argument("ids", nargs=-1)
 @_constraint_option
 @_json_option
@@ -126,28 +136,42 @@ _long_option = click.option("-l", "-long", "--long", "long", is_flag=True,
               help="A live table, redrawn as jobs change, until none is idle or running.")
 @click.option("-hold", "--hold", "held", is_flag=True,
               help="Only held jobs, with when and why they were held.")
-@click.option("-showq", "--showq", "view", flag_value="showq",
+@click.option("-showq", "--showq", "policy", flag_value="showq",
               help="Maui's view: active, idle and blocked jobs, with the totals line.")
-@click.option("-analyze", "--analyze", "view", flag_value="analyze",
+@click.option("-analyze", "--analyze", "policy", flag_value="analyze",
               help="Why each job of IDS is not running: the policy limit and its numbers, "
                    "the Requirements clause no slot meets, the jobs ahead, the hold.")
-@click.option("-priority", "--priority", "view", flag_value="priority",
+@click.option("-priority", "--priority", "policy", flag_value="priority",
               help="Waiting jobs best first, with each priority factor's contribution.")
+@qviews.q_view_options
 def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long: bool,
-              watch: bool, held: bool, view: str | None) -> None:
-    """List jobs in the queue (idle, running, held), optionally only IDS (C or C.P)."""
-    if view is not None:
-        policy_view(view, ids)
+              watch: bool, held: bool, policy: str | None, **view: Any) -> None:
+    """List jobs in the queue (idle, running, held), optionally only IDS (C or C.P).
+
+    Without IDS, one line per batch (a cluster, or the jobs of one
+    batch_name) as condor_q shows by default; -nobatch for one line per job.
+    """
+    if policy is not None:
+        policy_view(policy, ids)
         return
     broker = connect_broker()
-    selection = id_constraint(ids, constraint)
-    if held:
-        selection = held_only(selection)
-    if watch:
-        watch_queue(broker, selection, table_console())
+    if view["better_analyze"]:
+        qviews.better_analyze(broker, view["better_analyze"])
         return
-    _show_jobs(sorted(queued(broker, selection), key=_order), as_json, long, history=False,
-               held=held)
+    if watch:
+        selection = id_constraint(ids, constraint)
+        watch_queue(broker, held_only(selection) if held else selection, table_console())
+        return
+    ads = reading.queue_jobs(broker, ids, constraint,
+                             qviews.queue_fields(view, as_json or long or held, bool(ids)))
+    if held:
+        ads = [ad for ad in ads if tables.value(ad, "JobStatus") == JobStatus.HELD]
+    if view["running"]:
+        ads = qviews.only_running(ads)
+    if as_json or long or (held and not qviews.custom(view)):
+        _show_jobs(ads, as_json, long, history=False, held=held)
+        return
+    qviews.show_queue(ads, view, per_job=bool(ids))
 
 
 def policy_view(view: str, ids: Sequence[str]) -> None:
@@ -168,8 +192,9 @@ def policy_view(view: str, ids: Sequence[str]) -> None:
             click.echo(policyview.analyze(broker, settings, job_id.strip()))
 
 
-def _queue_view(ads: Sequence[Any]) -> Group:
-    return Group(tables.queue_table(ads, time.time()), "", tables.queue_summary(ads))
+def _queue_view(ads: Sequence[Any], width: int | None = None) -> Group:
+    return Group(Text(formats.job_lines(ads, time.time(), width=width).rstrip("\n")), "",
+                 tables.queue_summary(ads))
 
 
 def watch_queue(broker: Broker, constraint: str | None, console: Console) -> None:
@@ -181,7 +206,7 @@ def watch_queue(broker: Broker, constraint: str | None, console: Console) -> Non
         while True:
             ads = sorted(queued(broker, constraint), key=_order)
             if console.is_terminal:
-                live.update(_queue_view(ads), refresh=True)
+                live.update(_queue_view(ads, console.width), refresh=True)
             if all(tables.value(ad, "JobStatus") not in ACTIVE for ad in ads):
                 break
             events = broker.events(since_event, block_ms=WAIT_BLOCK_MS, count=10000)
@@ -191,16 +216,21 @@ def watch_queue(broker: Broker, constraint: str | None, console: Console) -> Non
         console.print(_queue_view(ads))
 
 
-@click.command("history")
+@click.command("history", cls=CondorCommand)
 @click.argument("ids", nargs=-1)
 @_constraint_option
 @click.option("-limit", "--limit", type=click.IntRange(min=1), help="At most this many jobs.")
 @_json_option
 @_long_option
+@qviews.history_view_options
 def history_command(ids: tuple[str, ...], constraint: str | None, limit: int | None,
-                    as_json: bool, long: bool) -> None:
+                    as_json: bool, long: bool, **view: Any) -> None:
     """List finished jobs (completed, removed, failed), newest first."""
-    ads = connect_broker().history(id_constraint(ids, constraint), limit=limit)
+    ads = qviews.history_reading(connect_broker(), ids, constraint, limit, view,
+                                 as_json or long)
+    if qviews.custom(view) and not (as_json or long):
+        qviews.show_custom(ads, view)
+        return
     _show_jobs(ads, as_json, long, history=True)
 
 
@@ -244,7 +274,7 @@ def _action_command(name: str, action: str, summary: str, with_reason: bool) -> 
     if with_reason:
         command = click.option("-reason", "--reason", metavar="TEXT",
                                help="Recorded in the job ad.")(command)
-    return click.command(name, help=summary)(command)
+    return click.command(name, help=summary, cls=CondorCommand)(command)
 
 
 rm_command = _action_command(
@@ -283,7 +313,7 @@ release_command = _action_command(
 
 # -- status ---------------------------------------------------------------------------
 
-@click.command("status")
+@click.command("status", cls=CondorCommand)
 @_json_option
 def status_command(as_json: bool) -> None:
     """List the slots the startds report: name, state, activity, load, memory, job."""

@@ -207,3 +207,19 @@ def test_a_pool_file_in_the_state_dir_is_read_after_defaults(tmp_path):
 def test_no_pool_file_leaves_the_defaults(tmp_path):
     config = Config.load(environ={"FETCHWORK_STATE_DIR": str(tmp_path)})
     assert config.get("STARTD_JOB_HOOK_KEYWORD") == ""
+
+
+def test_cli_config_file_that_is_not_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "latin1.conf"
+    path.write_bytes(b"A = 1\nB = 2\n# caf\xe9\nC = 3\n")
+    result = run_cli("config", "A", env={"FETCHWORK_CONFIG": str(path)})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert f"{path}:3:" in result.stderr and "not UTF-8" in result.stderr
+
+
+def test_an_included_file_that_is_not_utf8_is_named(conf, tmp_path):
+    (tmp_path / "extra.conf").write_bytes(b"\xff = 1\n")
+    path = conf("A = 1\ninclude : extra.conf\n")
+    with pytest.raises(ConfigError, match=r"extra\.conf:1: byte 0xff is not UTF-8"):
+        Config.load(environ={"FETCHWORK_CONFIG": path})

@@ -222,7 +222,8 @@ def test_extra_commands_mapped(tmp_path: Path) -> None:
 def test_unsupported_commands_warn(tmp_path: Path) -> None:
     parsed = parse_submit("executable = /bin/true\nlog = job.log\nqueue\n", 1,
                           submit_dir=str(tmp_path))
-    assert parsed.warnings == ["line 2: log is not supported by fetchwork and was ignored"]
+    assert parsed.warnings == ["<submit>: these commands are not supported by fetchwork and "
+                               "were ignored: log (line 2)"]
 
 
 def test_transfer_executable_false_skips_check(tmp_path: Path) -> None:

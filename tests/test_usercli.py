@@ -138,7 +138,8 @@ def test_submit_warns_about_ignored_commands(run, tmp_path: Path) -> None:
     (tmp_path / "w.sub").write_text("executable = /bin/true\nlog = job.log\nqueue\n")
     result = run("submit", "w.sub")
     assert result.exit_code == 0
-    assert "warning: line 2: log is not supported" in result.stderr
+    assert ("warning: w.sub: these commands are not supported by fetchwork and were ignored: "
+            "log (line 2)") in result.stderr
 
 
 def test_submit_file_from_stdin(run) -> None:
@@ -203,7 +204,7 @@ def test_the_fetchwork_program_runs_the_commands(env: dict[str, str], tmp_path: 
 def test_q_table_and_constraint(run) -> None:
     first = submitted_cluster(run("submit", "--priority", "7", "--", "sleep", "1"))
     submitted_cluster(run("submit", "--", "true"))
-    table = run("q")
+    table = run("q", "-nobatch")
     assert table.exit_code == 0
     for column in tables.QUEUE_COLUMNS:
         assert column in table.stdout

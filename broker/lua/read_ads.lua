@@ -1,11 +1,28 @@
 -- read_ads.lua: read several job hashes in one reply (a read, not a
 -- transition; it stands alone, without lib.lua).
 -- KEYS[1..n] job hashes. No ARGV.
--- Returns one msgpack array (cmsgpack) holding, per key in order, the flat
--- name/value list of HGETALL (empty for a missing job). Values are themselves
--- msgpack, so the client unpacks names and values once each, in C.
-local out = {}
-for i = 1, #KEYS do
-  out[i] = redis.call('HGETALL', KEYS[i])
+-- Returns one msgpack array holding, per key in order, a msgpack map of the
+-- hash's fields (empty for a missing job). The stored values are msgpack
+-- already, so the reply is put together by concatenation (names get a str
+-- header) and the client decodes all of it in one call, in C.
+local function header(n, fix, fix_limit, code16, code32)
+  if n < fix_limit then return string.char(fix + n) end
+  if n < 65536 then return string.char(code16, math.floor(n / 256), n % 256) end
+  return string.char(code32) .. struct.pack('>I4', n)
 end
-return cmsgpack.pack(out)
+local function name_header(len)
+  if len < 32 then return string.char(0xa0 + len) end
+  if len < 256 then return string.char(0xd9, len) end
+  return header(len, 0xa0, 32, 0xda, 0xdb)
+end
+local out = {header(#KEYS, 0x90, 16, 0xdc, 0xdd)}
+for i = 1, #KEYS do
+  local flat = redis.call('HGETALL', KEYS[i])
+  out[#out + 1] = header(#flat / 2, 0x80, 16, 0xde, 0xdf)
+  for j = 1, #flat, 2 do
+    out[#out + 1] = name_header(#flat[j])
+    out[#out + 1] = flat[j]
+    out[#out + 1] = flat[j + 1]
+  end
+end
+return table.concat(out)
