@@ -1,21 +1,25 @@
-"""Fetch-to-start latency and trivial-job throughput of one 2-slot startd.
+"""Trivial-job throughput, start latency and footprint of one 2-slot startd, beside rq.
 
-    python bench/startd_bench.py [--jobs 100] [--latency-jobs 30] [--slots 2]
+    python bench/startd_bench.py [--jobs 2000] [--latency-jobs 40] [--slots 2]
+                                 [--program-jobs 100]
 
-Both hook forms are measured with the same fetch hook behaviour (hand out
-the next job file of a folder, nothing once it is empty): a `/bin/sh`
-program, and an in-process `python:` function. No other hook is configured,
-so the figures are the startd and starter's own cost.
+One private pool (embedded Redis, broker, a startd with the reference
+`python:` hooks) in a temporary state directory; rq runs on the same Redis.
 
-- throughput: N `/bin/true` jobs queued before the startd starts with
-  `--once`; jobs/s from the startd's start to its exit (so it includes start
-  up and the final empty fetch of each slot);
-- latency: M jobs `/bin/date +%s%N` writing their start time to a file;
-  latency = that time minus the moment the fetch hook handed the job out;
-  median and p95;
-- reference: fork+exec+wait of `/bin/true` alone, from Python, N times.
+- throughput: N `/bin/true` jobs queued at once; jobs/s from the first job's
+  end to the last one's (so start-up is not counted); rq's forking `Worker`
+  and its `SimpleWorker` (as many workers as slots, `--burst`) run a
+  function that runs `/bin/true` the same way; the ratios on their own line;
+- latency, one job at a time onto idle slots: fetch-to-start (the fetch hook
+  handed the job out -> the job's program runs, `/bin/date +%s%N` writes it)
+  and submit-to-start, median and p99;
+- footprint: the startd's resident memory, a starter's private memory (USS)
+  while its job runs, and the CPU an idle startd (and its zygote) uses;
+- the program form of the hooks: a `/bin/sh` fetch hook handing out job
+  files from a folder, jobs/s (the cost of HTCondor-style program hooks);
+- reference: fork+exec+wait of `/bin/true` from Python.
 
-Runs in a temporary folder (removed afterwards); prints one line per figure.
+Prints figures only; the pool's logs go to a file in the temporary folder.
 """
 
 from __future__ import annotations
@@ -23,106 +27,64 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import psutil
+import redis
+
+from fetchwork.broker.client import Broker
+from fetchwork.config.loader import Config
+from fetchwork.pool import Pool
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+# The reference fetch hook, noting when it handed each job out.
+FETCH_RECORDER = '''\
+import time
+
+from fetchwork.hooks import reference
+
+LOG = {log!r}
+
+
+def fetch(args, stdin_text):
+    out = reference.fetch_work(args, stdin_text)
+    if out:
+        stamp = time.time_ns()
+        with open(LOG, "a") as handle:
+            handle.write("%s %d\\n" % (_job_id(out), stamp))
+    return out
+
+
+def _job_id(text):
+    values = dict(line.split(" = ", 1) for line in text.splitlines() if " = " in line)
+    return "%s.%s" % (values.get("ClusterId"), values.get("ProcId"))
+'''
 
 FETCH_PROGRAM = """\
 #!/bin/sh
 for job in JOBS/*; do
   [ -e "$job" ] || exit 0
-  case "$job" in *.taken|*.fetched) continue ;; esac
+  case "$job" in *.taken) continue ;; esac
   if mv "$job" "$job.taken" 2>/dev/null; then
-    date +%s%N > "$job.fetched"
     cat "$job.taken"
     exit 0
   fi
 done
 """
 
-FETCH_MODULE = '''\
-import os
-import time
 
-JOBS = {jobs!r}
-
-
-def fetch(args, stdin_text):
-    for name in sorted(os.listdir(JOBS)):
-        if name.endswith((".taken", ".fetched")):
-            continue
-        job = os.path.join(JOBS, name)
-        try:
-            os.rename(job, job + ".taken")
-        except OSError:
-            continue
-        with open(job + ".fetched", "w") as handle:
-            handle.write("%d\\n" % time.time_ns())
-        with open(job + ".taken") as handle:
-            return handle.read()
-    return None
-'''
-
-
-class Bench:
-    """One startd run in `root` with hooks of one form ("program" or "python")."""
-
-    def __init__(self, root: Path, form: str, slots: int):
-        self.root, self.form, self.slots = root, form, slots
-        self.jobs = root / "jobs"
-        self.out = root / "out"
-        for path in (self.jobs, self.out, root / "hooks"):
-            path.mkdir(parents=True)
-        # The starter runs jobs as nobody when it is root: they must write here.
-        self.out.chmod(0o777)
-        (root / "benchhooks.py").write_text(FETCH_MODULE.format(jobs=str(self.jobs)))
-        program = root / "hooks" / "fetch"
-        program.write_text(FETCH_PROGRAM.replace("JOBS", str(self.jobs)))
-        program.chmod(0o755)
-        fetch = str(program) if form == "program" else "python:benchhooks:fetch"
-        (root / "fetchwork.conf").write_text(textwrap.dedent(f"""\
-            FETCHWORK_STATE_DIR = {root / 'state'}
-            LOG = {root / 'log'}
-            EXECUTE = {root / 'execute'}
-            NUM_SLOTS = {slots}
-            STARTD_JOB_HOOK_KEYWORD = BENCH
-            BENCH_HOOK_FETCH_WORK = {fetch}
-            FetchWorkDelay = ifThenElse(State == "Claimed" && Activity == "Busy", 300, 0)
-            FETCH_WORK_MIN_INTERVAL = 0.05
-            STARTER_INITIAL_UPDATE_INTERVAL = 3600
-        """))
-
-    def queue(self, count: int, cmd: str, args: str = "", out: bool = False) -> None:
-        for number in range(count):
-            lines = [f'Cmd = "{cmd}"', f"ClusterId = {number + 1}", "ProcId = 0", 'Iwd = "/tmp"']
-            if args:
-                lines.append(f'Arguments = "{args}"')
-            if out:
-                lines.append(f'Out = "{self.out / f"{number:06d}"}"')
-            (self.jobs / f"{number:06d}").write_text("\n".join(lines) + "\n")
-
-    def run_startd(self) -> float:
-        env = dict(os.environ)
-        env["FETCHWORK_CONFIG"] = str(self.root / "fetchwork.conf")
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.root),
-                                                          env.get("PYTHONPATH")]))
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "fetchwork.startd", "--once"], env=env,
-                       check=True, stderr=subprocess.DEVNULL, timeout=3600)
-        return time.perf_counter() - started
-
-    def latencies_ms(self) -> list[float]:
-        found = []
-        for path in sorted(self.out.iterdir()):
-            fetched = self.jobs / f"{path.name}.fetched"
-            text = path.read_text().strip()
-            if text and fetched.exists():
-                found.append((int(text) - int(fetched.read_text().strip())) / 1e6)
-        return found
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
 
 
 def fork_exec_ms(count: int) -> float:
@@ -132,43 +94,263 @@ def fork_exec_ms(count: int) -> float:
     return (time.perf_counter() - started) / count * 1000
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 30) -> float:
+    """Jobs/s from the first job's end to the last one's (`count()` jobs ended so far);
+    after `timeout_s`, the rate over the jobs that ended by then."""
+    deadline = time.monotonic() + timeout_s
+    first_at = None
+    first_count = 0
+    while True:
+        done = count()
+        now = time.perf_counter()
+        if first_at is None and done > 0:
+            first_at, first_count = now, done
+        if done >= total:
+            break
+        if time.monotonic() > deadline and first_at is not None:
+            break
+        if time.monotonic() > deadline + 60:
+            raise SystemExit(f"no job ended within {timeout_s + 60:g}s")
+        time.sleep(0.005)
+    assert first_at is not None
+    return (done - first_count) / max(now - first_at, 1e-9)
 
 
-def measure(form: str, jobs: int, latency_jobs: int, slots: int) -> None:
-    base = Path(tempfile.mkdtemp(prefix="fw-startd-bench-"))
-    base.chmod(0o755)
+class StartdRun:
+    """A private pool with `slots` slots and the recording fetch hook."""
+
+    def __init__(self, root: Path, slots: int):
+        self.root = root
+        self.fetch_log = root / "fetched.log"
+        (root / "fwbench_hooks.py").write_text(FETCH_RECORDER.format(log=str(self.fetch_log)))
+        self.state = root / "state"
+        environ = {**os.environ, "FETCHWORK_STATE_DIR": str(self.state),
+                   "FETCHWORK_POOL": "bench",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(root),
+                                                               os.environ.get("PYTHONPATH")])),
+                   "_FETCHWORK_FETCHWORK_HOOK_FETCH_WORK": "python:fwbench_hooks:fetch",
+                   "_FETCHWORK_STARTER_INITIAL_UPDATE_INTERVAL": "3600"}
+        os.environ.update(environ)
+        self.config = Config.load(environ=environ)
+        self.pool = Pool(self.config, slots=slots, log_path=root / "pool.log")
+
+    def start(self) -> Broker:
+        self.pool.start()
+        self.client = redis.Redis.from_url(self.pool.url)
+        self.broker = Broker(self.client, pool="bench", config=self.config)
+        return self.broker
+
+    def ended(self) -> int:
+        return int(self.client.zcard(self.broker.keys.history))
+
+    def startd(self) -> psutil.Process:
+        return psutil.Process(self.pool.children["startd"].pid)
+
+    def fetched_ns(self) -> dict[str, int]:
+        if not self.fetch_log.exists():
+            return {}
+        found = {}
+        for line in self.fetch_log.read_text().splitlines():
+            job_id, stamp = line.split()
+            found[job_id] = int(stamp)
+        return found
+
+    def stop(self) -> None:
+        self.pool.stop()
+
+
+def throughput(run: StartdRun, jobs: int) -> float:
+    before = run.ended()
+    job_ids = run.broker.submit([{"Cmd": "/bin/true", "Iwd": "/tmp"}] * jobs, owner="bench")
+    rate = rate_between_ends(lambda: run.ended() - before, jobs)
+    run.broker.remove(job_ids)  # those left when the run stopped
+    deadline = time.monotonic() + 30
+    while run.client.zcard(run.broker.keys.running) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return rate
+
+
+def latencies(run: StartdRun, count: int, work: Path) -> tuple[list[float], list[float]]:
+    fetch_ms, submit_ms = [], []
+    for index in range(count):
+        time.sleep(0.25)  # the slots are idle again, waiting for work
+        out = work / f"stamp.{index}"
+        before = run.ended()
+        submitted_ns = time.time_ns()
+        [job_id] = run.broker.submit([{"Cmd": "/bin/date", "Arguments": "+%s%N",
+                                       "Iwd": str(work), "Out": out.name}], owner="bench")
+        deadline = time.monotonic() + 30
+        while run.ended() <= before:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"job {job_id} did not end within 30 s")
+            time.sleep(0.002)
+        started_ns = int(out.read_text().strip())
+        submit_ms.append((started_ns - submitted_ns) / 1e6)
+        fetched = run.fetched_ns().get(job_id)
+        if fetched is not None:
+            fetch_ms.append((started_ns - fetched) / 1e6)
+    return fetch_ms, submit_ms
+
+
+def starter_uss_mb(run: StartdRun) -> float | None:
+    """Private memory of the starter of a running `/bin/sleep` job."""
+    before = run.ended()
+    [job_id] = run.broker.submit([{"Cmd": "/bin/sleep", "Arguments": "30", "Iwd": "/tmp"}],
+                                 owner="bench")
     try:
-        throughput = Bench(base / "throughput", form, slots)
-        throughput.queue(jobs, "/bin/true")
-        elapsed_s = throughput.run_startd()
-        print(f"{form:>8} hooks: {jobs / elapsed_s:7.1f} /bin/true jobs/s "
-              f"({jobs} jobs, {slots} slots, {elapsed_s:.2f} s)")
-        latency = Bench(base / "latency", form, slots)
-        latency.queue(latency_jobs, "/bin/date", "+%s%N", out=True)
-        latency.run_startd()
-        values = latency.latencies_ms()
-        if values:
-            print(f"{form:>8} hooks: fetch-to-start latency median "
-                  f"{statistics.median(values):6.1f} ms, p95 {percentile(values, 0.95):6.1f} ms "
-                  f"({len(values)} jobs)")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for proc in run.startd().children(recursive=True):
+                try:
+                    if proc.name() == "sleep":
+                        time.sleep(0.5)  # the starter's first sample and hooks are done
+                        return float(proc.parent().memory_full_info().uss) / 2**20
+                except psutil.Error:
+                    continue
+            time.sleep(0.05)
+        return None
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        run.broker.remove([job_id])
+        deadline = time.monotonic() + 30
+        while run.ended() <= before and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def idle_cpu_percent(run: StartdRun, seconds: float = 5.0) -> float:
+    procs = [run.startd(), *run.startd().children(recursive=True)]
+    def total() -> float:
+        spent = 0.0
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+                spent += times.user + times.system
+            except psutil.Error:
+                pass
+        return spent
+    time.sleep(1.0)
+    first = total()
+    time.sleep(seconds)
+    return (total() - first) / seconds * 100
+
+
+def rq_rate(url: str, worker_class: str, jobs: int, workers: int) -> float:
+    from rq import Queue
+    from rq.registry import FinishedJobRegistry
+
+    client = redis.Redis.from_url(url)
+    name = f"bench-{worker_class.lower()}"
+    queue = Queue(name, connection=client)
+    queue.enqueue_many([Queue.prepare_data("bench.rq_probe.run_true", result_ttl=600)
+                        for _ in range(jobs)])
+    queue_length = len(queue)
+    registry = FinishedJobRegistry(name, connection=client)
+    env = {**os.environ, "PYTHONPATH": str(BENCH_DIR.parent)}
+    procs = [subprocess.Popen([sys.executable, "-m", "rq.cli", "worker", "--url", url, "--burst",
+                               "--quiet", "--worker-class", f"rq.worker.{worker_class}",
+                               "--name", f"{name}-{n}-{os.getpid()}", name],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for n in range(workers)]
+    try:
+        return rate_between_ends(lambda: int(registry.count), min(jobs, queue_length))
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        queue.delete(delete_jobs=True)
+
+
+def program_hooks_rate(root: Path, jobs: int, slots: int) -> float:
+    """The program form: a `/bin/sh` fetch hook, `--once`, jobs/s over the whole run."""
+    folder = root / "jobs"
+    folder.mkdir(parents=True)
+    program = root / "fetch"
+    program.write_text(FETCH_PROGRAM.replace("JOBS", str(folder)))
+    program.chmod(0o755)
+    for number in range(jobs):
+        (folder / f"{number:06d}").write_text(
+            f'Cmd = "/bin/true"\nClusterId = {number + 1}\nProcId = 0\nIwd = "/tmp"\n')
+    conf = root / "program.conf"
+    conf.write_text(textwrap.dedent(f"""\
+        FETCHWORK_STATE_DIR = {root / 'state'}
+        LOG = {root / 'log'}
+        EXECUTE = {root / 'execute'}
+        NUM_SLOTS = {slots}
+        STARTD_JOB_HOOK_KEYWORD = BENCH
+        BENCH_HOOK_FETCH_WORK = {program}
+        FetchWorkDelay = ifThenElse(State == "Claimed" && Activity == "Busy", 300, 0)
+        FETCH_WORK_MIN_INTERVAL = 0.05
+        STARTER_INITIAL_UPDATE_INTERVAL = 3600
+    """))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("_FETCHWORK_")}
+    env.update(FETCHWORK_CONFIG=str(conf), FETCHWORK_STATE_DIR=str(root / "state"))
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "fetchwork.startd", "--once"], env=env, check=True,
+                   stderr=subprocess.DEVNULL, timeout=170)
+    return jobs / (time.perf_counter() - started)
+
+
+def report_latency(name: str, values: list[float]) -> None:
+    if values:
+        print(f"  {name:<34} median {statistics.median(values):7.1f} ms   "
+              f"p99 {percentile(values, 0.99):7.1f} ms   (n={len(values)})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=100, help="jobs for the throughput run")
-    parser.add_argument("--latency-jobs", type=int, default=30, help="jobs for the latency run")
+    parser.add_argument("--jobs", type=int, default=1000,
+                        help="jobs per throughput run (each run stops after 30 s)")
+    parser.add_argument("--latency-jobs", type=int, default=30)
     parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--program-jobs", type=int, default=50,
+                        help="jobs for the program-hook run (0: skip it)")
     args = parser.parse_args()
-    per_exec_ms = fork_exec_ms(args.jobs)
+    per_exec_ms = fork_exec_ms(200)
     print(f"reference: fork+exec+wait of /bin/true {per_exec_ms:.2f} ms "
-          f"({1000 / per_exec_ms:.0f}/s on one core)")
-    for form in ("program", "python"):
-        measure(form, args.jobs, args.latency_jobs, args.slots)
+          f"({1000 / per_exec_ms:.0f}/s on one core); {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    root = Path(tempfile.mkdtemp(prefix="fw-startd-bench-"))
+    root.chmod(0o755)
+    run = StartdRun(root, args.slots)
+    try:
+        run.start()
+        print(f"/bin/true throughput, {args.jobs} jobs (or 30 s), {args.slots} slots / "
+              "workers:")
+        ours = throughput(run, args.jobs)
+        print(f"  {'fetchwork startd (python: hooks)':<34} {ours:8.1f} jobs/s")
+        theirs = {}
+        for worker_class in ("Worker", "SimpleWorker"):
+            theirs[worker_class] = rq_rate(run.pool.url, worker_class, args.jobs, args.slots)
+            print(f"  {'rq ' + worker_class:<34} {theirs[worker_class]:8.1f} jobs/s")
+        print("ratio fetchwork/rq: " + ", ".join(f"{ours / rate:.2f} x {name}"
+                                                 for name, rate in theirs.items()))
+        work = root / "work"
+        work.mkdir()
+        work.chmod(0o777)  # jobs run as nobody under a root startd
+        fetch_ms, submit_ms = latencies(run, args.latency_jobs, work)
+        print("start latency, one job at a time onto idle slots:")
+        report_latency("fetch-to-start", fetch_ms)
+        report_latency("submit-to-start", submit_ms)
+        print("footprint:")
+        print(f"  {'startd resident memory (RSS)':<34} "
+              f"{run.startd().memory_info().rss / 2**20:7.1f} MB")
+        uss = starter_uss_mb(run)
+        if uss is not None:
+            print(f"  {'starter private memory (USS)':<34} {uss:7.1f} MB")
+        print(f"  {'idle startd CPU (with its zygote)':<34} {idle_cpu_percent(run):7.2f} % "
+              "of a core")
+    finally:
+        run.stop()
+    try:
+        if args.program_jobs > 0:
+            rate = program_hooks_rate(root / "program", args.program_jobs, args.slots)
+            print(f"program-form hooks (/bin/sh fetch hook, --once, {args.program_jobs} jobs): "
+                  f"{rate:.1f} jobs/s")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

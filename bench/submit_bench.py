@@ -1,6 +1,6 @@
 """Submit throughput and submit-to-start latency, fetchwork beside rq.
 
-    python bench/submit_bench.py [--jobs 100000] [--latency-samples 100]
+    python bench/submit_bench.py [--jobs 100000] [--latency-samples 50]
 
 Runs on a private embedded Redis in a temporary state directory (or the
 broker named by FETCHWORK_BROKER), so both systems use the same server.
@@ -74,7 +74,9 @@ def rss_report(pool: Pool) -> None:
             print(f"  {name:<28} {rss_mb:8.1f} MB")
             if name == "startd":
                 for kid in process.children():
-                    label = "standby starter" if "--standby" in kid.cmdline() else "starter"
+                    command = " ".join(kid.cmdline())
+                    label = ("starter zygote" if "fetchwork.starter.zygote" in command
+                             else "standby starter" if "--standby" in command else "starter")
                     print(f"  {label:<28} {kid.memory_info().rss / 2**20:8.1f} MB")
         except psutil.Error:
             pass
@@ -167,7 +169,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--cluster-size", type=int, default=1000)
-    parser.add_argument("--latency-samples", type=int, default=100)
+    parser.add_argument("--latency-samples", type=int, default=50)
     parser.add_argument("--idle-s", type=float, default=0.5,
                         help="pause before each latency sample so the slot is idle")
     options = parser.parse_args()
@@ -178,7 +180,7 @@ def main() -> None:
                "FETCHWORK_POOL": "bench", "_FETCHWORK_FETCHWORK_FETCH_LONG_POLL": "5"}
     os.environ.update(environ)
     config = Config.load(environ=environ)
-    pool = Pool(config, slots=1)
+    pool = Pool(config, slots=1, log_path=state / "pool.log")
     try:
         pool.start()
         client = redis.Redis.from_url(pool.url)

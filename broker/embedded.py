@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import importlib.util
+import inspect
 import logging
 import os
 import re
@@ -298,12 +299,25 @@ def broker_url(config: Config | None = None, start: bool = True) -> str:
     return server.url
 
 
+def _quiet_connection() -> dict[str, object]:
+    """Connection options that skip CLIENT SETINFO: two round trips, and a look through
+    every installed package for redis-py's version, on each new connection (each job's
+    starter makes one)."""
+    params = inspect.signature(redis.connection.AbstractConnection.__init__).parameters
+    if "driver_info" in params:
+        return {"driver_info": None}
+    if "lib_name" in params:
+        return {"lib_name": None, "lib_version": None}
+    return {}
+
+
 def connect(config: Config | None = None, start: bool = True, **kwargs: object) -> redis.Redis:
     """A Redis client for the configured broker (bytes responses unless asked otherwise);
     TLS files and credentials come from the knobs connection.py reads."""
     config = config or get_config()
     url = broker_url(config, start=start)
-    client = redis.Redis.from_url(url, **{**client_options(url, config), **kwargs})
+    client = redis.Redis.from_url(
+        url, **{**_quiet_connection(), **client_options(url, config), **kwargs})
     try:
         client.ping()
     except redis.RedisError as exc:

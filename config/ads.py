@@ -21,6 +21,8 @@ SEPARATOR = "-----"
 EXPR_KEY = "$expr"
 _ATTR_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=(.*)\Z", re.S)
 _LAYOUT_RE = re.compile(r"\s*\n\s*")
+# A string literal that needs no escape: printable ASCII without quote or backslash.
+_PLAIN_STRING_RE = re.compile(r'[ !#-\[\]-~]*\Z')
 _LITERALS = (bool, int, float, str)
 
 
@@ -98,6 +100,14 @@ def attr_text(ad: classad2.ClassAd, name: str) -> str:
     value = ad[name]
     if isinstance(value, float):
         return _real_text(value)
+    # Plain literals are written here: classad2's lookup() keeps a little
+    # memory per call that it never gives back, and ads are formatted often.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and not isinstance(value, classad2.Value):
+        return str(value)
+    if isinstance(value, str) and _PLAIN_STRING_RE.match(value):
+        return f'"{value}"'
     return unparse(ad.lookup(name))
 
 

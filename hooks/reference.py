@@ -9,8 +9,9 @@ or as programs with identical results.
   prints its ad; nothing when there is no work. An idle slot long-polls the
   broker's event stream for up to FETCHWORK_FETCH_LONG_POLL seconds.
 - reply_fetch: a rejected job goes back to the head of its priority group.
-- evict_claim: advisory only; the job on the claim has already ended or is
-  being vacated, and its exit hook requeues it.
+- evict_claim: advisory; the job on the claim has already ended or is being
+  vacated, and its exit hook requeues it, except a job whose starter could
+  not be started (the slot is still Claimed/Idle): that one is requeued here.
 - prepare_job: in-process, starts a lease keeper in the starter that renews
   the job's lease while the starter lives (whatever the update interval) and
   asks the starter to stop the job when it was removed or held meanwhile.
@@ -73,6 +74,8 @@ def reset_broker() -> None:
     global _broker
     with _broker_lock:
         _broker = None
+    with _published_lock:
+        _published.clear()
 
 
 def job_id_of(job_ad: classad2.ClassAd) -> str:
@@ -104,11 +107,32 @@ def _job_ad_of(stdin_text: str) -> classad2.ClassAd:
     return job_ad
 
 
+# Slot ad attributes that change without the slot changing (clocks, load, the
+# job of the moment); a slot ad that differs only in these is not published again.
+_VOLATILE = frozenset(name.lower() for name in (
+    "MyCurrentTime", "LoadAvg", "TotalLoadAvg", "EnteredCurrentState", "EnteredCurrentActivity",
+    "JobId", "JobStart", "CurrentRank"))
+_published: dict[str, tuple[str, float]] = {}
+_published_lock = threading.Lock()
+
+
 def _publish(slot_ad: classad2.ClassAd, config: Any) -> None:
-    """Every fetch shows the slot to `fetchwork status` for SLOT_AD_LIFETIME seconds."""
-    if not isinstance(slot_ad.get("Name"), str):
+    """Show the slot to `fetchwork status` for SLOT_AD_LIFETIME seconds: when it
+    changed, and again after a third of that lifetime, so it never lapses."""
+    name = slot_ad.get("Name")
+    if not isinstance(name, str):
         return
-    broker().publish_slot(slot_ad, config.get_duration_s("SLOT_AD_LIFETIME"))
+    lifetime_s = config.get_duration_s("SLOT_AD_LIFETIME")
+    shape = "\n".join(sorted(f"{key.lower()}={ads.attr_text(slot_ad, key)}"
+                             for key in slot_ad.keys() if key.lower() not in _VOLATILE))
+    now = time.monotonic()
+    with _published_lock:
+        last = _published.get(name)
+        if last is not None and last[0] == shape and now - last[1] < lifetime_s / 3:
+            return
+    broker().publish_slot(slot_ad, lifetime_s)
+    with _published_lock:
+        _published[name] = (shape, now)
 
 
 def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
@@ -166,17 +190,33 @@ def reply_fetch(args: Sequence[str], stdin_text: str) -> None:
 def evict_claim(args: Sequence[str], stdin_text: str) -> None:
     """Advisory: the claim ends; the job's own exit hook settles the job.
 
-    The slot is shown as unclaimed at once rather than at its next fetch.
+    A claim evicted while the slot is still Claimed/Idle never got its job
+    started (its starter could not be made), so no exit hook will come: the
+    job goes back to the head of its group at once. The slot is shown as
+    unclaimed at once rather than at its next fetch.
     """
-    _job_ad, slot_ad = ads.split_pair(stdin_text, source="hook input")
-    if slot_ad is not None:
-        slot_ad["State"] = "Unclaimed"
-        slot_ad["Activity"] = "Idle"
-        for name in ("JobId", "ClientMachine", "RemoteOwner"):
-            if name in slot_ad:
-                del slot_ad[name]
-        _publish(slot_ad, get_config())
+    job_ad, slot_ad = ads.split_pair(stdin_text, source="hook input")
+    if slot_ad is None:
+        return None
+    if slot_ad.get("State") == "Claimed" and slot_ad.get("Activity") == "Idle":
+        _give_back(job_ad)
+    slot_ad["State"] = "Unclaimed"
+    slot_ad["Activity"] = "Idle"
+    for name in ("JobId", "ClientMachine", "RemoteOwner"):
+        if name in slot_ad:
+            del slot_ad[name]
+    _publish(slot_ad, get_config())
     return None
+
+
+def _give_back(job_ad: classad2.ClassAd) -> None:
+    """Requeue a claimed job that never started (nothing if the claim is no longer ours)."""
+    job_id, token = ad_job_id(job_ad), job_ad.get(CLAIM_ATTR)
+    if job_id is None or not isinstance(token, str) or not token:
+        return
+    if broker().reject(job_id, token):
+        log.info("job %s never started on the evicted claim; back at the head of its group",
+                 job_id)
 
 
 # -- starter hooks -----------------------------------------------------------
@@ -311,6 +351,16 @@ def _stop_keeper(job_id: str) -> None:
         keeper = _keepers.pop(job_id, None)
     if keeper is not None:
         keeper.stop()
+
+
+def prepare_fork() -> None:
+    """Called by the starter zygote before it forks starters: what each starter's
+    first broker call needs (the client's modules, the Lua scripts' text and
+    digests) is then done once, not once per job."""
+    from fetchwork.broker import embedded, scripts  # noqa: F401 - imported ahead on purpose
+
+    for name in (*scripts.TRANSITIONS, *scripts.STANDALONE):
+        scripts.sha(name)
 
 
 HOOKS = {

@@ -41,6 +41,7 @@ class StartdSettings:
     fast_shutdown_grace_s: float
     polling_interval_s: float
     starter_standby: int
+    starter_zygote: bool
 
     @classmethod
     def from_config(cls, config: Config) -> StartdSettings:
@@ -71,6 +72,7 @@ class StartdSettings:
             fast_shutdown_grace_s=config.get_duration_s("STARTD_FAST_SHUTDOWN_GRACE"),
             polling_interval_s=config.get_duration_s("POLLING_INTERVAL"),
             starter_standby=config.get_int("STARTER_STANDBY"),
+            starter_zygote=config.get_bool("STARTER_ZYGOTE"),
         )
 
 

@@ -25,6 +25,7 @@ from fetchwork.config import ads
 from fetchwork.config.protocol import CONTROL_WORDS, JOB_AD_FILE, MACHINE_AD_FILE, STANDBY_FLAG
 from fetchwork.errors import StarterError
 from fetchwork.hooks.pipes import open_pidfd, read_available
+from fetchwork.startd.zygoteclient import ForkedStarter, ZygoteClient
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ log = logging.getLogger(__name__)
 class StarterProcess:
     """A spawned starter: its pipes, its events so far, and how to stop it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], sandbox: str, slot_id: int):
+    def __init__(self, proc: subprocess.Popen[bytes] | ForkedStarter, sandbox: str,
+                 slot_id: int):
         self.proc = proc
         self.sandbox = sandbox
         self.slot_id = slot_id
@@ -42,7 +44,8 @@ class StarterProcess:
         self.final_ad: dict[str, Any] | None = None
         self.stdout_closed = False
         self._partial = b""
-        self.pidfd = open_pidfd(proc.pid)
+        # A forked starter comes with the zygote's pidfd (no race with pid reuse).
+        self.pidfd = proc.pidfd if isinstance(proc, ForkedStarter) else open_pidfd(proc.pid)
         assert proc.stdout is not None
         os.set_blocking(proc.stdout.fileno(), False)
 
@@ -50,9 +53,9 @@ class StarterProcess:
     def spawn(cls, slot_id: int, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
               sandbox: str, keyword: str | None,
               env: Mapping[str, str] | None = None,
-              standby: StandbyStarters | None = None) -> StarterProcess:
+              standby: StandbyStarters | ZygoteClient | None = None) -> StarterProcess:
         """Make the sandbox, write both ads into it and start the starter
-        (a standby one when `standby` has one ready)."""
+        (forked by the zygote, or a standby one, when `standby` is given)."""
         try:
             os.makedirs(sandbox, mode=0o755, exist_ok=False)
             _write(os.path.join(sandbox, JOB_AD_FILE), ads.format_ad(job_ad))
@@ -66,7 +69,12 @@ class StarterProcess:
                 "--slot", str(slot_id), "--sandbox", sandbox]
         if keyword:
             args += ["--keyword", keyword]
-        proc = standby.take(args) if standby is not None and env is None else None
+        try:
+            proc: subprocess.Popen[bytes] | ForkedStarter | None = (
+                standby.take(args) if standby is not None and env is None else None)
+        except StarterError:
+            shutil.rmtree(sandbox, ignore_errors=True)
+            raise
         if proc is None:
             try:
                 proc = _popen_starter(args, env)
@@ -140,10 +148,13 @@ class StarterProcess:
 
     def close(self) -> None:
         """Release pipes and the pidfd; remove the sandbox if the starter left it behind."""
-        _close_pipes(self.proc)
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
+        if isinstance(self.proc, ForkedStarter):
+            self.proc.close()  # its pipes and its pidfd
+        else:
+            _close_pipes(self.proc)
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+        self.pidfd = None
         # HTCondor's startd also cleans an execute directory its starter left.
         shutil.rmtree(self.sandbox, ignore_errors=True)
 

@@ -30,6 +30,7 @@ from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.slot import Slot
 from fetchwork.startd.starterproc import StandbyStarters, StarterProcess, sandbox_name
 from fetchwork.startd.states import Activity, State
+from fetchwork.startd.zygoteclient import ZygoteClient
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,10 @@ class StarterSupervisor:
         self.host = host
         self.selector = selector
         self._sandbox_numbers = itertools.count(1)
-        self.standby = StandbyStarters(host.settings.starter_standby)
+        # Starters are forked by the zygote, or else one stands by.
+        self.standby: StandbyStarters | ZygoteClient = (
+            ZygoteClient() if host.settings.starter_zygote
+            else StandbyStarters(host.settings.starter_standby))
         self.standby.refill()
 
     def spawn(self, slot: Slot) -> None:
@@ -72,7 +76,10 @@ class StarterSupervisor:
             starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad(slot),
                                            sandbox, keyword, standby=self.standby)
         except StarterError as exc:
-            log.error("%s: job %s not started: %s", slot.label, claim.job_id, exc)
+            log.error("%s: job %s not started: %s; the claim is given back", slot.label,
+                      claim.job_id, exc)
+            # Not at once again: a failing fork must not run through the queue.
+            slot.clock.last_found_work = False
             self.evict(slot, "the starter could not be started")
             return
         slot.starter = starter

@@ -34,6 +34,7 @@ from fetchwork.starter.jobspec import (
     exec_failure,
     open_failure,
 )
+from fetchwork.starter.proctree import children
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,7 @@ class JobProcess:
 
     def reap_orphans(self) -> None:
         """Reap job processes re-parented to the starter that have exited."""
-        for child in self._me.children():
+        for child in children(self._me):
             if child.pid == self.pid or not self._is_job(child):
                 continue
             try:
@@ -212,7 +213,7 @@ class JobProcess:
     def tree(self) -> Iterator[psutil.Process]:
         """The job's live processes (the main one included while it runs)."""
         try:
-            candidates = self._me.children(recursive=True)
+            candidates = children(self._me, recursive=True)
         except psutil.Error:  # pragma: no cover
             return
         owned_pids: set[int] = set()

@@ -158,3 +158,16 @@ def test_from_dict_rejects_what_an_ad_cannot_hold():
 def test_ads_equal_compares_text():
     assert ads.ads_equal(ads.parse_ad("A = 1\nB = x + 1\n"), ads.parse_ad("b = x + 1\na = 1\n"))
     assert not ads.ads_equal(ads.parse_ad("A = 1\n"), ads.parse_ad("A = 2\n"))
+
+
+def test_plain_literals_are_written_as_classad_writes_them():
+    ad = classad2.ClassAd()
+    values = [0, -7, 2**40, True, False, "", "plain text/with:marks", 'a "quote"', "back\\slash",
+              "tab\there", "new\nline", "é", 2.5]
+    for number, value in enumerate(values):
+        ad[f"A{number}"] = value
+    for name in ad.keys():
+        written = ads.attr_text(ad, name)
+        assert ads.parse_ad(f"X = {written}")["X"] == ad[name]
+        if not isinstance(ad[name], float):
+            assert written == ads.unparse(ad.lookup(name))

@@ -1,0 +1,204 @@
+"""Claims against one Redis from 10,000 simulated slots, and claims behind non-matching jobs.
+
+    python bench/scale_bench.py [--slots 10000] [--processes 4] [--seconds 15]
+
+A private embedded Redis in a temporary folder. No startd and no job
+processes: each simulated slot does what a startd's fetch loop does through
+the reference hooks (claim a job for its slot ad, then finish it, as a
+trivial job would end at once), spread over a few processes, each slot
+asking again as soon as its job ended.
+
+- trivial jobs: one shape of job, every slot matches; claims/s, claim
+  latency p50/p99 (the time a slot waits from asking to holding a job),
+  Redis CPU (share of one core) and memory;
+- 100 shapes: 100,000 idle jobs needing 100..10,000 MB (100 shapes), slots
+  of 100..10,000 MB, so most slots cannot take the jobs at the head;
+- head of line: the latency of one claim with 0, 1,000 and 100,000 jobs the
+  slot does not match queued ahead of one it does.
+
+Prints figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from fetchwork.broker.client import Broker
+from fetchwork.broker.embedded import EmbeddedRedis
+from fetchwork.config.ads import from_dict, parse_expr
+from fetchwork.config.loader import Config
+
+MEMORY_REQUIREMENT = {"$expr": "TARGET.Memory >= MY.RequestMemory"}
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+@dataclass
+class Setup:
+    url: str
+    pool: str
+    environ: dict[str, str]
+
+    def broker(self) -> Broker:
+        config = Config.load(environ=self.environ)
+        return Broker(redis.Redis.from_url(self.url), pool=self.pool, config=config)
+
+
+def slot_ads(first: int, count: int, memory_mb: list[int]) -> list[Any]:
+    ads = []
+    for number in range(first, first + count):
+        ads.append(from_dict({
+            "Name": f"slot1@host{number}", "Machine": f"host{number}", "SlotID": 1,
+            "Memory": memory_mb[number % len(memory_mb)], "Cpus": 1,
+            "State": "Unclaimed", "Activity": "Idle",
+            "Start": {"$expr": "true"}}))
+    return ads
+
+
+def run_slots(setup: Setup, first: int, count: int, memory_mb: list[int], seconds: float,
+              results: Any) -> None:
+    """One process's share of the slots: ask, hold, finish, ask again, for `seconds`."""
+    logging.disable(logging.CRITICAL)
+    broker = setup.broker()
+    ads = slot_ads(first, count, memory_mb)
+    latencies: list[float] = []
+    empty = 0
+    deadline = time.monotonic() + seconds
+    index = 0
+    while time.monotonic() < deadline and empty < count:
+        slot = ads[index % count]
+        index += 1
+        asked = time.perf_counter()
+        job = broker.claim(slot)
+        if job is None:
+            empty += 1
+            continue
+        latencies.append(time.perf_counter() - asked)
+        empty = 0
+        job_id = f"{job['ClusterId']}.{job['ProcId']}"
+        broker.finish(job_id, str(job["FetchworkClaim"]), "exit")
+    results.put(latencies)
+
+
+def redis_cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def scenario(setup: Setup, name: str, jobs: list[dict[str, Any]], memory_mb: list[int],
+             slots: int, processes: int, seconds: float) -> None:
+    broker = setup.broker()
+    client = broker.client
+    memory_before = int(client.info("memory")["used_memory"])
+    started = time.perf_counter()
+    for start in range(0, len(jobs), 10_000):
+        broker.submit(jobs[start:start + 10_000], owner="bench")
+    submit_s = time.perf_counter() - started
+    queued_bytes = int(client.info("memory")["used_memory"]) - memory_before
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    share = slots // processes
+    cpu_before, wall_before = redis_cpu_s(client), time.perf_counter()
+    workers = [context.Process(target=run_slots,
+                               args=(setup, n * share, share, memory_mb, seconds, results))
+               for n in range(processes)]
+    for worker in workers:
+        worker.start()
+    latencies: list[float] = []
+    for _worker in workers:
+        latencies += results.get()
+    for worker in workers:
+        worker.join()
+    wall_s = time.perf_counter() - wall_before
+    redis_share = (redis_cpu_s(client) - cpu_before) / wall_s * 100
+    ms = [value * 1000 for value in latencies]
+    print(f"{name}: {slots} slots in {processes} processes, {len(jobs)} jobs queued "
+          f"({len(jobs) / submit_s:.0f} jobs/s submitted)")
+    rate = len(ms) / wall_s
+    print(f"  claims/s                  {rate:10.0f}   ({len(ms)} claims in {wall_s:.1f} s)")
+    if rate > 0:
+        print(f"  every slot served once in {slots / rate:10.1f} s (slots / claims/s)")
+    if ms:
+        print(f"  claim latency             p50 {statistics.median(ms):7.2f} ms   "
+              f"p99 {percentile(ms, 0.99):7.2f} ms")
+    print(f"  Redis CPU                 {redis_share:10.0f} % of a core")
+    print(f"  Redis memory              {client.info('memory')['used_memory'] / 2**20:10.1f} MB "
+          f"({queued_bytes / max(1, len(jobs)):.0f} bytes per queued job)")
+
+
+def head_of_line(setup: Setup, ahead: int, tries: int) -> list[float]:
+    """Claim latencies (ms) of a slot with `ahead` jobs it does not match before one it does."""
+    broker = setup.broker()
+    blocker = {"Cmd": "/bin/true", "Iwd": "/tmp", "RequestMemory": 10**6,
+               "Requirements": MEMORY_REQUIREMENT}
+    for start in range(0, ahead, 10_000):
+        broker.submit([blocker] * min(10_000, ahead - start), owner="bench")
+    slot = from_dict({"Name": "slot1@lonely", "Memory": 1000, "Cpus": 1,
+                      "Start": {"$expr": "true"}})
+    found = []
+    for _ in range(tries):
+        broker.submit([{"Cmd": "/bin/true", "Iwd": "/tmp", "RequestMemory": 10,
+                        "Requirements": MEMORY_REQUIREMENT}], owner="bench")
+        asked = time.perf_counter()
+        job = broker.claim(slot)
+        found.append((time.perf_counter() - asked) * 1000)
+        if job is None:
+            raise SystemExit("the matching job was not claimed")
+        broker.finish(f"{job['ClusterId']}.{job['ProcId']}", str(job["FetchworkClaim"]), "exit")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slots", type=int, default=10_000)
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=15.0,
+                        help="how long the slots run in each scenario")
+    parser.add_argument("--jobs", type=int, default=100_000)
+    options = parser.parse_args()
+    logging.disable(logging.CRITICAL)
+    parse_expr("true")  # fail early if the ClassAd library is missing
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start")
+    root = Path(tempfile.mkdtemp(prefix="fw-scale-bench-"))
+    server = EmbeddedRedis(root / "redis")
+    server.start()
+    try:
+        environ = {**os.environ, "FETCHWORK_STATE_DIR": str(root)}
+        trivial = [{"Cmd": "/bin/true", "Iwd": "/tmp"}] * options.jobs
+        scenario(Setup(server.url, "trivial", environ), "trivial jobs", trivial, [1000],
+                 options.slots, options.processes, options.seconds)
+        shapes = [100 * (n % 100 + 1) for n in range(options.jobs)]
+        random.Random(1).shuffle(shapes)
+        shaped = [{"Cmd": "/bin/true", "Iwd": "/tmp", "RequestMemory": memory,
+                   "Requirements": MEMORY_REQUIREMENT} for memory in shapes]
+        scenario(Setup(server.url, "shapes", environ), "100 shapes", shaped,
+                 [100 * (n + 1) for n in range(100)], options.slots, options.processes,
+                 options.seconds)
+        print("head of line: one claim, a matching job behind non-matching ones:")
+        for ahead, tries in ((0, 20), (1000, 10), (100_000, 2)):
+            values = head_of_line(Setup(server.url, f"hol{ahead}", environ), ahead, tries)
+            print(f"  {ahead:>7} jobs ahead       median {statistics.median(values):7.2f} ms   "
+                  f"best {min(values):7.2f} ms   (n={len(values)})")
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

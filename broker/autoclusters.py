@@ -1,0 +1,271 @@
+"""Autoclusters: idle jobs grouped by what a match can read of them (HTCondor's autoclusters).
+
+Two jobs whose *significant* attributes are equal match exactly the same
+slots, so a claim evaluates one representative per group instead of every
+job. The significant attributes of a job are:
+
+- `SIGNIFICANT_ATTRS`: Requirements, Rank, RequestCpus, RequestMemory,
+  RequestDisk and Owner (the attributes HTCondor's negotiator and the usual
+  slot policies read), plus the site's extra attributes (what its
+  slots' START expressions read of a job, e.g. AccountingGroup);
+- every attribute of the job that its Requirements or Rank read, through
+  other attributes too (`Requirements = TARGET.Memory >= MY.Need * 2`,
+  `Need = RequestMemory + 10`: Need and RequestMemory).
+
+The representative holds only those attributes, which is enough to evaluate
+the job's Requirements against a slot. The slot's START is evaluated
+against the representative only when every job attribute it reads is among
+the common significant ones (`start_reads_only`); otherwise the claimer
+evaluates each member, as without groups, so a group never hides a job a
+slot would refuse or accept on another attribute.
+
+Redis representation (one pool; all keys through keys.py and KEYS):
+
+    fw:{P}:ac:groups   zset  group id -> best (lowest) FetchworkOrder of its idle jobs
+    fw:{P}:ac:members  zset  every idle job, all scores 0, member
+                             "<group id>|<order, fixed width>|<job id>", so a
+                             ZRANGEBYLEX on "[<gid>|" gives a group's idle jobs
+                             in priority order and its head in O(log N)
+    fw:{P}:ac:reps     hash  group id -> msgpack of the representative attributes
+
+The submit script adds members and lowers group scores; claim, hold,
+remove and finish remove members and raise a group's score to its new head
+(or drop the group when it empties); every script that makes a job IDLE
+adds it back. A claim walks `ac:groups` in score order, evaluates each
+group's representative once, and claims the head of the first that
+matches: with G groups, at most G evaluations and one claim call, whatever
+the number of idle jobs. This module is the pure part: names, signatures,
+group ids, member keys, and the choice of a group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import classad2
+
+from fetchwork.config.ads import EXPR_KEY
+
+SIGNIFICANT_ATTRS = ("Requirements", "Rank", "RequestCpus", "RequestMemory", "RequestDisk",
+                     "Owner")
+# Expressions whose references join the significant attributes.
+_REFERRING = ("requirements", "rank")
+# |FetchworkOrder| < 2^52 (priority within +-2^18, 2^34 positions each); shifted
+# by this it is never negative and still exact in a Lua number.
+ORDER_OFFSET = 2**52
+ORDER_WIDTH = 16
+GROUP_ID_BYTES = 8
+SEPARATOR = "|"
+
+
+def _ref_names(expr_text: str) -> tuple[str, ...]:
+    """Attribute names (lower case, without MY.) an expression may read of its own ad."""
+    return _refs_cached(expr_text)
+
+
+@lru_cache(maxsize=4096)
+def _refs_cached(expr_text: str) -> tuple[str, ...]:
+    holder = classad2.ClassAd()
+    try:
+        holder["x"] = classad2.ExprTree(expr_text)
+        refs = list(holder.externalRefs(holder.lookup("x")))
+        refs += list(holder.internalRefs(holder.lookup("x")))
+    except Exception:  # an unparsable expression: it reads nothing we can name
+        return ()
+    names = []
+    for ref in refs:
+        lowered = str(ref).lower()
+        if not lowered or lowered.startswith("target."):
+            continue
+        names.append(lowered[3:] if lowered.startswith("my.") else lowered)
+    return tuple(sorted(set(names)))
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, Mapping) and EXPR_KEY in value:
+        return str(value[EXPR_KEY])
+    return None
+
+
+def significant_names(attrs: Mapping[str, Any], extra: Sequence[str] = ()) -> list[str]:
+    """The job's significant attribute names (as spelled in `attrs`, else as given), sorted
+    case-insensitively."""
+    by_lower = {name.lower(): name for name in attrs}
+    chosen = {name.lower(): name for name in (*SIGNIFICANT_ATTRS, *extra)}
+    todo = [name for name in _REFERRING if name in by_lower]
+    seen: set[str] = set()
+    while todo:
+        lower = todo.pop()
+        if lower in seen:
+            continue
+        seen.add(lower)
+        text = _text(attrs[by_lower[lower]])
+        for ref in _ref_names(text) if text is not None else ():
+            if ref in by_lower:
+                chosen.setdefault(ref, by_lower[ref])
+                todo.append(ref)
+    return [by_lower.get(lower, name) for lower, name in sorted(chosen.items())]
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return (EXPR_KEY, str(value.get(EXPR_KEY)))
+    if isinstance(value, list | tuple):
+        return tuple(_canonical(item) for item in value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return (type(value).__name__, value)
+
+
+def signature(attrs: Mapping[str, Any], extra: Sequence[str] = ()) -> tuple[Any, ...]:
+    """What a match can read of the job: (lower-case name, canonical value) pairs,
+    absent attributes left out."""
+    by_lower = {name.lower(): name for name in attrs}
+    pairs = []
+    for name in significant_names(attrs, extra):
+        actual = by_lower.get(name.lower())
+        if actual is not None:
+            pairs.append((name.lower(), _canonical(attrs[actual])))
+    return tuple(pairs)
+
+
+@lru_cache(maxsize=65536)
+def group_id(sig: tuple[Any, ...]) -> str:
+    """A short stable id of a signature (hex, the same on every client)."""
+    text = json.dumps(sig, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=GROUP_ID_BYTES).hexdigest()
+
+
+def representative(attrs: Mapping[str, Any], extra: Sequence[str] = ()) -> dict[str, Any]:
+    """The significant attributes of a job: enough to evaluate a match for its group."""
+    by_lower = {name.lower(): name for name in attrs}
+    rep = {}
+    for name in significant_names(attrs, extra):
+        actual = by_lower.get(name.lower())
+        if actual is not None:
+            rep[actual] = attrs[actual]
+    return rep
+
+
+def member(gid: str, order: int, job_id: str) -> str:
+    """The `ac:members` entry of a job: sorts by group, then priority order."""
+    return f"{gid}{SEPARATOR}{order + ORDER_OFFSET:0{ORDER_WIDTH}d}{SEPARATOR}{job_id}"
+
+
+def parse_member(text: str) -> tuple[str, int, str]:
+    """(group id, order, job id) of an `ac:members` entry."""
+    gid, order, job_id = text.split(SEPARATOR, 2)
+    return gid, int(order) - ORDER_OFFSET, job_id
+
+
+def start_reads_only(slot_ad: classad2.ClassAd, names: Iterable[str]) -> bool:
+    """True when the slot's START reads no job attribute outside `names`.
+
+    A reference counts as the job's when it says TARGET., or when it names
+    nothing in the slot ad (an unscoped name falls through to the job).
+    """
+    if "Start" not in slot_ad:
+        return True
+    allowed = {name.lower() for name in names}
+    slot_names = {name.lower() for name in slot_ad.keys()}
+    try:
+        expr = slot_ad.lookup("Start")
+        refs = list(slot_ad.externalRefs(expr)) + list(slot_ad.internalRefs(expr))
+    except Exception:  # cannot tell what it reads: evaluate each job
+        return False
+    for ref in refs:
+        lowered = str(ref).lower()
+        if not lowered or lowered.startswith("my."):
+            continue
+        if lowered.startswith("target."):
+            if lowered[7:] not in allowed:
+                return False
+        elif lowered not in slot_names and lowered not in allowed:
+            return False
+    return True
+
+
+@dataclass
+class Group:
+    """Idle jobs that share one signature, best first."""
+
+    gid: str
+    rep: dict[str, Any]
+    members: list[tuple[int, str]] = field(default_factory=list)  # (order, job id)
+
+    @property
+    def best(self) -> int:
+        return self.members[0][0]
+
+
+def group_jobs(jobs: Iterable[tuple[str, int, Mapping[str, Any]]],
+               extra: Sequence[str] = ()) -> list[Group]:
+    """Group (job id, order, attrs) by signature; groups by their best order, members by
+    order."""
+    groups: dict[str, Group] = {}
+    for job_id, order, attrs in jobs:
+        gid = group_id(signature(attrs, extra))
+        if gid not in groups:
+            groups[gid] = Group(gid, representative(attrs, extra))
+        groups[gid].members.append((order, job_id))
+    for grp in groups.values():
+        grp.members.sort()
+    return sorted(groups.values(), key=lambda grp: (grp.best, grp.gid))
+
+
+def first_matching(groups: Iterable[Group], fits: Callable[[Group], bool]) -> Group | None:
+    """The first group, in the given (best-first) order, whose representative fits."""
+    for grp in groups:
+        if fits(grp):
+            return grp
+    return None
+
+
+class Grouper:
+    """Group ids and representatives for many jobs, each distinct shape worked out once."""
+
+    def __init__(self, extra: Sequence[str] = ()):
+        self.extra = tuple(extra)
+        self.reps: dict[str, dict[str, Any]] = {}
+        self._spelled: dict[tuple[str, ...], tuple[str | None, ...]] = {}
+        self._names: dict[tuple[Any, ...], tuple[str, ...]] = {}
+        self._gids: dict[tuple[Any, ...], str] = {}
+
+    def gid(self, attrs: Mapping[str, Any]) -> str:
+        """The job's group id; its representative is kept in `reps`."""
+        keys = tuple(attrs)
+        referring = self._spelled.get(keys)
+        if referring is None:
+            by_lower = {name.lower(): name for name in keys}
+            referring = tuple(by_lower.get(name) for name in _REFERRING)
+            self._spelled[keys] = referring
+        # The significant names depend on which attributes exist and on the
+        # texts of Requirements and Rank.
+        shape = (keys, *(_text(attrs[name]) if name else None for name in referring))
+        names = self._names.get(shape)
+        if names is None:
+            present = {name.lower() for name in keys}
+            names = tuple(name for name in significant_names(attrs, self.extra)
+                          if name.lower() in present)
+            self._names[shape] = names
+        values = (names, *(_hashable(attrs[name]) for name in names))
+        gid = self._gids.get(values)
+        if gid is None:
+            gid = group_id(signature({name: attrs[name] for name in names}, self.extra))
+            self._gids[values] = gid
+            self.reps.setdefault(gid, {name: attrs[name] for name in names})
+        return gid
+
+
+def _hashable(value: Any) -> Any:
+    """A key for a value that tells apart what its canonical form tells apart."""
+    if isinstance(value, Mapping):
+        return (EXPR_KEY, str(value.get(EXPR_KEY)))
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(item) for item in value)
+    return (type(value), value)

@@ -1,0 +1,351 @@
+"""The startd's side of the starter zygote: ask it for starters, hear how they end.
+
+The zygote (`fetchwork.starter.zygote`) is a child of the startd holding one
+end of a unix SOCK_SEQPACKET pair on its fd 0. `spawn` makes the starter's
+two pipes, passes the child's ends over the socket and waits for the reply:
+the starter's pid and a pidfd for it. The zygote reaps its children and
+reports their exit status; `fileno()` is readable when a report waits, and
+`read_reports` takes them. A zygote found dead is started again and the
+request retried once; a zygote that cannot fork answers with an error that
+`spawn` raises as StarterError, so the caller can give the job back.
+A starter orphaned by a dead zygote is still seen to end (its pidfd), with
+its status unknown (`STATUS_UNKNOWN`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from fetchwork.errors import StarterError
+from fetchwork.starter.zygote import receive, send
+
+log = logging.getLogger(__name__)
+
+ZYGOTE_MODULE = "fetchwork.starter.zygote"
+# Exit status reported for a starter whose zygote died before reaping it.
+STATUS_UNKNOWN = 256
+# Longest wait for the zygote's report of a starter whose pidfd says it ended.
+REPORT_WAIT_S = 2.0
+# Longest wait for a reply: a fresh zygote imports the starter and the
+# in-process hooks' modules first (seconds on a loaded machine).
+REPLY_TIMEOUT_S = 60.0
+
+
+class ZygoteGone(StarterError):
+    """The zygote exited or closed its socket."""
+
+
+@dataclass
+class ForkedStarter:
+    """A starter the zygote forked: its pid, pidfd and the startd's ends of its pipes.
+
+    It answers `poll`, `wait`, `kill` and `returncode` as a subprocess.Popen
+    would, through the client that learns its exit status from the zygote.
+    """
+
+    pid: int
+    pidfd: int | None
+    stdin: IO[bytes]
+    stdout: IO[bytes]
+    zygote_pid: int
+    client: ZygoteClient | None = None
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.client is not None:
+            self.returncode = self.client.exit_status(self, wait_s=REPORT_WAIT_S)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            remaining_s = None if deadline is None else deadline - time.monotonic()
+            if remaining_s is not None and remaining_s <= 0:
+                raise subprocess.TimeoutExpired(f"starter {self.pid}", timeout or 0.0)
+            _wait_ended(self, min(remaining_s if remaining_s is not None else 0.05, 0.05))
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def close(self) -> None:
+        """Close the startd's ends of the pipes and the pidfd."""
+        for stream in (self.stdin, self.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+class ZygoteClient:
+    """Owns one zygote process at a time; re-creates it when it has died."""
+
+    def __init__(self, command: Sequence[str] | None = None,
+                 env: Mapping[str, str] | None = None,
+                 reply_timeout_s: float = REPLY_TIMEOUT_S):
+        self.command = list(command) if command else [sys.executable, "-P", "-m", ZYGOTE_MODULE]
+        self.env = dict(env) if env is not None else None
+        self.reply_timeout_s = reply_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+        self.starts = 0
+        self._statuses: dict[int, int] = {}
+        self._pending: list[tuple[int, int]] = []
+
+    # -- the zygote process ----------------------------------------------------
+
+    def start(self) -> None:
+        """Start a zygote (without waiting for it to be ready)."""
+        self._discard()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            # Its own session: a terminal's Ctrl-C reaches the startd, which decides.
+            self.proc = subprocess.Popen(self.command, stdin=theirs.fileno(),
+                                         stdout=subprocess.DEVNULL, env=self.env,
+                                         close_fds=True, start_new_session=True)
+        except OSError as exc:
+            ours.close()
+            raise StarterError(f"cannot start the starter zygote: {exc.strerror or exc}") from exc
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self.sock = ours
+        self.starts += 1
+        log.debug("starter zygote %s started", self.proc.pid)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.sock is not None and self.proc.poll() is None
+
+    def fileno(self) -> int | None:
+        """The socket to watch for exit reports (None while no zygote runs)."""
+        return self.sock.fileno() if self.sock is not None else None
+
+    def _discard(self) -> None:
+        """Forget the current zygote: close its socket, reap it (it exits at EOF)."""
+        if self.sock is not None:
+            self._drain()
+            self.sock.close()
+            self.sock = None
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def close(self) -> None:
+        """Stop the zygote; starters it forked keep running (they are their own sessions)."""
+        self._discard()
+
+    def refill(self) -> None:
+        """Have a zygote running (started now if none is), without waiting for it."""
+        if not self.alive():
+            if self.proc is not None:
+                log.warning("the starter zygote %s is gone (%s); starting another",
+                            self.proc.pid, _how(self.proc))
+            self.start()
+
+    def take(self, args: Sequence[str]) -> ForkedStarter:
+        """A starter given `args` (as `spawn`)."""
+        return self.spawn(args)
+
+    # -- starting a starter ------------------------------------------------------
+
+    def spawn(self, args: Sequence[str]) -> ForkedStarter:
+        """A new starter running `python -m fetchwork.starter <args>`.
+
+        Raises StarterError when the zygote cannot fork or cannot be started.
+        """
+        for attempt in (1, 2):
+            self.refill()
+            try:
+                return self._request(args)
+            except ZygoteGone as exc:
+                if attempt == 2:
+                    raise StarterError(f"the starter zygote failed twice: {exc}") from exc
+                log.warning("the starter zygote went away during a request (%s); "
+                            "retrying with a new one", exc)
+                self._kill()
+        raise AssertionError("unreachable")
+
+    def _request(self, args: Sequence[str]) -> ForkedStarter:
+        assert self.sock is not None and self.proc is not None
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        try:
+            try:
+                send(self.sock, {"op": "spawn", "args": list(args)}, [stdin_r, stdout_w])
+            except BlockingIOError:
+                self._writable()
+                send(self.sock, {"op": "spawn", "args": list(args)}, [stdin_r, stdout_w])
+            except OSError as exc:
+                raise ZygoteGone(f"cannot write to it: {exc.strerror or exc}") from exc
+            reply, fds = self._reply()
+        except BaseException:
+            for fd in (stdin_w, stdout_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(stdin_r)
+            os.close(stdout_w)
+        if reply.get("op") != "spawned":
+            for fd in (stdin_w, stdout_r, *fds):
+                os.close(fd)
+            raise StarterError(f"the starter zygote could not start a starter: "
+                               f"{reply.get('error') or reply}")
+        os.set_blocking(stdout_r, False)
+        return ForkedStarter(pid=int(reply["pid"]), pidfd=fds[0] if fds else None,
+                             stdin=os.fdopen(stdin_w, "wb"), stdout=os.fdopen(stdout_r, "rb"),
+                             zygote_pid=self.proc.pid, client=self)
+
+    def _writable(self) -> None:
+        assert self.sock is not None
+        _r, w, _x = select.select([], [self.sock], [], self.reply_timeout_s)
+        if not w:
+            raise ZygoteGone("its socket stayed full")
+
+    def _reply(self) -> tuple[dict[str, Any], list[int]]:
+        """Wait for the answer to a spawn request, keeping exit reports that come first."""
+        assert self.sock is not None
+        deadline = time.monotonic() + self.reply_timeout_s
+        while True:
+            message, fds = self._next(deadline)
+            if message.get("op") in ("spawned", "error"):
+                return message, fds
+            for fd in fds:
+                os.close(fd)
+            self._note(message)
+
+    def _next(self, deadline: float) -> tuple[dict[str, Any], list[int]]:
+        assert self.sock is not None
+        while True:
+            try:
+                message, fds = receive(self.sock)
+            except BlockingIOError:
+                remaining_s = deadline - time.monotonic()
+                if remaining_s <= 0:
+                    self._kill()
+                    raise StarterError(f"the starter zygote did not answer within "
+                                       f"{self.reply_timeout_s:g}s; stopped it") from None
+                select.select([self.sock], [], [], remaining_s)
+                continue
+            except (OSError, ValueError) as exc:
+                raise ZygoteGone(f"cannot read from it: {exc}") from exc
+            if message is None:
+                raise ZygoteGone("it closed its socket")
+            return message, fds
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        self._discard()
+
+    # -- how starters end ----------------------------------------------------------
+
+    def _note(self, message: dict[str, Any]) -> None:
+        if message.get("op") == "exited":
+            pid, status = int(message["pid"]), int(message["status"])
+            self._statuses[pid] = status
+            self._pending.append((pid, status))
+
+    def _drain(self) -> bool:
+        """Take every report waiting on the socket; False when the zygote has gone."""
+        if self.sock is None:
+            return False
+        while True:
+            try:
+                message, fds = receive(self.sock)
+            except BlockingIOError:
+                return True
+            except (OSError, ValueError):
+                return False
+            if message is None:
+                return False
+            for fd in fds:
+                os.close(fd)
+            self._note(message)
+
+    def read_reports(self) -> list[tuple[int, int]]:
+        """(pid, status) of starters reported ended since the last call."""
+        if not self._drain() and self.sock is not None:
+            self.sock.close()  # EOF: the zygote died; the next spawn starts another
+            self.sock = None
+        reports, self._pending = self._pending, []
+        return reports
+
+    def exit_status(self, starter: ForkedStarter, wait_s: float = 0.0) -> int | None:
+        """The starter's exit status, None while it runs (STATUS_UNKNOWN when its
+        zygote died before reaping it). With `wait_s`, a starter whose pidfd says
+        it ended is waited for that long, for the zygote's report."""
+        if starter.pid in self._statuses:
+            return self._statuses.pop(starter.pid)
+        ours = self.proc is not None and self.proc.pid == starter.zygote_pid
+        if ours and self.sock is not None:
+            self.read_reports()
+            deadline = time.monotonic() + wait_s
+            while starter.pid not in self._statuses and self.sock is not None \
+                    and wait_s > 0 and _ended(starter):
+                remaining_s = deadline - time.monotonic()
+                if remaining_s <= 0:
+                    break
+                select.select([self.sock], [], [], remaining_s)
+                self.read_reports()
+            if starter.pid in self._statuses:
+                return self._statuses.pop(starter.pid)
+            if self.alive():
+                return None
+        return STATUS_UNKNOWN if _ended(starter) else None
+
+
+
+def _wait_ended(starter: ForkedStarter, timeout_s: float) -> None:
+    if starter.pidfd is not None:
+        select.select([starter.pidfd], [], [], timeout_s)
+    else:
+        time.sleep(timeout_s)
+
+
+def _ended(starter: ForkedStarter) -> bool:
+    if starter.pidfd is not None:
+        readable, _w, _x = select.select([starter.pidfd], [], [], 0)
+        return bool(readable)
+    try:
+        os.kill(starter.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _how(proc: subprocess.Popen[bytes]) -> str:
+    code = proc.poll()
+    if code is None:
+        return "its socket closed"
+    return f"killed by signal {-code}" if code < 0 else f"exit status {code}"

@@ -1,0 +1,61 @@
+"""A process's children from /proc/<pid>/task/<tid>/children (Linux), without a scan.
+
+psutil finds children by reading the status of every process on the
+machine; the kernel's per-thread `children` files list them directly, which
+costs a few reads however busy the machine is. Where those files do not
+exist (another OS, a kernel without CONFIG_PROC_CHILDREN) psutil is used.
+"""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+_PROC = "/proc"
+
+
+def _direct(pid: int) -> list[int] | None:
+    """Pids of `pid`'s children; None when the kernel does not list them."""
+    tasks = os.path.join(_PROC, str(pid), "task")
+    try:
+        threads = os.listdir(tasks)
+    except FileNotFoundError:
+        return []  # the process is gone: no children
+    except OSError:
+        return None
+    found: list[int] = []
+    for tid in threads:
+        try:
+            with open(os.path.join(tasks, tid, "children"), "rb") as handle:
+                found += [int(word) for word in handle.read().split()]
+        except FileNotFoundError:
+            if os.path.isdir(os.path.join(tasks, tid)):
+                return None  # the thread is there, its list is not: not supported
+            continue  # the thread ended meanwhile
+        except OSError:
+            continue
+    return found
+
+
+def children(process: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
+    """Like `process.children(recursive)`, reading the kernel's lists when it has them."""
+    pids = _direct(process.pid)
+    if pids is None:
+        return list(process.children(recursive=recursive))
+    found: list[psutil.Process] = []
+    todo = list(pids)
+    seen: set[int] = set()
+    while todo:
+        pid = todo.pop(0)
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            found.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+        if recursive:
+            more = _direct(pid)
+            todo += more or []
+    return found
