@@ -249,6 +249,7 @@ def _child(args: list[str], fds: list[int], handshake: tuple[int, int],
 def _preload() -> None:
     """Import what every starter needs, and the modules of in-process starter hooks."""
     from fetchwork.config.loader import Config
+    from fetchwork.config.pyref import is_python_ref, module_of
     from fetchwork.errors import FetchworkError
     from fetchwork.hooks import inprocess
     from fetchwork.starter import __main__ as entry  # noqa: F401 - imported ahead on purpose
@@ -262,8 +263,7 @@ def _preload() -> None:
         return  # each starter reports configuration errors itself
     failed = inprocess.preload(values)
     # A hook module may ask to do more ahead of the forks (`prepare_fork()`).
-    names = dict.fromkeys(value[len(inprocess.IN_PROCESS_PREFIX):].partition(":")[0]
-                          for value in values if value.startswith(inprocess.IN_PROCESS_PREFIX))
+    names = dict.fromkeys(module_of(value) for value in values if is_python_ref(value))
     for name in names:
         module = sys.modules.get(name)
         prepare = getattr(module, "prepare_fork", None) if name not in failed else None
