@@ -7,11 +7,13 @@ function here that looks at the machine.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import classad2
 
@@ -101,6 +103,14 @@ def slot_name(slot_id: int, startd_name: str) -> str:
     return f"slot{slot_id}@{startd_name}"
 
 
+@functools.lru_cache(maxsize=256)
+def _policy_expr(text: str) -> Any:
+    """A policy expression parsed once per text. The slot ad is rebuilt many times
+    per job, and classad2 keeps some memory from every parse, so a fresh parse each
+    time made a long-running startd grow with every job."""
+    return ads.parse_expr(text)
+
+
 def build_slot_ad(slot_id: int, startd_name: str, num_slots: int, facts: MachineFacts,
                   status: SlotStatus, policy: SlotPolicy, now: float,
                   claim: ClaimView | None = None) -> classad2.ClassAd:
@@ -110,7 +120,7 @@ def build_slot_ad(slot_id: int, startd_name: str, num_slots: int, facts: Machine
     # Admin attributes first, so the attributes below always win.
     for name, text in policy.extra_attrs.items():
         try:
-            ad[name] = ads.parse_expr(text)
+            ad[name] = _policy_expr(text)
         except AdError as exc:
             log.warning("STARTD_ATTRS: %s is not a ClassAd expression (%s); not published",
                         name, exc)
@@ -135,10 +145,10 @@ def build_slot_ad(slot_id: int, startd_name: str, num_slots: int, facts: Machine
     ad["TotalSlots"] = num_slots
     ad["TotalCpus"] = facts.cpus
     ad["TotalMemory"] = facts.memory_mb
-    ad["Start"] = ads.parse_expr(policy.start)
+    ad["Start"] = _policy_expr(policy.start)
     # As in HTCondor, a slot's Requirements is its START expression.
-    ad["Requirements"] = ads.parse_expr(policy.start)
-    ad["Rank"] = ads.parse_expr(policy.rank)
+    ad["Requirements"] = _policy_expr(policy.start)
+    ad["Rank"] = _policy_expr(policy.rank)
     if claim is not None:
         ad["CurrentRank"] = claim.rank
         if claim.job_id is not None:
