@@ -81,20 +81,22 @@ class Claimer:
             last_id = next_id
 
     def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
-        """The scan of the idle set; then, with the soft tier, of the soft set."""
-        claimed = self._scan(slot, name)
+        """The scan of the idle set; then, with the soft tier, of the soft set (with the
+        activation view the first read brought)."""
+        rows, view = self.activation.first_read(name, FIRST_BATCH)
+        claimed = self._scan(slot, name, rows, view)
         if claimed != (None, False) or not self.soft_tier:
             return claimed
         rows = self.store.client.zrangebyscore(self.store.keys.soft, "-inf", "+inf", start=0,
                                                num=max(self.scan_batch, FIRST_BATCH),
                                                withscores=True)
-        view = self.activation.first_read(name, 0)[1]
         return self._offer(rows, slot, name, view, last_resort=True) if rows else claimed
 
-    def _scan(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
-        """(the claimed job or None, whether an activation verdict ended the claim)."""
+    def _scan(self, slot: classad2.ClassAd, name: str, rows: list[tuple[bytes, float]],
+              view: ClaimView) -> tuple[classad2.ClassAd | None, bool]:
+        """(the claimed job or None, whether an activation verdict ended the claim), from
+        the first read's `rows` of the idle set on."""
         batch = FIRST_BATCH
-        rows, view = self.activation.first_read(name, batch)
         if not view.quiet:
             return self._scan_held_back(slot, name, view, rows)
         while True:
