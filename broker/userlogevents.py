@@ -129,7 +129,8 @@ def bodies(event: Mapping[str, str], job: Mapping[str, Any],
     if state == "HELD" and "hold_code" in event:
         return [(EventCode.JOB_HELD, _held(event, job))]
     if state == "IDLE" and kind == "release":
-        reason = "HoldUntil passed" if event.get("reason") == "HoldUntil" else "via fetchwork release"
+        timed = event.get("reason") == "HoldUntil"
+        reason = "HoldUntil passed" if timed else "via fetchwork release"
         return [(EventCode.JOB_RELEASED, released_body(reason))]
     if state == "IDLE" and kind in EVICTION_REASONS:
         return [(EventCode.JOB_EVICTED, evicted_body(usage_of(job), EVICTION_REASONS[kind]))]
