@@ -238,6 +238,6 @@ class BrokerService:
                 else:
                     self.userlog.reset()
                     stop.wait(POLL_S)
-            except (redis.RedisError, FetchworkError):
+            except Exception:  # a user log problem must never stop the broker
                 log.exception("user log pass failed; retrying in %ss", POLL_S)
                 stop.wait(POLL_S)

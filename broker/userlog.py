@@ -127,7 +127,7 @@ class UserLogWriter:
                 continue
             try:
                 text = render(event_id, fields, job, self.host)
-            except FetchworkError as exc:
+            except (FetchworkError, ValueError) as exc:
                 log.warning("user log: cannot write event %s of job %s: %s", event_id,
                             fields.get("job"), exc)
                 continue
