@@ -17,7 +17,7 @@ import click
 from fetchwork.broker import codec
 from fetchwork.broker.client import Broker
 from fetchwork.broker.userlog import stream_id
-from fetchwork.config.loader import get_config
+from fetchwork.config.loader import Config
 from fetchwork.errors import SubmitFileError
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,11 @@ def create_logs(ads: Sequence[Mapping[str, Any]]) -> list[str]:
 def await_logged(broker: Broker, paths: Sequence[str]) -> None:
     """Wait (at most SUBMIT_USERLOG_WAIT seconds) until the broker's user log writer
     has passed every event so far; warn when no broker service leads the pool."""
-    timeout_s = get_config().get_duration_s("SUBMIT_USERLOG_WAIT")
-    if not paths or timeout_s <= 0:
+    if not paths:
+        return
+    # Read afresh, as the command's own configuration is (usercli.connect_broker).
+    timeout_s = Config.load().get_duration_s("SUBMIT_USERLOG_WAIT")
+    if timeout_s <= 0:
         return
     target = stream_id(broker.last_event_id())
     named = ", ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
