@@ -235,6 +235,8 @@ class BrokerService:
             try:
                 if self.is_leader:
                     self.userlog.write_pass(block_ms=int(POLL_S * 1000))
+                    if not self.userlog.leads:
+                        stop.wait(POLL_S)
                 else:
                     self.userlog.reset()
                     stop.wait(POLL_S)

@@ -74,6 +74,8 @@ class UserLogWriter:
         self.batch = batch
         # True until a batch has been written since this writer (re)took the lead.
         self._fresh = True
+        # False when the last pass found another replica leading (it wrote nothing).
+        self.leads = True
 
     def reset(self) -> None:
         """Forget the lead (the next batch may be one a former leader half wrote)."""
@@ -88,18 +90,20 @@ class UserLogWriter:
         (0: none new, or this replica does not lead)."""
         position = self.position()
         events = self.store.events(position or "0-0", block_ms=block_ms, count=self.batch)
-        if not events:
+        keys = self.store.keys
+        self.leads = codec.text(self.store.client.get(keys.leader) or b"") == self.replica
+        if not events or not self.leads:
+            self._fresh = self._fresh or not self.leads
             return 0
         if position is not None:
             self._warn_if_trimmed(position)
         for path, texts in self._texts(events).items():
             self._append(path, texts)
-        keys = self.store.keys
         moved = self.store.scripts.call("userlog_advance", [keys.userlog, keys.leader],
                                         [self.replica, position or "", events[-1][0]])
         if not moved:
             log.info("user log writer %s no longer leads; stopped at %s", self.replica, position)
-            self._fresh = True
+            self._fresh, self.leads = True, False
             return 0
         self._fresh = False
         return len(events)
@@ -116,8 +120,8 @@ class UserLogWriter:
     def _texts(self, events: Sequence[tuple[str, dict[str, str]]]) -> dict[str, list[str]]:
         """Log path -> the texts to append to it, in stream order."""
         job_ids = list(dict.fromkeys(fields.get("job", "") for _id, fields in events))
-        jobs = {job: dict(zip(JOB_FIELDS + ("Iwd",), values, strict=True))
-                for job, values in zip(job_ids, self.store.fields(job_ids, JOB_FIELDS + ("Iwd",)),
+        jobs = {job: dict(zip(JOB_FIELDS, values, strict=True))
+                for job, values in zip(job_ids, self.store.fields(job_ids, JOB_FIELDS),
                                        strict=True)}
         out: dict[str, list[str]] = defaultdict(list)
         for event_id, fields in events:

@@ -45,10 +45,10 @@ from .userlogtext import (
 )
 
 # The job attributes the events need besides the stream entry itself.
-JOB_FIELDS = ("UserLog", "HoldReason", "LastHoldReason", "HoldReasonCode", "HoldReasonSubCode",
-              "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal", "RemoteUserCpu",
-              "RemoteSysCpu", "ImageSize", "NumPids", "RequestCpus", "RequestMemory",
-              "RequestDisk")
+JOB_FIELDS = ("UserLog", "Iwd", "HoldReason", "LastHoldReason", "HoldReasonCode",
+              "HoldReasonSubCode", "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal",
+              "RemoteUserCpu", "RemoteSysCpu", "ImageSize", "NumPids", "RequestCpus",
+              "RequestMemory", "RequestDisk")
 
 # Why a job went back to the queue, by the transition that sent it.
 EVICTION_REASONS = {

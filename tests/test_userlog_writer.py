@@ -102,6 +102,8 @@ def test_jobs_without_a_log_and_followers_write_nothing(broker, tmp_path):
     follower = BrokerService(broker, leader_lease_s=30, replica="b", user_logs=True)
     broker.submit([{"Cmd": "x", "UserLog": str(follower_log)}])
     assert not follower.run_once().leader
+    assert follower.userlog is not None
+    assert follower.userlog.write_pass() == 0 and not follower.userlog.leads
     assert not follower_log.exists() and not log.exists()
 
 
