@@ -28,7 +28,9 @@ def broker_command(once: bool) -> None:
     (BROKER_LEADER_LEASE) reaps jobs whose lease lapsed every
     BROKER_REAPER_INTERVAL seconds. SIGTERM or Ctrl-C stops it and gives the
     leadership up. With BROKER_METRICS_PORT set it serves Prometheus
-    metrics on that port (/metrics).
+    metrics on that port (/metrics). The leader also appends each job's
+    events to the job event log its submit file's `log` names
+    (BROKER_WRITE_USER_LOGS): that path must be reachable from here.
     """
     logging.getLogger("fetchwork").setLevel(
         min(logging.INFO, logging.getLogger().getEffectiveLevel()))

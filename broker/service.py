@@ -20,6 +20,10 @@ With scheduling policy knobs set, the leader also runs policy passes
 (broker/policing.py) on a thread of their own, after every transition and
 at least every POLICY_INTERVAL; with none set, a new leader releases any job
 a former policy left BLOCKED.
+
+With BROKER_WRITE_USER_LOGS, the leader also appends each job's HTCondor user
+log events to its UserLog (broker/userlog.py), on a thread woken by the
+event stream.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from .client import Broker
 from .filters.leader import POLL_S, FilterLeader
 from .filters.settings import load_settings
 from .policing import PolicyResult, PolicyRunner, release_blocked
+from .userlog import UserLogWriter
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +76,8 @@ class BrokerService:
 
     def __init__(self, broker: Broker, reaper_interval_s: float = 5.0,
                  leader_lease_s: float = 15.0, replica: str | None = None,
-                 history_max_jobs: int | None = None, filters: FilterLeader | None = None):
+                 history_max_jobs: int | None = None, filters: FilterLeader | None = None,
+                 user_logs: bool = False):
         self.broker = broker
         # The filter work of the leader; None runs none (no filters, no timed holds).
         self.filters = filters
@@ -85,6 +91,8 @@ class BrokerService:
         self._last_reap_s: float | None = None
         # The scheduling policy's passes; None while no policy knob is set.
         self.policy = PolicyRunner.for_broker(broker)
+        # The jobs' user logs (the submit command `log`); None writes none.
+        self.userlog = UserLogWriter(self.store, self.replica) if user_logs else None
 
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
@@ -94,7 +102,8 @@ class BrokerService:
                    replica=(config.get("BROKER_REPLICA_NAME") or "").strip() or None,
                    history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS"),
                    filters=FilterLeader(broker.store, load_settings(config),
-                                        broker.default_lease_s))
+                                        broker.default_lease_s),
+                   user_logs=config.get_bool("BROKER_WRITE_USER_LOGS"))
 
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""
@@ -104,6 +113,8 @@ class BrokerService:
             log.info("replica %s %s leadership of pool %s", self.replica,
                      "took" if leads else "lost", self.broker.pool)
             self._last_reap_s = None
+            if self.userlog is not None:
+                self.userlog.reset()
         self.is_leader = leads
         return leads
 
@@ -114,10 +125,11 @@ class BrokerService:
         self.is_leader = False
 
     def run_once(self, now_s: float | None = None, filter_pass: bool = True,
-                 policy_pass: bool = True) -> PassResult:
+                 policy_pass: bool = True, userlog_pass: bool = True) -> PassResult:
         """One pass: renew leadership, and reap when leading and due; with
         `filter_pass`, one pass of the filters too, waited for; with `policy_pass`,
-        a scheduling policy pass when one is due."""
+        a scheduling policy pass when one is due; with `userlog_pass`, every
+        pending user log event written."""
         now_s = time.monotonic() if now_s is None else now_s
         if not self.try_lead():
             return PassResult(leader=False)
@@ -137,6 +149,8 @@ class BrokerService:
             self._last_reap_s = now_s
         if policy_pass and self.policy is not None and self.policy.due(now_s):
             result.policy = self.policy.run_pass(monotonic_s=now_s)
+        if userlog_pass and self.userlog is not None:
+            self.userlog.drain()
         return result
 
     def run(self, stop: threading.Event) -> None:
@@ -154,10 +168,15 @@ class BrokerService:
             policy_thread = threading.Thread(target=self._run_policy, args=(stop,),
                                              name="broker-policy", daemon=True)
             policy_thread.start()
+        userlog_thread = None
+        if self.userlog is not None:
+            userlog_thread = threading.Thread(target=self._run_userlog, args=(stop,),
+                                              name="broker-userlog", daemon=True)
+            userlog_thread.start()
         try:
             while not stop.is_set():
                 try:
-                    self.run_once(filter_pass=False, policy_pass=False)
+                    self.run_once(filter_pass=False, policy_pass=False, userlog_pass=False)
                 except (redis.RedisError, FetchworkError):
                     log.exception("broker pass failed; retrying in %ss", interval_s)
                     self.is_leader = False
@@ -167,6 +186,8 @@ class BrokerService:
                 filter_thread.join(timeout=5)
             if policy_thread is not None:
                 policy_thread.join(timeout=5)
+            if userlog_thread is not None:
+                userlog_thread.join(timeout=5)
             try:
                 self.resign()
             except (redis.RedisError, FetchworkError) as exc:
@@ -206,3 +227,19 @@ class BrokerService:
             except (redis.RedisError, FetchworkError):
                 log.exception("policy pass failed; retrying in %ss", interval_s)
                 stop.wait(interval_s)
+
+    def _run_userlog(self, stop: threading.Event) -> None:
+        """The user log thread: write events as they arrive while this replica leads."""
+        assert self.userlog is not None
+        while not stop.is_set():
+            try:
+                if self.is_leader:
+                    self.userlog.write_pass(block_ms=int(POLL_S * 1000))
+                    if not self.userlog.leads:
+                        stop.wait(POLL_S)
+                else:
+                    self.userlog.reset()
+                    stop.wait(POLL_S)
+            except Exception:  # a user log problem must never stop the broker
+                log.exception("user log pass failed; retrying in %ss", POLL_S)
+                stop.wait(POLL_S)

@@ -87,3 +87,7 @@ class SubmitError(BrokerError):
 
 class HoldTimeError(FetchworkError):
     """A hold time given on the command line (--for, --until) cannot be used."""
+
+
+class UserLogError(FetchworkError):
+    """A job event log (the submit command `log`) could not be read."""

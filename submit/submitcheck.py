@@ -14,12 +14,12 @@ USED_COMMANDS = frozenset({
     "universe", "executable", "transfer_executable", "arguments", "environment", "input",
     "output", "error", "initialdir", "initial_dir", "batch_name", "kill_sig", "request_cpus",
     "request_memory", "request_disk", "requirements", "rank", "priority", "job_lease_duration",
-    "hold", "allowed_job_duration", "job_max_vacate_time", "accounting_group",
+    "hold", "allowed_job_duration", "job_max_vacate_time", "accounting_group", "log",
 })
 
 # Commands condor_submit knows that fetchwork accepts and ignores (one warning lists them).
 UNSUPPORTED_COMMANDS = frozenset({
-    "log", "log_xml", "dagman_log", "notification", "notify_user", "email_attributes",
+    "log_xml", "dagman_log", "notification", "notify_user", "email_attributes",
     "should_transfer_files", "when_to_transfer_output", "transfer_input_files",
     "transfer_output_files", "transfer_output_remaps", "transfer_plugins",
     "preserve_relative_paths", "encrypt_input_files", "encrypt_output_files",

@@ -19,7 +19,7 @@ from fetchwork.broker.client import Broker
 from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.protocol import JobStatus, job_id_key
 from fetchwork.errors import SubmitFileError
-from fetchwork.submit import poolcheck, reading, tables
+from fetchwork.submit import poolcheck, reading, tables, userlogsync
 from fetchwork.submit.options import CondorCommand
 from fetchwork.submit.submitfile import ParsedSubmit, command_jobs, parse_submit
 from fetchwork.submit.usercli import (
@@ -126,9 +126,11 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
         click.echo(f"fetchwork: warning: {warning}", err=True)
     if not parsed.ads:
         raise SubmitFileError("the submit description queues no jobs")
+    user_logs = userlogsync.create_logs(parsed.ads)
     submitted = broker.submit_cluster(parsed.ads, owner=owner, cluster_id=cluster)
     ids = submitted.job_ids
     click.echo(f"{len(ids)} job(s) submitted to cluster {cluster}.")
+    userlogsync.await_logged(broker, user_logs)
     poolcheck.warn_without_startd(broker)
     failed = 0
     if submitted.validating and not no_wait:

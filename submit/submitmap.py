@@ -152,6 +152,9 @@ def job_ad(values: Mapping[str, str], ctx: SubmitContext) -> dict[str, Any]:
     if not ctx.checked(("dir", iwd), lambda: os.path.isdir(iwd)):
         raise ctx.fail(f"{iwd_command} {iwd} is not a directory", iwd_command)
     ad["Iwd"] = iwd
+    if values.get("log", "").strip():
+        # The job's user log (HTCondor's UserLog), stored absolute as condor_submit does.
+        ad["UserLog"] = _absolute(values["log"].strip(), iwd)
     ad["Cmd"] = _executable(values, ctx)
     _arguments(ad, values, ctx)
     for command, attr in (("input", "In"), ("output", "Out"), ("error", "Err"),

@@ -29,12 +29,12 @@ def test_a_typo_warns_with_file_line_and_text(tmp_path: Path) -> None:
 
 
 def test_warnings_come_in_line_order_and_unsupported_in_one(tmp_path: Path) -> None:
-    text = ("executable = /bin/true\nzzz = 1\nlog = a.log\nnotification = never\n"
+    text = ("executable = /bin/true\nzzz = 1\ndagman_log = a.log\nnotification = never\n"
             "aaa = 2\nqueue\n")
     assert parsed(text, tmp_path).warnings == [
         "job.sub:2: the line 'zzz = 1' was unused by fetchwork submit. Is it a typo?",
         "job.sub: these commands are not supported by fetchwork and were ignored: "
-        "log (line 3), notification (line 4)",
+        "dagman_log (line 3), notification (line 4)",
         "job.sub:5: the line 'aaa = 2' was unused by fetchwork submit. Is it a typo?"]
 
 

@@ -220,10 +220,19 @@ def test_extra_commands_mapped(tmp_path: Path) -> None:
 
 
 def test_unsupported_commands_warn(tmp_path: Path) -> None:
-    parsed = parse_submit("executable = /bin/true\nlog = job.log\nqueue\n", 1,
+    parsed = parse_submit("executable = /bin/true\nlog_xml = true\nqueue\n", 1,
                           submit_dir=str(tmp_path))
     assert parsed.warnings == ["<submit>: these commands are not supported by fetchwork and "
-                               "were ignored: log (line 2)"]
+                               "were ignored: log_xml (line 2)"]
+
+
+def test_log_is_the_user_log_under_initialdir(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    ads = jobs("executable = /bin/true\ninitialdir = run\nlog = logs/../job.log\nqueue\n"
+               "log = /var/tmp/abs.log\nqueue\n", tmp_path)
+    assert [ad["UserLog"] for ad in ads] == [str(tmp_path / "run" / "job.log"),
+                                             "/var/tmp/abs.log"]
+    assert "UserLog" not in jobs("executable = /bin/true\nqueue\n", tmp_path)[0]
 
 
 def test_transfer_executable_false_skips_check(tmp_path: Path) -> None:

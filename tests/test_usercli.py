@@ -135,11 +135,11 @@ def test_malformed_file_queues_nothing_and_names_the_line(run, tmp_path: Path) -
 
 
 def test_submit_warns_about_ignored_commands(run, tmp_path: Path) -> None:
-    (tmp_path / "w.sub").write_text("executable = /bin/true\nlog = job.log\nqueue\n")
+    (tmp_path / "w.sub").write_text("executable = /bin/true\nnotification = never\nqueue\n")
     result = run("submit", "w.sub")
     assert result.exit_code == 0
     assert ("warning: w.sub: these commands are not supported by fetchwork and were ignored: "
-            "log (line 2)") in result.stderr
+            "notification (line 2)") in result.stderr
 
 
 def test_submit_file_from_stdin(run) -> None:

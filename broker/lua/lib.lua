@@ -209,7 +209,10 @@ local function to_held(key, id, kind, reason, code, subcode)
   if code then setv(key, 'HoldReasonCode', code) end
   if subcode then setv(key, 'HoldReasonSubCode', subcode) end
   set_state(key, 'HELD', STATUS_HELD)
-  event(kind, id, 'HELD', STATUS_HELD)
+  -- The hold's reason, code and subcode ride on the event (the user log's 012).
+  event(kind, id, 'HELD', STATUS_HELD, 'hold_reason', getv(key, 'HoldReason') or '',
+        'hold_code', tostring(getv(key, 'HoldReasonCode') or 0),
+        'hold_subcode', tostring(getv(key, 'HoldReasonSubCode') or 0))
 end
 
 -- -> COMPLETED | REMOVED | FAILED: out of the queue, into history.

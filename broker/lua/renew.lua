@@ -7,9 +7,13 @@
 -- Returns 'gone' (no such job, or the claim is not the caller's), 'removed'
 -- or 'held' (the job was removed or held meanwhile: the caller should stop
 -- it and call finish; the lease is not extended), else 'ok'.
+-- A job with a UserLog whose ImageSize grew gets an 'image' event (field
+-- size: the new ImageSize in KB) for its user log's 006 event.
 local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
 local state = own_claim(key, ARGV[4])
 if not state then return 'gone' end
+local logged = redis.call('HGET', key, 'UserLog') ~= false
+local old_size = logged and getv(key, 'ImageSize')
 store_attrs(key, 7, #ARGV)
 local status = getv(key, 'JobStatus')
 if status == STATUS_REMOVED then return 'removed' end
@@ -23,5 +27,12 @@ if ARGV[6] == '1' and state == 'RUNNING' then
 elseif ARGV[6] == '0' and state == 'SUSPENDED' then
   set_state(key, 'RUNNING', STATUS_RUNNING)
   event('continue', id, 'RUNNING', STATUS_RUNNING)
+end
+if logged then
+  local size = getv(key, 'ImageSize')
+  if type(size) == 'number' and (type(old_size) ~= 'number' or size > old_size) then
+    event('image', id, getv(key, 'FetchworkState'), getv(key, 'JobStatus'), 'size',
+          string.format('%d', size))
+  end
 end
 return 'ok'
