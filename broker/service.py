@@ -39,6 +39,7 @@ from fetchwork.errors import FetchworkError
 from .client import Broker
 from .filters.leader import POLL_S, FilterLeader
 from .filters.settings import load_settings
+from .periodic import PeriodicPolicy, PeriodicResult
 from .policing import PolicyResult, PolicyRunner, release_blocked
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class PassResult:
     reaped: list[str] = field(default_factory=list)
     forgotten: int = 0
     policy: PolicyResult | None = None
+    periodic: PeriodicResult | None = None
 
 
 def tick_interval_s(reaper_interval_s: float, leader_lease_s: float) -> float:
@@ -71,7 +73,8 @@ class BrokerService:
 
     def __init__(self, broker: Broker, reaper_interval_s: float = 5.0,
                  leader_lease_s: float = 15.0, replica: str | None = None,
-                 history_max_jobs: int | None = None, filters: FilterLeader | None = None):
+                 history_max_jobs: int | None = None, filters: FilterLeader | None = None,
+                 periodic_interval_s: float | None = None):
         self.broker = broker
         # The filter work of the leader; None runs none (no filters, no timed holds).
         self.filters = filters
@@ -85,6 +88,9 @@ class BrokerService:
         self._last_reap_s: float | None = None
         # The scheduling policy's passes; None while no policy knob is set.
         self.policy = PolicyRunner.for_broker(broker)
+        # The job policy's periodic expressions; None (or an interval <= 0): never judged.
+        self.periodic = (PeriodicPolicy(self.store, periodic_interval_s)
+                         if periodic_interval_s is not None and periodic_interval_s > 0 else None)
 
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
@@ -94,7 +100,8 @@ class BrokerService:
                    replica=(config.get("BROKER_REPLICA_NAME") or "").strip() or None,
                    history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS"),
                    filters=FilterLeader(broker.store, load_settings(config),
-                                        broker.default_lease_s))
+                                        broker.default_lease_s),
+                   periodic_interval_s=config.get_duration_s("PERIODIC_EXPR_INTERVAL"))
 
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""
@@ -137,6 +144,8 @@ class BrokerService:
             self._last_reap_s = now_s
         if policy_pass and self.policy is not None and self.policy.due(now_s):
             result.policy = self.policy.run_pass(monotonic_s=now_s)
+        if self.periodic is not None and self.periodic.due(now_s):
+            result.periodic = self.periodic.run_pass(monotonic_s=now_s)
         return result
 
     def run(self, stop: threading.Event) -> None:
