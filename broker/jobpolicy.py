@@ -143,9 +143,12 @@ def exit_action(ad: classad2.ClassAd, now: float) -> Action:
 
 
 def _present(attrs: Mapping[str, Any], names: tuple[str, ...]) -> bool:
+    """Whether any of `names` has a value other than its default (absent, or the
+    literal the expression defaults to: true for OnExitRemove, false for the rest)."""
     lower = {name.lower() for name in names}
-    return any(name.lower() in lower and value is not False and value is not None
-               for name, value in attrs.items())
+    remove = ON_EXIT_REMOVE.lower()
+    return any(value is not None and value is not (name.lower() == remove)
+               for name, value in attrs.items() if name.lower() in lower)
 
 
 def has_periodic(attrs: Mapping[str, Any]) -> bool:

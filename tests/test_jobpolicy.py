@@ -184,7 +184,8 @@ def test_the_periodic_index_takes_jobs_with_a_periodic_expression() -> None:
 def test_exit_policy_check_on_stored_values() -> None:
     assert not has_exit_policy({"OnExitHold": None, "OnExitRemove": None})
     assert has_exit_policy({"OnExitHold": None, "OnExitRemove": {EXPR_KEY: "ExitCode == 0"}})
-    assert not has_exit_policy({"OnExitHold": False})
+    assert not has_exit_policy({"OnExitHold": False, "OnExitRemove": True})
+    assert has_exit_policy({"OnExitHold": None, "OnExitRemove": False})
 
 
 def test_periodic_due() -> None:

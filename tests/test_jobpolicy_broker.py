@@ -88,6 +88,11 @@ def test_on_exit_remove_false_runs_the_job_again(broker):
     assert (ad["NumJobCompletions"], ad["JobRunCount"], ad["JobStatus"]) == (2, 2, 4)
 
 
+def test_a_literal_false_on_exit_remove_reruns(broker):
+    [job] = broker.submit([{"Cmd": "/bin/true", "OnExitRemove": False}])
+    assert [run(broker, job, 0) for _ in range(3)] == ["IDLE"] * 3
+
+
 def test_max_retries_two_runs_a_failing_job_three_times(broker):
     attrs = dict(policy_attrs({"max_retries": "2"}, lambda text, _c: expr(text),
                               lambda text, _c, _least: int(text)))
@@ -123,6 +128,8 @@ def test_wall_clock_accumulates_over_runs_and_run_time_never_goes_back(broker):
     shown_running = run_time_s(running, time.time())
     assert 100 <= shown_running < 160
     broker.hold([job], reason="pause")
+    # Still on its slot while the hold stops it: the current run still counts.
+    assert run_time_s(broker.get(job), time.time()) >= int(shown_running)
     assert broker.finish(job, first["FetchworkClaim"], "hold", {"JobState": "Running"})
     held = broker.get(job)
     assert held["FetchworkState"] == "HELD" and "JobState" not in held
