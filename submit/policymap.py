@@ -65,7 +65,7 @@ def policy_attrs(values: Mapping[str, str], expr: Expr, whole: Whole) -> list[tu
         attrs["JobMaxRetries"] = retries
         if success_text:
             attrs["JobSuccessExitCode"] = success
-        retry = f"NumJobCompletions > JobMaxRetries || ExitCode =?= {success}"
+        retry = f"NumJobCompletions > JobMaxRetries || ExitCode is {success}"
         given = attrs.get("OnExitRemove")
         text = retry if given is None else f"({_text(given)}) || ({retry})"
         attrs["OnExitRemove"] = expr(text, "on_exit_remove" if given is not None

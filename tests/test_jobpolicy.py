@@ -21,8 +21,10 @@ from fetchwork.broker.jobpolicy import (
 from fetchwork.broker.periodic import index_entries, periodic_due
 from fetchwork.config.ads import EXPR_KEY, from_dict, parse_expr
 from fetchwork.config.protocol import HoldCode
+from fetchwork.errors import SubmitFileError
 from fetchwork.submit.policymap import policy_attrs
 from fetchwork.submit.submitcheck import warnings
+from fetchwork.submit.submitfile import parse_submit
 
 NOW = 1_800_000_000
 
@@ -229,3 +231,30 @@ def test_the_typo_check_knows_the_policy_commands() -> None:
     defined = {line.split("=")[0].strip(): [number]
                for number, line in enumerate(lines, 1) if "=" in line}
     assert warnings(defined, lines, "\n".join(lines), "job.sub") == []
+
+
+def test_a_submit_file_gives_the_policy_attributes(tmp_path) -> None:
+    text = ("executable = /bin/true\nmax_retries = 3\non_exit_remove = ExitCode == 9\n"
+            "on_exit_hold = ExitBySignal\non_exit_hold_reason = \"signalled\"\n"
+            "periodic_remove = CurrentTime - QDate > 60\nqueue\n")
+    parsed = parse_submit(text, 1, submit_dir=str(tmp_path), source="job.sub")
+    assert parsed.warnings == []
+    [job] = parsed.ads
+    assert job["JobMaxRetries"] == 3 and job["OnExitHoldReason"] == "signalled"
+    assert job["OnExitHold"] == {EXPR_KEY: "ExitBySignal"}
+    assert job["OnExitRemove"] == {EXPR_KEY: "(ExitCode == 9) || (NumJobCompletions > "
+                                             "JobMaxRetries || ExitCode is 0)"}
+    assert has_periodic(job)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("max_retries = -1", "max_retries must be at least 0"),
+    ("max_retries = many", "max_retries must be a whole number"),
+    ("periodic_hold = ((", "periodic_hold: not a ClassAd expression"),
+])
+def test_bad_policy_commands_name_the_line(tmp_path, line: str, message: str) -> None:
+    with pytest.raises(SubmitFileError) as caught:
+        parse_submit(f"executable = /bin/true\n{line}\nqueue\n", 1, submit_dir=str(tmp_path),
+                     source="job.sub")
+    assert message in str(caught.value) and "job.sub" in str(caught.value)
+    assert ":2" in str(caught.value) or "line 2" in str(caught.value)
