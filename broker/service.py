@@ -20,6 +20,9 @@ With scheduling policy knobs set, the leader also runs policy passes
 (broker/policing.py) on a thread of their own, after every transition and
 at least every POLICY_INTERVAL; with none set, a new leader releases any job
 a former policy left BLOCKED.
+
+Every PERIODIC_EXPR_INTERVAL the leader also judges the job policy's
+periodic_hold/release/remove expressions (broker/periodic.py).
 """
 
 from __future__ import annotations
