@@ -19,13 +19,15 @@ import redis
 
 from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
 from fetchwork.config.loader import Config, get_config
-from fetchwork.config.protocol import EXIT_HOWS, HOLD, HoldCode, job_id_key, parse_job_id
+from fetchwork.config.protocol import EXIT, EXIT_HOWS, HOLD, HoldCode, job_id_key, parse_job_id
 from fetchwork.errors import AdError, BrokerError
 
 from . import codec
 from .claiming import Claimer
 from .jobads import caller_attrs
+from .jobpolicy import Action
 from .policy.settings import policy_in_force
+from .policyexit import judge_exit
 from .store import READ_BATCH, Store
 from .submitting import Submitted, Submitter
 
@@ -251,7 +253,12 @@ class Broker:
         hold -> HELD, remove -> REMOVED. False when the claim is not (any longer) ours."""
         if how not in EXIT_HOWS:
             raise BrokerError(f"finish: how must be one of {', '.join(EXIT_HOWS)}, not {how!r}")
-        fields = self._attr_fields(attrs)
+        given = self._attrs_given(attrs)
+        fields = codec.fields_of(given) if attrs is not None else []
+        if how == EXIT:
+            verdict = judge_exit(self.store, job_id, given)
+            if verdict is not None:
+                return self._finish_by_policy(job_id, token, verdict, fields)
         if reason is None and attrs is not None:
             reason = _reason_in(attrs, "HoldReason" if how == HOLD else "RemoveReason")
         codes = ["", ""]
@@ -264,11 +271,25 @@ class Broker:
         log.info("job %s finished (%s) -> %s", job_id, how, codec.text(state))
         return True
 
+    def _finish_by_policy(self, job_id: str, token: str, verdict: Action,
+                          fields: list[bytes | str]) -> bool:
+        """An exit the job's policy expressions turn into a hold, a rerun or a removal."""
+        args = [job_id, token, verdict.kind, verdict.reason, str(verdict.subcode), *fields]
+        state = self.store.run("policy_exit", [job_id], args)
+        if state is None:
+            return False
+        log.info("job %s exited; its %s -> %s", job_id, verdict.attr, codec.text(state))
+        return True
+
     @staticmethod
-    def _attr_fields(attrs: AdLike | None) -> list[bytes | str]:
+    def _attrs_given(attrs: AdLike | None) -> dict[str, Any]:
+        return {} if attrs is None else caller_attrs(codec.AdNormalizer().normalize(attrs))
+
+    @classmethod
+    def _attr_fields(cls, attrs: AdLike | None) -> list[bytes | str]:
         if attrs is None:
             return []
-        return codec.fields_of(caller_attrs(codec.AdNormalizer().normalize(attrs)))
+        return codec.fields_of(cls._attrs_given(attrs))
 
     def reap_expired(self, now: float | None = None) -> list[str]:
         """Claimed jobs whose lease lapsed go back to IDLE (FAILED when not Rerunnable)."""

@@ -25,6 +25,7 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
     fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
     fw:{P}:userlog       string: id of the last event the leader wrote to the jobs' user logs
+    fw:{P}:periodic      zset: jobs with a PeriodicHold/Release/Remove expression, by sequence
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class PoolKeys:
     soft = _named("soft")
     ps_ledger = _named("psledger")
     userlog = _named("userlog")
+    periodic = _named("periodic")
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

@@ -24,6 +24,8 @@ a former policy left BLOCKED.
 With BROKER_WRITE_USER_LOGS, the leader also appends each job's HTCondor user
 log events to its UserLog (broker/userlog.py), on a thread woken by the
 event stream.
+Every PERIODIC_EXPR_INTERVAL the leader also judges the job policy's
+periodic_hold/release/remove expressions (broker/periodic.py).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from fetchwork.errors import FetchworkError
 from .client import Broker
 from .filters.leader import POLL_S, FilterLeader
 from .filters.settings import load_settings
+from .periodic import PeriodicPolicy, PeriodicResult
 from .policing import PolicyResult, PolicyRunner, release_blocked
 from .userlog import UserLogWriter
 
@@ -55,6 +58,7 @@ class PassResult:
     reaped: list[str] = field(default_factory=list)
     forgotten: int = 0
     policy: PolicyResult | None = None
+    periodic: PeriodicResult | None = None
 
 
 def tick_interval_s(reaper_interval_s: float, leader_lease_s: float) -> float:
@@ -77,7 +81,7 @@ class BrokerService:
     def __init__(self, broker: Broker, reaper_interval_s: float = 5.0,
                  leader_lease_s: float = 15.0, replica: str | None = None,
                  history_max_jobs: int | None = None, filters: FilterLeader | None = None,
-                 user_logs: bool = False):
+                 user_logs: bool = False, periodic_interval_s: float | None = None):
         self.broker = broker
         # The filter work of the leader; None runs none (no filters, no timed holds).
         self.filters = filters
@@ -93,6 +97,9 @@ class BrokerService:
         self.policy = PolicyRunner.for_broker(broker)
         # The jobs' user logs (the submit command `log`); None writes none.
         self.userlog = UserLogWriter(self.store, self.replica) if user_logs else None
+        # The job policy's periodic expressions; None (or an interval <= 0): never judged.
+        self.periodic = (PeriodicPolicy(self.store, periodic_interval_s)
+                         if periodic_interval_s is not None and periodic_interval_s > 0 else None)
 
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
@@ -103,7 +110,8 @@ class BrokerService:
                    history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS"),
                    filters=FilterLeader(broker.store, load_settings(config),
                                         broker.default_lease_s),
-                   user_logs=config.get_bool("BROKER_WRITE_USER_LOGS"))
+                   user_logs=config.get_bool("BROKER_WRITE_USER_LOGS"),
+                   periodic_interval_s=config.get_duration_s("PERIODIC_EXPR_INTERVAL"))
 
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""
@@ -151,6 +159,8 @@ class BrokerService:
             result.policy = self.policy.run_pass(monotonic_s=now_s)
         if userlog_pass and self.userlog is not None:
             self.userlog.drain()
+        if self.periodic is not None and self.periodic.due(now_s):
+            result.periodic = self.periodic.run_pass(monotonic_s=now_s)
         return result
 
     def run(self, stop: threading.Event) -> None:

@@ -24,6 +24,10 @@ Every job ad carries `FetchworkState` (the state name below) and `JobStatus`
     RUNNING    -> COMPLETED           finish.lua how=exit
     RUNNING    -> IDLE | FAILED       finish.lua how=evict, reap.lua (Rerunnable decides)
     RUNNING    -> HELD                finish.lua how=hold
+    RUNNING    -> HELD | IDLE | REMOVED  policy_exit.lua: how=exit judged by the job's policy
+                                      (OnExitHold, OnExitRemove false, PeriodicRemove; jobpolicy.py)
+    IDLE|BLOCKED|ACTIVATING|HELD|RUNNING -> HELD | IDLE | REMOVED  policy_act.lua: the
+                                      leader's periodic pass (PeriodicHold/Release/Remove)
     RUNNING    -> REMOVED             finish.lua how=remove
     RUNNING    -> FAILED              overrun.lua marks a job past its walltime; its end settles it
     IDLE|HELD|VALIDATING|ACTIVATING -> REMOVED  remove.lua
@@ -90,6 +94,20 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     # Written by the scheduling policy's pass (broker/policing.py).
     "BlockedReason", "BlockedBySoftLimit", "FetchworkBudget", "FetchworkCpus",
     "FetchworkWalltime", "FetchworkPsLimit", "FetchworkPriority", "FetchworkOverrun",
+    # Run accounting, kept by claim and finish (lib.lua start_claim, leave_claim, settle).
+    "JobStartDate",
+    "JobCurrentStartDate",
+    "JobLastStartDate",
+    "JobRunCount",
+    "NumJobStarts",
+    "NumJobCompletions",
+    "RemoteWallClockTime",
+    "LastRemoteWallClockTime",
+    "CumulativeSlotTime",
+    "CommittedTime",
+    "CommittedSlotTime",
+    # Set when the job policy's PeriodicRelease releases a job (lua/policy_act.lua).
+    "ReleaseReason",
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

@@ -32,6 +32,7 @@ from fetchwork.errors import SubmitError
 
 from . import codec
 from .jobads import PreparedJob, identity, place, prepare_submitted
+from .periodic import index_entries
 from .policy.limits import admission
 from .policy.settings import PolicySettings
 from .states import State
@@ -150,5 +151,10 @@ class Submitter:
                     for job, seq in placed[start:start + BATCH]])
                 flag = "1" if validating[start // BATCH] else ""
                 store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob, flag])
+                # Jobs with periodic policy expressions, for the leader's periodic pass.
+                periodic = index_entries([(job.job_id, job.attrs, seq)
+                                          for job, seq in placed[start:start + BATCH]])
+                if periodic:
+                    pipe.zadd(store.keys.periodic, periodic)
             pipe.execute()
 

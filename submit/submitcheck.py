@@ -9,13 +9,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from fetchwork.submit.policymap import POLICY_COMMANDS
+
 # Submit commands fetchwork reads (submitmap.py) or that steer the file itself.
 USED_COMMANDS = frozenset({
     "universe", "executable", "transfer_executable", "arguments", "environment", "input",
     "output", "error", "initialdir", "initial_dir", "batch_name", "kill_sig", "request_cpus",
     "request_memory", "request_disk", "requirements", "rank", "priority", "job_lease_duration",
     "hold", "allowed_job_duration", "job_max_vacate_time", "accounting_group", "log",
-})
+}) | POLICY_COMMANDS
 
 # Commands condor_submit knows that fetchwork accepts and ignores (one warning lists them).
 UNSUPPORTED_COMMANDS = frozenset({
@@ -25,10 +27,7 @@ UNSUPPORTED_COMMANDS = frozenset({
     "preserve_relative_paths", "encrypt_input_files", "encrypt_output_files",
     "dont_encrypt_input_files", "dont_encrypt_output_files", "max_transfer_input_mb",
     "max_transfer_output_mb", "getenv", "stream_input", "stream_output", "stream_error",
-    "periodic_hold", "periodic_hold_reason", "periodic_hold_subcode", "periodic_release",
-    "periodic_remove", "periodic_vacate", "on_exit_hold", "on_exit_hold_reason",
-    "on_exit_hold_subcode", "on_exit_remove", "max_retries", "retry_until",
-    "success_exit_code", "request_gpus", "gpus_minimum_capability",
+    "periodic_vacate", "retry_until", "request_gpus", "gpus_minimum_capability",
     "accounting_group_user", "concurrency_limits", "leave_in_queue", "nice_user",
     "deferral_time", "deferral_window", "deferral_prep_time", "coresize", "x509userproxy",
     "use_x509userproxy", "docker_image", "container_image", "output_destination", "max_idle",

@@ -22,6 +22,7 @@ from fetchwork.config import convert
 from fetchwork.config.ads import EXPR_KEY, parse_expr, unparse
 from fetchwork.config.protocol import clip
 from fetchwork.errors import AdError, SubmitFileError
+from fetchwork.submit.policymap import policy_attrs
 
 VANILLA_UNIVERSE = 5
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGTP]?)B?\s*\Z", re.I)
@@ -177,6 +178,9 @@ def job_ad(values: Mapping[str, str], ctx: SubmitContext) -> dict[str, Any]:
         ad["AccountingGroup"] = values["accounting_group"].strip()
     if values.get("hold", "").strip() and _bool(values["hold"], "hold", ctx):
         ad["Hold"] = True
+    for attr, value in policy_attrs(values, lambda text, command: _expr(text, command, ctx),
+                                    lambda text, command, least: _int(text, command, ctx, least)):
+        ad[attr] = value
     for name, value in values.items():
         if name.startswith("my."):
             attr = ctx.names.get(name, name)[3:]

@@ -91,10 +91,11 @@ def duration_text(seconds: float | None) -> str:
 
 
 def run_time_s(ad: Any, now: float) -> float | None:
-    """Wall time used: earlier runs plus the current one for a running job."""
+    """Wall time used: earlier runs plus the current one for a running job (also
+    one still on its slot while a hold or removal stops it)."""
     earlier = _number(ad, "RemoteWallClockTime") or 0.0
     status = _number(ad, "JobStatus")
-    if status in (2.0, 7.0):
+    if status in (2.0, 7.0) or value(ad, "FetchworkState") in ("RUNNING", "SUSPENDED"):
         started = _number(ad, "JobCurrentStartDate") or _number(ad, "JobStartDate")
         if started is None and status == 2.0:
             started = _number(ad, "EnteredCurrentStatus")

@@ -132,8 +132,25 @@ local function lease_ms(key, default_s)
   return lease * 1000
 end
 
--- RUNNING|SUSPENDED -> (not claimed): forget the slot and the lease.
+-- The run that ends with a claim, counted as HTCondor's schedd counts it:
+-- its wall time (claim to end, whole seconds) joins RemoteWallClockTime, and
+-- times RequestCpus (1 unless a number) CumulativeSlotTime.
+local function account_run(key)
+  local started = tonumber(getv(key, 'JobCurrentStartDate'))
+  if not started then return end
+  local wall = math.max(0, NOW_S - started)
+  local cpus = tonumber(getv(key, 'RequestCpus')) or 1
+  setv(key, 'LastRemoteWallClockTime', wall)
+  setv(key, 'RemoteWallClockTime', (tonumber(getv(key, 'RemoteWallClockTime')) or 0) + wall)
+  setv(key, 'CumulativeSlotTime', (tonumber(getv(key, 'CumulativeSlotTime')) or 0) + wall * cpus)
+end
+
+-- RUNNING|SUSPENDED -> (not claimed): forget the slot and the lease; the
+-- run's accounting is done and JobState (the starter's word for a job on a
+-- slot) goes.
 local function leave_claim(key, id)
+  account_run(key)
+  redis.call('HDEL', key, 'JobState')
   redis.call('ZREM', K_RUNNING, id)
   local host = redis.call('HGET', key, 'RemoteHost')
   if host then redis.call('HSET', key, 'LastRemoteHost', host) end
@@ -188,6 +205,13 @@ local function start_claim(key, id, token, slot, default_lease_s)
   setv(key, 'FetchworkClaim', token)
   setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
   setv(key, 'NumJobMatches', (tonumber(getv(key, 'NumJobMatches')) or 0) + 1)
+  -- A run starts: JobStartDate is the first one's, JobCurrentStartDate this one's.
+  local previous = getv(key, 'JobCurrentStartDate')
+  if previous then setv(key, 'JobLastStartDate', previous) end
+  if not getv(key, 'JobStartDate') then setv(key, 'JobStartDate', NOW_S) end
+  setv(key, 'JobCurrentStartDate', NOW_S)
+  setv(key, 'JobRunCount', (tonumber(getv(key, 'JobRunCount')) or 0) + 1)
+  setv(key, 'NumJobStarts', (tonumber(getv(key, 'NumJobStarts')) or 0) + 1)
   set_state(key, 'RUNNING', STATUS_RUNNING)
   event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
   return cmsgpack.pack({id, redis.call('HGETALL', key)})
@@ -231,14 +255,31 @@ local function rerunnable(key)
   return getv(key, 'Rerunnable') ~= false
 end
 
+-- An exit: NumJobCompletions counts it and its run is committed
+-- (CommittedTime, CommittedSlotTime: runs that were not lost).
+local function count_exit(key)
+  setv(key, 'NumJobCompletions', (tonumber(getv(key, 'NumJobCompletions')) or 0) + 1)
+  local wall = tonumber(getv(key, 'LastRemoteWallClockTime')) or 0
+  local cpus = tonumber(getv(key, 'RequestCpus')) or 1
+  setv(key, 'CommittedTime', (tonumber(getv(key, 'CommittedTime')) or 0) + wall)
+  setv(key, 'CommittedSlotTime', (tonumber(getv(key, 'CommittedSlotTime')) or 0) + wall * cpus)
+end
+
 -- End a claim (the job is RUNNING or SUSPENDED): `how` is exit, evict, hold
 -- or remove. A pending removal (JobStatus 3) wins over any `how`; a pending
 -- hold (JobStatus 5) wins over evict. `code` and `subcode` (numbers or nil)
 -- are the execute side's HoldReasonCode and HoldReasonSubCode for a hold; without
--- a code the hold is the job policy's (3). Returns the new state.
-local function settle(key, id, kind, how, reason, code, subcode)
+-- a code the hold is the job policy's (3). `outcome` (nil: completed) is the
+-- job policy's verdict on an exit (policy_exit.lua): hold, requeue or remove,
+-- with `reason`. Returns the new state.
+local function settle(key, id, kind, how, reason, code, subcode, outcome)
   local status = getv(key, 'JobStatus')
   leave_claim(key, id)
+  if how == 'exit' then
+    count_exit(key)
+    if outcome == 'remove' then how = 'remove' end
+    if outcome == 'hold' then how = 'hold' end
+  end
   if how == 'remove' or status == STATUS_REMOVED then
     if not redis.call('HGET', key, 'RemoveReason') then
       setv(key, 'RemoveReason', reason ~= '' and reason or 'removed while running')
@@ -248,7 +289,11 @@ local function settle(key, id, kind, how, reason, code, subcode)
     to_history(key, id, kind, final, STATUS_REMOVED)
     return final
   end
-  if how == 'exit' then
+  if how == 'exit' and outcome == 'requeue' and status ~= STATUS_HELD then
+    to_idle(key, id, kind, 'reason', reason)
+    return 'IDLE'
+  end
+  if how == 'exit' and outcome ~= 'requeue' then
     to_history(key, id, kind, 'COMPLETED', STATUS_COMPLETED)
     return 'COMPLETED'
   end
