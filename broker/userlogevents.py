@@ -133,7 +133,9 @@ def bodies(event: Mapping[str, str], job: Mapping[str, Any],
         reason = "HoldUntil passed" if timed else "via fetchwork release"
         return [(EventCode.JOB_RELEASED, released_body(reason))]
     if state == "IDLE" and kind in EVICTION_REASONS:
-        return [(EventCode.JOB_EVICTED, evicted_body(usage_of(job), EVICTION_REASONS[kind]))]
+        # A run the job policy sent back (on_exit_remove false) says why.
+        reason = event.get("reason") or EVICTION_REASONS[kind]
+        return [(EventCode.JOB_EVICTED, evicted_body(usage_of(job), reason))]
     if state == "COMPLETED":
         return [(EventCode.JOB_TERMINATED,
                  terminated_body(exit_of(job), usage_of(job), resources_of(job)))]

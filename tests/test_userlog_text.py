@@ -148,3 +148,14 @@ def test_submitted_on_hold_takes_the_jobs_reason():
 
 def test_a_stream_id_is_the_events_time():
     assert event_time_s("1700000001500-3") == 1_700_000_001.5
+
+
+def test_a_run_the_job_policy_sent_back_says_why(tmp_path):
+    rerun = {"type": "finish", "job": "4.0", "state": "IDLE",
+             "reason": "The job's OnExitRemove expression was false"}
+    (evicted,) = parsed(tmp_path, render("1700000000000-0", rerun, {}, "<h>"))
+    assert evicted["Reason"] == "The job's OnExitRemove expression was false"
+    (tmp_path / "two").mkdir()
+    silent = {**rerun, "reason": ""}
+    (plain,) = parsed(tmp_path / "two", render("1700000000000-0", silent, {}, "<h>"))
+    assert plain["Reason"] == "the job was evicted from its slot"
