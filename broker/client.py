@@ -52,7 +52,8 @@ class Broker:
         self.policy = policy_in_force(config)
         self._claimer = Claimer(self.store, self.default_lease_s, scan_batch,
                                 soft_tier=self.policy is not None and self.policy.limits_on())
-        self._submitter = Submitter(self.store, self.default_lease_s, self.policy)
+        self._submitter = Submitter(self.store, self.default_lease_s, self.policy,
+                                    config.get_bool("DEFAULT_JOB_EXCLUSIVE"))
 
     @classmethod
     def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:

@@ -298,3 +298,12 @@ def test_the_memory_policy_knob():
     assert limits.memory_policy(Config.from_text("MEMORY_LIMIT_POLICY = Hold\n", "c")) == "hold"
     with pytest.raises(ConfigError, match="MEMORY_LIMIT_POLICY"):
         limits.memory_policy(Config.from_text("MEMORY_LIMIT_POLICY = kill\n", "c"))
+
+
+def test_default_job_exclusive_applies_at_submit_to_jobs_that_do_not_say():
+    from fetchwork.broker.jobads import prepare_submitted
+
+    assert "Exclusive" not in prepare_submitted({"Cmd": "x"}, 0, 60).attrs
+    assert prepare_submitted({"Cmd": "x"}, 0, 60, default_exclusive=True).attrs["Exclusive"]
+    said = prepare_submitted({"Cmd": "x", "exclusive": False}, 0, 60, default_exclusive=True)
+    assert said.attrs["exclusive"] is False and "Exclusive" not in said.attrs
