@@ -87,8 +87,8 @@ class Carving:
 
     @staticmethod
     def running_jobs(slots: Iterable[Slot]) -> int:
-        """Jobs running or starting on the startd: a starter exists for them, or a
-        dynamic slot was carved for them."""
+        """Jobs running or starting on the startd (a starter exists for them, or their
+        claim was just made)."""
         return sum(1 for slot in slots if _busy(slot))
 
     @staticmethod
@@ -196,7 +196,9 @@ class Carving:
 
 
 def _busy(slot: Slot) -> bool:
-    return slot.starter is not None or (slot.carve is not None and slot.claim is not None)
+    """A job runs in the slot, or was accepted there and is starting."""
+    return slot.starter is not None or (slot.claim is not None and not slot.claim.ended
+                                        and slot.is_in(State.CLAIMED))
 
 
 def _text(free: Resources) -> str:
