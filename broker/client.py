@@ -54,7 +54,8 @@ class Broker:
         self.policy = policy_in_force(config)
         self._claimer = Claimer(self.store, self.default_lease_s, scan_batch,
                                 soft_tier=self.policy is not None and self.policy.limits_on())
-        self._submitter = Submitter(self.store, self.default_lease_s, self.policy)
+        self._submitter = Submitter(self.store, self.default_lease_s, self.policy,
+                                    config.get_bool("DEFAULT_JOB_EXCLUSIVE"))
 
     @classmethod
     def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:
@@ -343,6 +344,13 @@ class Broker:
         pipe.set(self.keys.slot(name), codec.pack(data), px=ttl_ms)
         pipe.zadd(self.keys.slots, {name: now_ms + ttl_ms})
         pipe.zremrangebyscore(self.keys.slots, "-inf", now_ms)
+        pipe.execute()
+
+    def unpublish_slot(self, name: str) -> None:
+        """Forget a published slot ad at once (a dynamic slot that is gone)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self.keys.slot(name))
+        pipe.zrem(self.keys.slots, name)
         pipe.execute()
 
     def slots(self) -> list[classad2.ClassAd]:
