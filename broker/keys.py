@@ -24,6 +24,8 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:activation:<token>:reply  list: the leader's verdict for that claim
     fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
     fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
+    fw:{P}:depwait       set: jobs waiting on dependencies (FetchworkWaitingOn set)
+    fw:{P}:dependents:<C.P>  set: the jobs that wait on job C.P
 """
 
 from __future__ import annotations
@@ -78,6 +80,10 @@ class PoolKeys:
     holds = _named("holds")
     soft = _named("soft")
     ps_ledger = _named("psledger")
+    dep_waiting = _named("depwait")
+
+    def dependents(self, job_id: str) -> str:
+        return f"{self.prefix}dependents:{job_id}"
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

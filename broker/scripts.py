@@ -29,7 +29,8 @@ from .states import PRIO_SCALE
 TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", "remove", "hold",
                "release", "admit", "admit_fail", "activate_start", "activate_defer",
                "activate_hold", "activate_fail", "activate_abandon", "activation_expire",
-               "release_due", "reservation_expire", "block", "unblock", "overrun")
+               "release_due", "reservation_expire", "block", "unblock", "overrun",
+               "requeue", "depend")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
               "trim_history")
 

@@ -5,8 +5,9 @@ leader key when it holds it (leader_renew.lua, compare-and-extend) or takes
 it when it is free (SET NX PX); only the leader reaps. The tick is
 short enough to renew the leadership three times per BROKER_LEADER_LEASE,
 and the reaper runs every BROKER_REAPER_INTERVAL. A leader that dies simply
-stops renewing; another replica takes over when the key expires. More
-periodic policy (dependencies) joins `run_once`.
+stops renewing; another replica takes over when the key expires. The
+leader resolves dependencies (broker/dependencies.py) on a thread woken by
+the event stream, and sweeps the waiting jobs in `run_once` when due.
 
 The leader also runs the pool's filters (filters/leader.py): it publishes
 its filter summary, admits VALIDATING jobs, decides ACTIVATING ones and
@@ -37,6 +38,7 @@ from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 
 from .client import Broker
+from .dependencies import DependencyResolver
 from .filters.leader import POLL_S, FilterLeader
 from .filters.settings import load_settings
 from .policing import PolicyResult, PolicyRunner, release_blocked
@@ -50,6 +52,8 @@ class PassResult:
     reaped: list[str] = field(default_factory=list)
     forgotten: int = 0
     policy: PolicyResult | None = None
+    # Jobs waiting on dependencies that a sweep decided.
+    dependencies: int = 0
 
 
 def tick_interval_s(reaper_interval_s: float, leader_lease_s: float) -> float:
@@ -71,7 +75,8 @@ class BrokerService:
 
     def __init__(self, broker: Broker, reaper_interval_s: float = 5.0,
                  leader_lease_s: float = 15.0, replica: str | None = None,
-                 history_max_jobs: int | None = None, filters: FilterLeader | None = None):
+                 history_max_jobs: int | None = None, filters: FilterLeader | None = None,
+                 dependency_sweep_s: float | None = None):
         self.broker = broker
         # The filter work of the leader; None runs none (no filters, no timed holds).
         self.filters = filters
@@ -85,6 +90,7 @@ class BrokerService:
         self._last_reap_s: float | None = None
         # The scheduling policy's passes; None while no policy knob is set.
         self.policy = PolicyRunner.for_broker(broker)
+        self.dependencies = DependencyResolver(broker.store, dependency_sweep_s)
 
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
@@ -94,7 +100,8 @@ class BrokerService:
                    replica=(config.get("BROKER_REPLICA_NAME") or "").strip() or None,
                    history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS"),
                    filters=FilterLeader(broker.store, load_settings(config),
-                                        broker.default_lease_s))
+                                        broker.default_lease_s),
+                   dependency_sweep_s=config.get_duration_s("DEPENDENCY_SWEEP_INTERVAL"))
 
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""
@@ -130,6 +137,7 @@ class BrokerService:
         if self.policy is None and self._last_reap_s is None:
             # Just took leadership with no policy: jobs a former policy blocked wait no more.
             release_blocked(self.store)
+        result.dependencies = self.dependencies.sweep_if_due(now_s, self._last_reap_s is None)
         if reap_due(now_s, self._last_reap_s, self.reaper_interval_s):
             result.reaped = self.broker.reap_expired()
             if self.history_max_jobs is not None:
@@ -154,6 +162,9 @@ class BrokerService:
             policy_thread = threading.Thread(target=self._run_policy, args=(stop,),
                                              name="broker-policy", daemon=True)
             policy_thread.start()
+        deps_thread = threading.Thread(target=self._run_dependencies, args=(stop,),
+                                       name="broker-dependencies", daemon=True)
+        deps_thread.start()
         try:
             while not stop.is_set():
                 try:
@@ -167,6 +178,7 @@ class BrokerService:
                 filter_thread.join(timeout=5)
             if policy_thread is not None:
                 policy_thread.join(timeout=5)
+            deps_thread.join(timeout=5)
             try:
                 self.resign()
             except (redis.RedisError, FetchworkError) as exc:
@@ -206,3 +218,20 @@ class BrokerService:
             except (redis.RedisError, FetchworkError):
                 log.exception("policy pass failed; retrying in %ss", interval_s)
                 stop.wait(interval_s)
+
+    def _run_dependencies(self, stop: threading.Event) -> None:
+        """The dependency thread: decide the jobs waiting on the jobs each batch of
+        events finished, while this replica leads."""
+        last_id = "$"
+        while not stop.is_set():
+            try:
+                if last_id == "$":
+                    last_id = self.store.last_event_id()
+                events = self.store.events(last_id, block_ms=int(POLL_S * 1000), count=1000)
+                if events:
+                    last_id = events[-1][0]
+                    if self.is_leader:
+                        self.dependencies.on_events(events)
+            except (redis.RedisError, FetchworkError):
+                log.exception("dependency pass failed; retrying")
+                stop.wait(POLL_S)

@@ -90,6 +90,10 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     # Written by the scheduling policy's pass (broker/policing.py).
     "BlockedReason", "BlockedBySoftLimit", "FetchworkBudget", "FetchworkCpus",
     "FetchworkWalltime", "FetchworkPsLimit", "FetchworkPriority", "FetchworkOverrun",
+    # The dependencies a job still waits on (broker/dependencies.py).
+    "FetchworkWaitingOn",
+    # A running job the user requeued (requeue.lua): IDLE at the head of its group when it stops.
+    "FetchworkRequeue",
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

@@ -31,6 +31,7 @@ from redis.exceptions import NoScriptError
 from fetchwork.errors import SubmitError
 
 from . import codec
+from .dependencies import plan_dependencies, register_waiting
 from .jobads import PreparedJob, identity, place, prepare_submitted
 from .policy.limits import admission
 from .policy.settings import PolicySettings
@@ -85,6 +86,8 @@ class Submitter:
                                        job.prio, owner, job.ad_owner, user), blocked_reason),
                    first_seq + proc)
                   for proc, job in enumerate(jobs)]
+        # Depends: refused when missing or cyclic; dependent jobs wait BLOCKED.
+        plan_dependencies(store, cluster, jobs)
         nonce = uuid.uuid4().hex
         validating: list[bool] = []
         try:
@@ -150,5 +153,6 @@ class Submitter:
                     for job, seq in placed[start:start + BATCH]])
                 flag = "1" if validating[start // BATCH] else ""
                 store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob, flag])
+            register_waiting(pipe, store, (job for job, _seq in placed[first:first + TRANSACTION]))
             pipe.execute()
 

@@ -6,7 +6,8 @@
 -- '' unchanged, ARGV[7..] attribute name/packed-value pairs.
 -- Returns 'gone' (no such job, or the claim is not the caller's), 'removed'
 -- or 'held' (the job was removed or held meanwhile: the caller should stop
--- it and call finish; the lease is not extended), else 'ok'.
+-- it and call finish; the lease is not extended), 'requeued' (the user
+-- requeued it: the caller should vacate it; the lease is extended), else 'ok'.
 local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
 local state = own_claim(key, ARGV[4])
 if not state then return 'gone' end
@@ -17,6 +18,7 @@ if status == STATUS_HELD then return 'held' end
 local expiry = NOW + lease_ms(key, ARGV[5])
 redis.call('ZADD', K_RUNNING, score(expiry), id)
 setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
+if getv(key, 'FetchworkRequeue') then return 'requeued' end
 if ARGV[6] == '1' and state == 'RUNNING' then
   set_state(key, 'SUSPENDED', STATUS_SUSPENDED)
   event('suspend', id, 'SUSPENDED', STATUS_SUSPENDED)
