@@ -72,7 +72,9 @@ class Slot:
 
     @property
     def can_fetch(self) -> bool:
-        return self.hooks.fetch is not None
+        # A starter on a Claimed/Idle slot keeps it for a job run until cancelled.
+        return self.hooks.fetch is not None and not (self.starter is not None
+                                                     and self.status.activity is Activity.IDLE)
 
     @property
     def running_job_ad(self) -> classad2.ClassAd | None:
