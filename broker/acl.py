@@ -36,7 +36,7 @@ COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|
           "zrank", "zcard",
           "zcount", "xread", "xrange", "xrevrange", "xlen")
 # Commands the bodies of the job transition scripts run (lib.lua and each script).
-SCRIPT_BODIES = ("hset", "hdel", "decr", "zadd", "zrem", "xadd")
+SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zadd", "zrem", "xadd")
 
 SCRIPTS = {
     "submitter": ("stage", "submit", "remove", "hold", "release", "requeue", "read_ads",
