@@ -196,7 +196,7 @@ end
 -- A job still waiting on dependencies (FetchworkWaitingOn, see
 -- broker/dependencies.py): it may not become IDLE.
 local function waits_on_deps(key)
-  return redis.call('HEXISTS', key, 'FetchworkWaitingOn') == 1
+  return redis.call('HEXISTS', key, 'FetchworkWaitingOn') ~= 0
 end
 
 -- -> IDLE, at the job's place in the idle order; a job waiting on
