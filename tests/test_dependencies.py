@@ -195,3 +195,18 @@ def test_requeue_marks_a_running_job_and_it_returns_to_the_head_of_its_group(bro
     ad = broker.get(first)
     assert ad["FetchworkState"] == "IDLE" and "FetchworkRequeue" not in ad
     assert broker.claim(SLOT)["ProcId"] == 0, "the requeued job is first in its group"
+
+
+# -- run until cancelled at the broker ----------------------------------------------
+
+def test_the_walltime_pass_leaves_a_job_that_keeps_its_slot_to_its_starter(broker):
+    kept, plain = broker.submit([{"Cmd": "a", "RunUntilCanceled": True},
+                                 {"Cmd": "b", "RunUntilCanceled": True}])
+    tokens = {}
+    for _ in range(2):
+        ad = broker.claim(SLOT)
+        tokens[f"{ad['ClusterId']}.{ad['ProcId']}"] = ad["FetchworkClaim"]
+    assert broker.renew(kept, tokens[kept], {"JobState": "Idle"}) == "ok"
+    assert broker.renew(plain, tokens[plain], {"JobState": "Running"}) == "ok"
+    marked = broker.store.run("overrun", [kept, plain], [kept, "late", plain, "late"])
+    assert broker.store.ids(marked) == [plain]
