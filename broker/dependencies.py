@@ -122,7 +122,11 @@ class DependencyResolver:
             pipe.smembers(keys.dependents(job))
         if submitted:
             pipe.smismember(keys.dep_waiting, submitted)
+        if finished:  # a finished job waits on nothing any more
+            pipe.srem(keys.dep_waiting, *finished)
         replies = pipe.execute()
+        if finished:
+            replies.pop()
         candidates = [codec.text(member) for reply in replies[:len(finished)]
                       for member in reply]
         if submitted:
@@ -176,10 +180,17 @@ class DependencyResolver:
                 continue
             items.append([job, decision.verdict.value, id_list(decision.waiting_on),
                           decision.reason])
-        if not items:
-            return 0
         store = self.store
-        keys = (store.pool_keys() + [store.keys.job(item[0]) for item in items]
-                + [store.keys.dep_waiting])
-        return int(store.scripts.call("depend", keys,
-                                      store.head_args() + [codec.pack_for_lua(items)]))
+        changed = 0
+        if items:
+            keys = (store.pool_keys() + [store.keys.job(item[0]) for item in items]
+                    + [store.keys.dep_waiting])
+            changed = int(store.scripts.call("depend", keys,
+                                             store.head_args() + [codec.pack_for_lua(items)]))
+        # The jobs waiting on a finished job are decided (above, or when they were
+        # submitted after its end event): its index of dependents is done with.
+        ended = [dep for dep, known in states.items()
+                 if known is None or known.state in _FINISHED_NAMES]
+        if ended:
+            store.client.delete(*[store.keys.dependents(dep) for dep in ended])
+        return changed

@@ -109,6 +109,7 @@ def test_a_dependent_waits_blocked_then_becomes_idle(broker):
     ad = broker.get(second)
     assert ad["FetchworkState"] == "IDLE" and "BlockedReason" not in ad
     assert not broker.client.exists(broker.keys.dep_waiting)
+    assert not broker.client.exists(broker.keys.dependents(first))
 
 
 def test_a_failed_dependency_fails_its_dependents_transitively(broker):
@@ -134,6 +135,7 @@ def test_a_removed_dependency_fails_the_dependent(broker):
     broker.remove([a])
     resolve(broker, since)
     assert broker.get(b)["RemoveReason"] == f"dependency {a} was removed: removed by user"
+    assert not broker.client.exists(broker.keys.dep_waiting), "a finished job waits no more"
 
 
 def test_a_dependency_already_completed_is_satisfied_at_once(broker):
