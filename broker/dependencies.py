@@ -68,9 +68,9 @@ def plan_dependencies(store: Store, cluster: int, jobs: Sequence[PreparedJob]) -
                 for dep, values in zip(outside, store.fields(outside, _DEP_FIELDS), strict=True)}
     check_submission(graph, cluster, {job.job_id for job in jobs}, existing)
     for job in jobs:
-        deps = graph.get(job.job_id)
-        if deps is None:
+        if job.job_id not in graph:
             continue
+        deps = graph[job.job_id]
         job.attrs[WAITING_ATTR] = id_list(deps)
         if job.attrs["FetchworkState"] != State.HELD:
             job.attrs["FetchworkState"] = State.BLOCKED.value
