@@ -212,3 +212,13 @@ def test_the_walltime_pass_leaves_a_job_that_keeps_its_slot_to_its_starter(broke
     assert broker.renew(plain, tokens[plain], {"JobState": "Running"}) == "ok"
     marked = broker.store.run("overrun", [kept, plain], [kept, "late", plain, "late"])
     assert broker.store.ids(marked) == [plain]
+
+
+def test_analyze_names_the_dependencies_a_job_waits_for(broker):
+    from fetchwork.broker.policy.settings import policy_settings
+    from fetchwork.submit.policyview import analyze
+
+    (a,) = broker.submit([{"Cmd": "a"}])
+    (b,) = broker.submit([{"Cmd": "b", "Depends": a}])
+    text = analyze(broker, policy_settings(Config.load(environ={})), b)
+    assert text == f"Job {b} is blocked: waiting for dependency {a} to complete with ExitCode 0."
