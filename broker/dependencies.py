@@ -72,10 +72,10 @@ def plan_dependencies(store: Store, cluster: int, jobs: Sequence[PreparedJob]) -
             continue
         deps = graph[job.job_id]
         job.attrs[WAITING_ATTR] = id_list(deps)
+        job.attrs["BlockedReason"] = blocked_reason(deps)  # also for a release of a HELD one
         if job.attrs["FetchworkState"] != State.HELD:
             job.attrs["FetchworkState"] = State.BLOCKED.value
             job.attrs["JobStatus"] = int(JOB_STATUS[State.BLOCKED])
-            job.attrs["BlockedReason"] = blocked_reason(deps)
     return len(graph)
 
 

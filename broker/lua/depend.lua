@@ -2,7 +2,8 @@
 -- to jobs waiting on dependencies (FetchworkWaitingOn set):
 --   ready: BLOCKED -> IDLE ('depend' event); a HELD or VALIDATING job only stops
 --          waiting (its release or admission then makes it IDLE);
---   wait:  FetchworkWaitingOn and BlockedReason name the dependencies left;
+--   wait:  FetchworkWaitingOn and BlockedReason name the dependencies left
+--          (a HELD job keeps the BlockedReason it goes back to on release);
 --   fail:  BLOCKED|HELD|VALIDATING -> FAILED with the RemoveReason given
 --          ('depend' event; the jobs waiting on this one are decided next).
 -- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the jobs' hashes, in
@@ -24,15 +25,12 @@ for j = 1, #batch do
     redis.call('SREM', K_DEPWAIT, id)
   elseif verdict == 'wait' then
     setv(key, 'FetchworkWaitingOn', left)
-    if state == 'BLOCKED' then setv(key, 'BlockedReason', reason) end
+    setv(key, 'BlockedReason', reason)
     changed = changed + 1
   elseif verdict == 'ready' then
-    redis.call('HDEL', key, 'FetchworkWaitingOn')
+    redis.call('HDEL', key, 'FetchworkWaitingOn', 'BlockedReason')
     redis.call('SREM', K_DEPWAIT, id)
-    if state == 'BLOCKED' then
-      redis.call('HDEL', key, 'BlockedReason')
-      to_idle(key, id, 'depend')
-    end
+    if state == 'BLOCKED' then to_idle(key, id, 'depend') end
     changed = changed + 1
   elseif verdict == 'fail' then
     redis.call('HDEL', key, 'FetchworkWaitingOn')
