@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from fetchwork.config.ads import as_bool, as_number, evaluate_attr
-from fetchwork.config.protocol import EVICT, HOLD, KILL, REMOVE, VACATE
+from fetchwork.config.protocol import EVICT, EXIT, HOLD, KILL, REMOVE, VACATE
 
 if TYPE_CHECKING:
     from fetchwork.starter.starter import Starter
@@ -57,8 +57,8 @@ def stop_how(word: str) -> str | None:
 def hold(starter: Starter) -> None:
     """Keep the slot after the command exited, while the job asks for it (see above);
     a stop request sets the starter's `how`."""
-    if not keeps_slot(starter.ad):
-        return
+    if starter.status.how != EXIT or not keeps_slot(starter.ad):
+        return  # stopped by a request (removal, hold, vacate): nothing to keep
     deadline = end_at(starter.ad, time.time(), time.monotonic())
     log.info("the command ended; keeping the slot until %s", "the job is cancelled"
              if deadline is None else f"its run time ends in {deadline - time.monotonic():.0f}s")
