@@ -38,6 +38,7 @@ from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
 from fetchwork.hooks import control
+from fetchwork.hooks.inprocess import current_call
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,8 @@ def _publish(slot_ad: classad2.ClassAd, config: Any) -> None:
 def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
     # A busy slot seldom fetches; the starter's machine ad, marked busy with
     # this job, keeps it visible between fetches.
-    path = os.environ.get("_CONDOR_MACHINE_AD")
+    call = current_call()  # in-process, the hook's environment is the call's
+    path = (call.env if call and call.env is not None else os.environ).get("_CONDOR_MACHINE_AD")
     if not path or not os.path.isfile(path):
         return
     try:
