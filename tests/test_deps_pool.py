@@ -176,3 +176,22 @@ def test_run_until_canceled_without_walltime_keeps_the_slot_until_removed(one_sl
                what="the removed job leaving its slot")
     (done,) = history_json(env)
     assert done["FetchworkState"] == "REMOVED"
+
+
+def test_a_run_until_canceled_job_removed_while_its_command_runs_frees_the_slot(one_slot):
+    env, up, work = one_slot
+    (work / "keep.sub").write_text(
+        "executable = /bin/sh\narguments = \"-c 'date > started; exec sleep 600'\"\n"
+        "run_until_canceled = true\nqueue\n")
+    (work / "next.sub").write_text("executable = /bin/sh\n"
+                                   "arguments = \"-c 'date > next_started'\"\nqueue\n")
+    fw(env, "submit", "keep.sub", cwd=work)
+    wait_until(lambda: (work / "started").exists(), timeout_s=60, fail_if=up.died,
+               what="the command running")
+    (job,) = by_id(q_json(env))
+    fw(env, "submit", "next.sub", cwd=work)
+    fw(env, "rm", job)
+    wait_until(lambda: (work / "next_started").exists(), timeout_s=60, fail_if=up.died,
+               what="the next job on the slot the removed job left")
+    removed = by_id(history_json(env))[job]
+    assert removed["FetchworkState"] == "REMOVED"
