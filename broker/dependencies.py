@@ -53,7 +53,7 @@ def plan_dependencies(store: Store, cluster: int, jobs: Sequence[PreparedJob]) -
     Returns how many jobs wait."""
     graph: dict[str, list[str]] = {}
     for job in jobs:
-        name = next((n for n in job.attrs if n.lower() == DEPENDS_ATTR.lower()), None)
+        name = _depends_name(job.attrs)
         if name is None:
             continue
         deps = parse_depends(job.attrs.pop(name))
@@ -77,6 +77,14 @@ def plan_dependencies(store: Store, cluster: int, jobs: Sequence[PreparedJob]) -
             job.attrs["FetchworkState"] = State.BLOCKED.value
             job.attrs["JobStatus"] = int(JOB_STATUS[State.BLOCKED])
     return len(graph)
+
+
+def _depends_name(attrs: dict[str, Any]) -> str | None:
+    """How `attrs` spells Depends, if it has it (a cheap test: submissions are big)."""
+    if DEPENDS_ATTR in attrs:
+        return DEPENDS_ATTR
+    size, lower = len(DEPENDS_ATTR), DEPENDS_ATTR.lower()
+    return next((n for n in attrs if len(n) == size and n.lower() == lower), None)
 
 
 def register_waiting(pipe: redis.client.Pipeline, store: Store,
