@@ -36,16 +36,16 @@ COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|
           "zrank", "zcard",
           "zcount", "xread", "xrange", "xrevrange", "xlen")
 # Commands the bodies of the job transition scripts run (lib.lua and each script).
-SCRIPT_BODIES = ("hset", "hdel", "decr", "zadd", "zrem", "xadd")
+SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zadd", "zrem", "xadd")
 
 SCRIPTS = {
-    "submitter": ("stage", "submit", "remove", "hold", "release", "read_ads", "read_fields",
-                  "read_ids"),
+    "submitter": ("stage", "submit", "remove", "hold", "release", "requeue", "read_ads",
+                  "read_fields", "read_ids"),
     "execute": ("claim", "reject", "renew", "finish", "activate_abandon", "read_ads",
                 "read_fields", "read_ids", "policy_exit"),
 }
 # Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers).
-OWN = {"submitter": ("incr", "incrby"), "execute": ()}
+OWN = {"submitter": ("incr", "incrby", "sadd"), "execute": ()}
 # Kept from the admin too: commands whose reach is the whole server, not one pool.
 SERVER_WIDE = ("keys", "scan", "randomkey", "flushall", "flushdb", "swapdb", "config", "debug",
                "shutdown", "monitor", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",

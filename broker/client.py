@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 AdLike = classad2.ClassAd | Mapping[str, Any]
 OP_BATCH = 500
 # The user actions Broker.apply runs, each one Lua script of that name.
-ACTIONS = ("remove", "hold", "release")
+ACTIONS = ("remove", "hold", "release", "requeue")
 
 
 class Broker:
@@ -198,14 +198,14 @@ class Broker:
 
     def apply(self, action: str, selected: Sequence[str], reason: str | None = None,
               hold_until: int | None = None) -> list[str]:
-        """Remove, hold or release the jobs `select()` chose; the ones it changed.
+        """Remove, hold, release or requeue the jobs `select()` chose; the ones it changed.
         A hold with `hold_until` (epoch s) ends by itself then."""
         if action == "remove":
             args: list[Any] = [reason or "removed by user"]
         elif action == "hold":
             args = [reason or "held by user", int(HoldCode.USER_REQUEST),
                     "" if hold_until is None else str(int(hold_until))]
-        elif action == "release":
+        elif action in ("release", "requeue"):
             args = []
         else:
             raise BrokerError(f"no user action {action!r}: use one of {', '.join(ACTIONS)}")
@@ -228,6 +228,11 @@ class Broker:
     def release(self, job_ids: Sequence[str]) -> list[str]:
         """Held jobs go back to IDLE; a pending hold on a running job is cancelled."""
         return self.apply("release", self.select(job_ids) if job_ids else [])
+
+    def requeue(self, job_ids: Sequence[str]) -> list[str]:
+        """Running jobs are stopped and go back to IDLE at the head of their priority
+        group (whatever Rerunnable says); the ones marked. Other jobs stay as they are."""
+        return self.apply("requeue", self.select(job_ids) if job_ids else [])
 
     # -- the execute side --------------------------------------------------------
 

@@ -26,6 +26,8 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
     fw:{P}:userlog       string: id of the last event the leader wrote to the jobs' user logs
     fw:{P}:periodic      zset: jobs with a PeriodicHold/Release/Remove expression, by sequence
+    fw:{P}:depwait       set: jobs waiting on dependencies (FetchworkWaitingOn set)
+    fw:{P}:dependents:<C.P>  set: the jobs that wait on job C.P
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ class PoolKeys:
     ps_ledger = _named("psledger")
     userlog = _named("userlog")
     periodic = _named("periodic")
+    dep_waiting = _named("depwait")
+
+    def dependents(self, job_id: str) -> str:
+        return f"{self.prefix}dependents:{job_id}"
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

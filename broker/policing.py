@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import codec
+from .policy.dependencies import WAITING_ATTR
 from .policy.limits import claim_attrs, overrun, walltime_remove_reason
 from .policy.partition import PolicyPass, changes, policy_pass
 from .policy.settings import PolicySettings
@@ -88,7 +89,8 @@ class PolicyRunner:
         self._last_event = self.store.last_event_id()
         self._last_pass_s = time.monotonic() if monotonic_s is None else monotonic_s
         ids = self.store.ids(self.store.client.zrange(self.store.keys.queue, 0, -1))
-        rows = list(self.store.hashes(ids))
+        # Jobs waiting on dependencies are the resolver's (broker/dependencies.py).
+        rows = [row for row in self.store.hashes(ids) if WAITING_ATTR not in row[1]]
         jobs = build_snapshot((data for _id, data in rows), self.settings.default_walltime_s)
         usage = self._usage(now) if self.settings.weights.fairshare else []
         result = policy_pass(jobs, self.settings, now, usage)
@@ -172,7 +174,7 @@ def release_blocked(store: Store) -> int:
     nothing may keep a job out of scheduling. Returns how many were waiting."""
     ids = store.ids(store.client.zrange(store.keys.queue, 0, -1))
     blocked = [[job_id, {}] for job_id, data in store.hashes(ids)
-               if data.get("FetchworkState") == State.BLOCKED]
+               if data.get("FetchworkState") == State.BLOCKED and WAITING_ATTR not in data]
     for start in range(0, len(blocked), BATCH):
         chunk = blocked[start:start + BATCH]
         keys = store.pool_keys() + [store.keys.job(item[0]) for item in chunk] + [store.keys.soft]

@@ -30,7 +30,7 @@ TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", 
                "release", "admit", "admit_fail", "activate_start", "activate_defer",
                "activate_hold", "activate_fail", "activate_abandon", "activation_expire",
                "release_due", "reservation_expire", "block", "unblock", "overrun",
-               "policy_exit", "policy_act")
+               "policy_exit", "policy_act", "requeue", "depend")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
               "trim_history", "userlog_advance")
 

@@ -5,8 +5,9 @@ leader key when it holds it (leader_renew.lua, compare-and-extend) or takes
 it when it is free (SET NX PX); only the leader reaps. The tick is
 short enough to renew the leadership three times per BROKER_LEADER_LEASE,
 and the reaper runs every BROKER_REAPER_INTERVAL. A leader that dies simply
-stops renewing; another replica takes over when the key expires. More
-periodic policy (dependencies) joins `run_once`.
+stops renewing; another replica takes over when the key expires. The
+leader resolves dependencies (broker/dependencies.py) on a thread woken by
+the event stream, and sweeps the waiting jobs in `run_once` when due.
 
 The leader also runs the pool's filters (filters/leader.py): it publishes
 its filter summary, admits VALIDATING jobs, decides ACTIVATING ones and
@@ -43,6 +44,7 @@ from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 
 from .client import Broker
+from .dependencies import DependencyResolver
 from .filters.leader import POLL_S, FilterLeader
 from .filters.settings import load_settings
 from .periodic import PeriodicPolicy, PeriodicResult
@@ -59,6 +61,8 @@ class PassResult:
     forgotten: int = 0
     policy: PolicyResult | None = None
     periodic: PeriodicResult | None = None
+    # Jobs waiting on dependencies that a sweep decided.
+    dependencies: int = 0
 
 
 def tick_interval_s(reaper_interval_s: float, leader_lease_s: float) -> float:
@@ -81,7 +85,8 @@ class BrokerService:
     def __init__(self, broker: Broker, reaper_interval_s: float = 5.0,
                  leader_lease_s: float = 15.0, replica: str | None = None,
                  history_max_jobs: int | None = None, filters: FilterLeader | None = None,
-                 user_logs: bool = False, periodic_interval_s: float | None = None):
+                 user_logs: bool = False, periodic_interval_s: float | None = None,
+                 dependency_sweep_s: float | None = None):
         self.broker = broker
         # The filter work of the leader; None runs none (no filters, no timed holds).
         self.filters = filters
@@ -100,6 +105,7 @@ class BrokerService:
         # The job policy's periodic expressions; None (or an interval <= 0): never judged.
         self.periodic = (PeriodicPolicy(self.store, periodic_interval_s)
                          if periodic_interval_s is not None and periodic_interval_s > 0 else None)
+        self.dependencies = DependencyResolver(broker.store, dependency_sweep_s)
 
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
@@ -111,7 +117,8 @@ class BrokerService:
                    filters=FilterLeader(broker.store, load_settings(config),
                                         broker.default_lease_s),
                    user_logs=config.get_bool("BROKER_WRITE_USER_LOGS"),
-                   periodic_interval_s=config.get_duration_s("PERIODIC_EXPR_INTERVAL"))
+                   periodic_interval_s=config.get_duration_s("PERIODIC_EXPR_INTERVAL"),
+                   dependency_sweep_s=config.get_duration_s("DEPENDENCY_SWEEP_INTERVAL"))
 
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""
@@ -150,6 +157,7 @@ class BrokerService:
         if self.policy is None and self._last_reap_s is None:
             # Just took leadership with no policy: jobs a former policy blocked wait no more.
             release_blocked(self.store)
+        result.dependencies = self.dependencies.sweep_if_due(now_s, self._last_reap_s is None)
         if reap_due(now_s, self._last_reap_s, self.reaper_interval_s):
             result.reaped = self.broker.reap_expired()
             if self.history_max_jobs is not None:
@@ -183,6 +191,9 @@ class BrokerService:
             userlog_thread = threading.Thread(target=self._run_userlog, args=(stop,),
                                               name="broker-userlog", daemon=True)
             userlog_thread.start()
+        deps_thread = threading.Thread(target=self._run_dependencies, args=(stop,),
+                                       name="broker-dependencies", daemon=True)
+        deps_thread.start()
         try:
             while not stop.is_set():
                 try:
@@ -198,6 +209,7 @@ class BrokerService:
                 policy_thread.join(timeout=5)
             if userlog_thread is not None:
                 userlog_thread.join(timeout=5)
+            deps_thread.join(timeout=5)
             try:
                 self.resign()
             except (redis.RedisError, FetchworkError) as exc:
@@ -252,4 +264,19 @@ class BrokerService:
                     stop.wait(POLL_S)
             except Exception:  # a user log problem must never stop the broker
                 log.exception("user log pass failed; retrying in %ss", POLL_S)
+    def _run_dependencies(self, stop: threading.Event) -> None:
+        """The dependency thread: decide the jobs waiting on the jobs each batch of
+        events finished, while this replica leads."""
+        last_id = "$"
+        while not stop.is_set():
+            try:
+                if last_id == "$":
+                    last_id = self.store.last_event_id()
+                events = self.store.events(last_id, block_ms=int(POLL_S * 1000), count=1000)
+                if events:
+                    last_id = events[-1][0]
+                    if self.is_leader:
+                        self.dependencies.on_events(events)
+            except (redis.RedisError, FetchworkError):
+                log.exception("dependency pass failed; retrying")
                 stop.wait(POLL_S)

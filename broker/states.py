@@ -30,9 +30,12 @@ Every job ad carries `FetchworkState` (the state name below) and `JobStatus`
                                       leader's periodic pass (PeriodicHold/Release/Remove)
     RUNNING    -> REMOVED             finish.lua how=remove
     RUNNING    -> FAILED              overrun.lua marks a job past its walltime; its end settles it
+    RUNNING    -> IDLE                requeue.lua marks it; its end settles it (head of its group)
+    BLOCKED    -> IDLE                depend.lua, every dependency completed with ExitCode 0
+    BLOCKED|HELD|VALIDATING -> FAILED depend.lua, a dependency that cannot complete so
     IDLE|HELD|VALIDATING|ACTIVATING -> REMOVED  remove.lua
     IDLE|ACTIVATING -> HELD           hold.lua (with a HoldUntil when given)
-    HELD       -> IDLE                release.lua
+    HELD       -> IDLE                release.lua (BLOCKED while it waits on dependencies)
 
 A running (or suspended) job that is removed or held keeps its claim and its
 state; only its JobStatus changes to 3 or 5 at once (HTCondor shows a job
@@ -108,6 +111,10 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     "CommittedSlotTime",
     # Set when the job policy's PeriodicRelease releases a job (lua/policy_act.lua).
     "ReleaseReason",
+    # The dependencies a job still waits on (broker/dependencies.py).
+    "FetchworkWaitingOn",
+    # A running job the user requeued (requeue.lua): IDLE at the head of its group when it stops.
+    "FetchworkRequeue",
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

@@ -31,6 +31,7 @@ from redis.exceptions import NoScriptError
 from fetchwork.errors import SubmitError
 
 from . import codec
+from .dependencies import plan_dependencies, register_waiting
 from .jobads import PreparedJob, identity, place, prepare_submitted
 from .periodic import index_entries
 from .policy.limits import admission
@@ -87,6 +88,8 @@ class Submitter:
                                        job.prio, owner, job.ad_owner, user), blocked_reason),
                    first_seq + proc)
                   for proc, job in enumerate(jobs)]
+        # Depends: refused when missing or cyclic; dependent jobs wait BLOCKED.
+        plan_dependencies(store, cluster, jobs)
         nonce = uuid.uuid4().hex
         validating: list[bool] = []
         try:
@@ -157,5 +160,6 @@ class Submitter:
                                           for job, seq in placed[start:start + BATCH]])
                 if periodic:
                     pipe.zadd(store.keys.periodic, periodic)
+            register_waiting(pipe, store, (job for job, _seq in placed[first:first + TRANSACTION]))
             pipe.execute()
 

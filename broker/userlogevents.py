@@ -128,7 +128,7 @@ def bodies(event: Mapping[str, str], job: Mapping[str, Any],
         return [(EventCode.EXECUTE, executing_body(event.get("slot", "")))]
     if state == "HELD" and "hold_code" in event:
         return [(EventCode.JOB_HELD, _held(event, job))]
-    if state == "IDLE" and kind == "release":
+    if state in ("IDLE", "BLOCKED") and kind == "release":  # BLOCKED: still on dependencies
         timed = event.get("reason") == "HoldUntil"
         reason = "HoldUntil passed" if timed else "via fetchwork release"
         return [(EventCode.JOB_RELEASED, released_body(reason))]

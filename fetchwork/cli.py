@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rm": ("fetchwork.submit.usercli", "rm_command"),
     "hold": ("fetchwork.submit.usercli", "hold_command"),
     "release": ("fetchwork.submit.usercli", "release_command"),
+    "requeue": ("fetchwork.submit.requeuecli", "requeue_command"),
     "status": ("fetchwork.submit.usercli", "status_command"),
     "wait": ("fetchwork.submit.waitcli", "wait_command"),
     "up": ("fetchwork.poolcli", "up_command"),

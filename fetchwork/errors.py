@@ -85,6 +85,10 @@ class SubmitError(BrokerError):
     """A submission was refused; nothing of it was queued."""
 
 
+class DependencyError(SubmitError):
+    """A submission's dependencies (depends_on) name a missing job or form a cycle."""
+
+
 class HoldTimeError(FetchworkError):
     """A hold time given on the command line (--for, --until) cannot be used."""
 

@@ -33,7 +33,7 @@ from typing import Any
 import classad2
 
 from fetchwork.broker.client import Broker
-from fetchwork.config import ads
+from fetchwork.config import ads, protocol
 from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
@@ -150,7 +150,8 @@ def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
         log.debug("cannot read the machine ad %s: %s", path, exc)
         return
     slot_ad["State"] = "Claimed"
-    slot_ad["Activity"] = "Suspended" if job_ad.get("JobState") == "Suspended" else "Busy"
+    state = job_ad.get("JobState")  # Idle: kept after the command (RunUntilCanceled)
+    slot_ad["Activity"] = state if state in ("Suspended", "Idle") else "Busy"
     slot_ad["JobId"] = job_id
     _publish(slot_ad, get_config())
 
@@ -288,7 +289,7 @@ def set_program_mode() -> None:
 
 
 # What the starter is asked to do when a renewal answers other than "ok".
-_STOP_REQUESTS = {"removed": REMOVE, "held": HOLD, "gone": KILL}
+_STOP_REQUESTS = {"removed": REMOVE, "held": HOLD, "gone": KILL, "requeued": protocol.VACATE}
 
 
 def _act_on(job_id: str, status: str) -> None:

@@ -76,8 +76,10 @@ class Slot:
 
     @property
     def can_fetch(self) -> bool:
-        """A fetch hook is set and this is not a dynamic slot (its p-slot fetches)."""
-        return self.hooks.fetch is not None and self.carve is None
+        """A fetch hook is set, this is not a dynamic slot (its p-slot fetches), and no
+        starter keeps it Claimed/Idle for a job run until cancelled."""
+        return (self.hooks.fetch is not None and self.carve is None
+                and not (self.starter is not None and self.status.activity is Activity.IDLE))
 
     @property
     def running_job_ad(self) -> classad2.ClassAd | None:

@@ -200,7 +200,8 @@ class StarterSupervisor:
             if self.host.shutdown_plan is None:
                 self.standby.refill()
         elif kind == "state" and slot.is_in(State.CLAIMED):
-            target = {"Running": Activity.BUSY, "Suspended": Activity.SUSPENDED}.get(
+            target = {"Running": Activity.BUSY, "Suspended": Activity.SUSPENDED,
+                      "Idle": Activity.IDLE}.get(  # Idle: run until cancelled
                 str(event.get("state")))
             slot.control_sent = None
             if target is not None and target is not slot.status.activity:
@@ -249,7 +250,8 @@ class StarterSupervisor:
                 slot.clock.last_found_work = False
                 self.evict(slot, "the starter failed")
                 return
-            slot.move(State.CLAIMED, Activity.IDLE, time.time(), "job ended")
+            if not slot.is_in(State.CLAIMED, Activity.IDLE):  # a job kept it idle
+                slot.move(State.CLAIMED, Activity.IDLE, time.time(), "job ended")
             if slot.carve is not None:
                 self.evict(slot, "job ended; the dynamic slot is given back")
                 return

@@ -28,7 +28,7 @@ from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks import control
 from fetchwork.hooks.runner import HookResult, resolve_hook, run_hook, start_hook
-from fetchwork.starter import lifecycle, limits
+from fetchwork.starter import keepslot, lifecycle, limits
 from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper, resolve_user
 from fetchwork.starter.jobspec import (
@@ -371,10 +371,10 @@ class Starter:
     # -- after the job -----------------------------------------------------
 
     def _finish(self, status: int | None, reason: str | None, duration_s: float) -> None:
-        how = self.status.how or lifecycle.EXIT
         if self.job is not None:
-            # The exited children's CPU time arrives with their reaping.
-            self._record(self.job.sample(), final=True)
+            keepslot.hold(self)  # RunUntilCanceled; the exited children's CPU time arrives
+            self._record(self.job.sample(), final=True)  # with their reaping
+        how = self.status.how or lifecycle.EXIT
         for name, value in exit_attributes(status, how, duration_s, reason).items():
             self.ad[name] = value
         log.info("job ended (%s): %s", how, self.ad["ExitReason"])

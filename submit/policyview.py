@@ -18,6 +18,7 @@ from rich.table import Table
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.policy.analyze import ClauseResult, MatchResults, analyze_text
+from fetchwork.broker.policy.dependencies import WAITING_ATTR
 from fetchwork.broker.policy.partition import policy_pass
 from fetchwork.broker.policy.priority import PRIORITY_COLUMNS, priority_row
 from fetchwork.broker.policy.settings import PolicySettings
@@ -93,6 +94,8 @@ def analyze(broker: Broker, settings: PolicySettings, job_id: str) -> str:
     if not found:
         raise FetchworkError(f"job {job_id} is not in the queue")
     job, ad = found[0]
+    if ad.get(WAITING_ATTR):  # the dependencies decide, not the policy
+        return f"Job {job_id} is blocked: {ad.get('BlockedReason') or 'waiting on dependencies'}."
     now = time.time()
     jobs = [one for one, _ad in pairs]
     result = policy_pass(jobs, settings, now)

@@ -17,6 +17,7 @@ USED_COMMANDS = frozenset({
     "output", "error", "initialdir", "initial_dir", "batch_name", "kill_sig", "request_cpus",
     "request_memory", "request_disk", "requirements", "rank", "priority", "job_lease_duration",
     "hold", "allowed_job_duration", "job_max_vacate_time", "accounting_group", "log",
+    "depends_on", "run_until_canceled",
 }) | POLICY_COMMANDS
 
 # Commands condor_submit knows that fetchwork accepts and ignores (one warning lists them).

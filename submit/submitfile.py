@@ -32,7 +32,7 @@ from fetchwork.config.argsyntax import format_arguments_raw
 from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import clip
 from fetchwork.errors import SubmitFileError
-from fetchwork.submit import submitcheck
+from fetchwork.submit import depcommands, submitcheck
 from fetchwork.submit.submitcheck import UNSUPPORTED_COMMANDS
 from fetchwork.submit.submitmap import SubmitContext, job_ad
 
@@ -295,6 +295,7 @@ def parse_submit(text: str, cluster_id: int, submit_dir: str | None = None,
         ctx.queue_line = statement.line
         spec = queue_spec(submit, statement, source, submit_dir)
         _queue_jobs(submit, spec, cluster_id, ctx, result)
+    depcommands.resolve(result.ads, cluster_id, source, defined.get(depcommands.COMMAND, []))
     for ad in result.ads:
         ad["TotalSubmitProcs"] = len(result.ads)
     result.warnings += submitcheck.warnings(defined, lines, text, source)
@@ -326,7 +327,7 @@ def _queue_jobs(submit: htcondor2.Submit, spec: QueueSpec, cluster_id: int,
             for name, value in {**macros, **(row or {})}.items():
                 submit[name] = str(value)
             values = {name.lower(): submit.expand(name) for name in commands}
-            result.ads.append(dict(job_ad(values, ctx)))
+            result.ads.append({**job_ad(values, ctx), **depcommands.job_attrs(values, ctx)})
 
 
 def command_jobs(argv: Sequence[str], cluster_id: int, commands: Mapping[str, str] | None = None,

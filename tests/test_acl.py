@@ -204,3 +204,13 @@ def test_no_role_runs_server_wide_commands(role: str, command: tuple[str, ...],
 
 def test_rules_keep_pool_name_globs_literal() -> None:
     assert "~fw:{a\\*b}:*" in role_rules("execute", "a*b")
+
+
+def test_submitter_queues_dependent_jobs_and_requeues(as_role: Callable[[str], Broker]) -> None:
+    submitter = as_role("submitter")
+    [first] = submitter.submit([{"Cmd": "/bin/true"}], owner="alice")
+    [second] = submitter.submit([{"Cmd": "/bin/true", "Depends": first}], owner="alice")
+    waiting = submitter.get(second)
+    assert waiting is not None and waiting["FetchworkState"] == "BLOCKED"
+    assert submitter.requeue([first]) == [], "an idle job is left as it is"
+    assert sorted(submitter.remove([first, second])) == sorted([first, second])

@@ -106,6 +106,7 @@ def codes(event: dict[str, str], job: dict | None = None) -> list[int]:
     ({"type": "hold", "state": "RUNNING"}, []),       # a mark on a running job
     ({"type": "hold", "state": "HELD", "until": "9"}, []),  # a new HoldUntil only
     ({"type": "release", "state": "IDLE"}, [13]),
+    ({"type": "release", "state": "BLOCKED"}, [13]),
     ({"type": "release", "state": "RUNNING"}, []),
     ({"type": "finish", "state": "IDLE"}, [4]),
     ({"type": "reap", "state": "IDLE"}, [4]),

@@ -11,6 +11,7 @@
 -- Only IDLE and BLOCKED jobs change. IDLE -> BLOCKED leaves the idle set,
 -- keeps JobStatus IDLE (HTCondor has no blocked code) and emits one 'block'
 -- event; a BLOCKED job only gets its new reason and attributes.
+-- Jobs waiting on dependencies are left alone (broker/dependencies.py decides them).
 -- Returns the number of jobs written.
 local batch = cmsgpack.unpack(ARGV[3])
 local K_SOFT = KEYS[FIRST_JOB_KEY + #batch]
@@ -19,7 +20,7 @@ for j = 1, #batch do
   local key, item = KEYS[FIRST_JOB_KEY + j - 1], batch[j]
   local id, reason, soft = item[1], item[2], item[3]
   local state = getv(key, 'FetchworkState')
-  if state == 'IDLE' or state == 'BLOCKED' then
+  if (state == 'IDLE' or state == 'BLOCKED') and not waits_on_deps(key) then
     for name, value in pairs(item[4]) do setv(key, name, value) end
     setv(key, 'BlockedReason', reason)
     setv(key, 'BlockedBySoftLimit', soft)

@@ -217,8 +217,20 @@ local function start_claim(key, id, token, slot, default_lease_s)
   return cmsgpack.pack({id, redis.call('HGETALL', key)})
 end
 
--- -> IDLE, at the job's place in the idle order.
+-- A job still waiting on dependencies (FetchworkWaitingOn, see
+-- broker/dependencies.py): it may not become IDLE.
+local function waits_on_deps(key)
+  return redis.call('HEXISTS', key, 'FetchworkWaitingOn') ~= 0
+end
+
+-- -> IDLE, at the job's place in the idle order; a job waiting on
+-- dependencies goes BLOCKED instead (a release, an admission).
 local function to_idle(key, id, kind, ...)
+  if waits_on_deps(key) then
+    set_state(key, 'BLOCKED', STATUS_IDLE)
+    event(kind, id, 'BLOCKED', STATUS_IDLE, ...)
+    return
+  end
   local order = getv(key, 'FetchworkOrder') or 0
   redis.call('ZADD', K_IDLE, score(order), id)
   set_state(key, 'IDLE', STATUS_IDLE)
@@ -267,13 +279,16 @@ end
 
 -- End a claim (the job is RUNNING or SUSPENDED): `how` is exit, evict, hold
 -- or remove. A pending removal (JobStatus 3) wins over any `how`; a pending
--- hold (JobStatus 5) wins over evict. `code` and `subcode` (numbers or nil)
+-- hold (JobStatus 5) wins over evict; a pending requeue (FetchworkRequeue)
+-- wins over exit and evict and puts the job at the head of its group. `code` and `subcode` (numbers or nil)
 -- are the execute side's HoldReasonCode and HoldReasonSubCode for a hold; without
 -- a code the hold is the job policy's (3). `outcome` (nil: completed) is the
 -- job policy's verdict on an exit (policy_exit.lua): hold, requeue or remove,
 -- with `reason`. Returns the new state.
 local function settle(key, id, kind, how, reason, code, subcode, outcome)
   local status = getv(key, 'JobStatus')
+  local requeue = getv(key, 'FetchworkRequeue')
+  redis.call('HDEL', key, 'FetchworkRequeue')
   leave_claim(key, id)
   if how == 'exit' then
     count_exit(key)
@@ -288,6 +303,12 @@ local function settle(key, id, kind, how, reason, code, subcode, outcome)
     local final = getv(key, 'FetchworkOverrun') and 'FAILED' or 'REMOVED'
     to_history(key, id, kind, final, STATUS_REMOVED)
     return final
+  end
+  -- Requeued by the user (requeue.lua): back to IDLE at the head of its group.
+  if requeue and how ~= 'hold' and status ~= STATUS_HELD then
+    setv(key, 'FetchworkOrder', head_of_group(getv(key, 'FetchworkOrder') or 0))
+    to_idle(key, id, kind)
+    return 'IDLE'
   end
   if how == 'exit' and outcome == 'requeue' and status ~= STATUS_HELD then
     to_idle(key, id, kind, 'reason', reason)

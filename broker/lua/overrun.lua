@@ -5,13 +5,16 @@
 -- with the RemoveReason given here.
 -- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3..] pairs: job id, RemoveReason.
--- Jobs no longer claimed, or already marked for removal, are left alone.
+-- Jobs no longer claimed, or already marked for removal, are left alone, and so
+-- is a RunUntilCanceled job whose command ended (JobState Idle): its starter
+-- ends it at its walltime, as a completion (starter/keepslot.py).
 -- Returns the ids marked.
 local done = {}
 for i = 3, #ARGV, 2 do
   local key, id = KEYS[FIRST_JOB_KEY + (i - 3) / 2], ARGV[i]
   local state = getv(key, 'FetchworkState')
-  if is_claimed(state) and getv(key, 'JobStatus') ~= STATUS_REMOVED then
+  local kept = getv(key, 'RunUntilCanceled') == true and getv(key, 'JobState') == 'Idle'
+  if is_claimed(state) and getv(key, 'JobStatus') ~= STATUS_REMOVED and not kept then
     setv(key, 'RemoveReason', ARGV[i + 1])
     setv(key, 'FetchworkOverrun', true)
     set_pending_status(key, id, 'overrun', state, STATUS_REMOVED)

@@ -6,7 +6,8 @@
 -- '' unchanged, ARGV[7..] attribute name/packed-value pairs.
 -- Returns 'gone' (no such job, or the claim is not the caller's), 'removed'
 -- or 'held' (the job was removed or held meanwhile: the caller should stop
--- it and call finish; the lease is not extended), else 'ok'.
+-- it and call finish; the lease is not extended), 'requeued' (the user
+-- requeued it: the caller should vacate it; the lease is extended), else 'ok'.
 -- A job with a UserLog whose ImageSize grew gets an 'image' event (field
 -- size: the new ImageSize in KB) for its user log's 006 event.
 local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
@@ -35,4 +36,5 @@ if logged then
           string.format('%d', size))
   end
 end
+if getv(key, 'FetchworkRequeue') then return 'requeued' end
 return 'ok'

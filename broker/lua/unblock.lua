@@ -8,6 +8,7 @@
 -- BLOCKED -> IDLE joins the idle set at FetchworkOrder, drops BlockedReason
 -- and BlockedBySoftLimit, and emits one 'unblock' event with state IDLE,
 -- which wakes waiting claimers. Other states are left alone.
+-- Jobs waiting on dependencies are left alone (broker/dependencies.py decides them).
 -- Returns the number of jobs written.
 local batch = cmsgpack.unpack(ARGV[3])
 local K_SOFT = KEYS[FIRST_JOB_KEY + #batch]
@@ -16,7 +17,7 @@ for j = 1, #batch do
   local key, item = KEYS[FIRST_JOB_KEY + j - 1], batch[j]
   local id = item[1]
   local state = getv(key, 'FetchworkState')
-  if state == 'IDLE' or state == 'BLOCKED' then
+  if (state == 'IDLE' or state == 'BLOCKED') and not waits_on_deps(key) then
     for name, value in pairs(item[2]) do setv(key, name, value) end
     if state == 'BLOCKED' then
       redis.call('ZREM', K_SOFT, id)
