@@ -324,6 +324,13 @@ class Broker:
         pipe.zremrangebyscore(self.keys.slots, "-inf", now_ms)
         pipe.execute()
 
+    def withdraw_slot(self, name: str) -> None:
+        """Take a published slot ad away at once (its startd has exited)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self.keys.slot(name))
+        pipe.zrem(self.keys.slots, name)
+        pipe.execute()
+
     def slots(self) -> list[classad2.ClassAd]:
         """Slot ads published and not expired, by name."""
         now_ms = int(time.time() * 1000)

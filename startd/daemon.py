@@ -45,6 +45,7 @@ from fetchwork.startd.slotad import (
 from fetchwork.startd.starterproc import remove_stale_sandboxes
 from fetchwork.startd.starters import StarterSupervisor
 from fetchwork.startd.states import Activity, State, initial_status
+from fetchwork.startd.withdrawal import Withdrawer
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class Startd:
         self._signals = SignalInbox(self._wake_w)
         self._advisory = 0
         self._shutdown: ShutdownPlan | None = None
+        self._withdrawer = Withdrawer(self, self._wake_w)
         self.starters = StarterSupervisor(self, self._selector)
         self._delay_problem: dict[int, str | None] = {}
         self._next_policy_at = 0.0
@@ -96,7 +98,7 @@ class Startd:
                 now = time.monotonic()
                 self._handle_signals(now)
                 self._drain_results()
-                if self._finished(now):
+                if self._finished(now) and self._withdrawer.done(now):
                     break
                 self._tick(now)
                 self._wait(max(self._next_wake(now) - time.monotonic(), 0.0))
@@ -145,7 +147,7 @@ class Startd:
                 wake = min(wake, now + _REAP_POLL_S)
         if self._shutdown is not None:
             wake = min(wake, self._shutdown.next_deadline())
-        return wake
+        return min(wake, self._withdrawer.wake_at())
 
     def _tick(self, now: float) -> None:
         if now - self._facts_at >= self.settings.polling_interval_s:
