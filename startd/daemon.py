@@ -29,7 +29,8 @@ from fetchwork.hooks.pipes import drain
 from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
 from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
-from fetchwork.startd.fetchoutput import read_fetch_output
+from fetchwork.startd.fetchoutput import describe, log_level, note, read_fetch_output
+from fetchwork.startd.localid import name_if_anonymous
 from fetchwork.startd.metrics import serve_startd_metrics
 from fetchwork.startd.settings import StartdSettings, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
@@ -240,9 +241,8 @@ class Startd:
                                            output_too_large=result.output_too_large)
         if fetched.empty:
             slot.clock.finished(now, found_work=False, empty=True)
-            level = logging.WARNING if failure else logging.INFO
-            log.log(level, "%s: fetch hook %s took %.3fs: %s; no work", slot.label,
-                    result.spec.value, result.duration_s, result.outcome())
+            log.log(log_level(result, fetched), "%s: fetch hook %s took %.3fs: %s; no work",
+                    slot.label, result.spec.value, result.duration_s, describe(result))
             self._no_more_work(slot)
             return
         # Output that is not an ad still gets a `reject` reply, with an empty
@@ -250,6 +250,7 @@ class Startd:
         job_ad = fetched.job_ad if fetched.job_ad is not None else classad2.ClassAd()
         # As the text says: the keyword that fetched the job goes into its ad.
         job_ad["HookKeyword"] = result.spec.keyword
+        name_if_anonymous(fetched.job_ad, slot.label)  # not output that is no ad
         slot_ad = self.slot_ad(slot)
         if fetched.bad_reason is not None:
             decision = Decision(Verdict.REJECT, f"bad fetch hook output: {fetched.bad_reason}")
@@ -259,8 +260,9 @@ class Startd:
             running = slot.claim.rank if slot.claim and slot.starter else None
             decision = decide(slot.status, slot_ad, job_ad, running)
         slot.clock.finished(now, found_work=decision.verdict is not Verdict.REJECT)
-        log.info("%s: fetch hook took %.3fs: job %s %sed (%s)", slot.label, result.duration_s,
-                 job_label(job_ad), decision.reply, decision.reason)
+        log.log(log_level(result, fetched), "%s: fetch hook took %.3fs: job %s %sed (%s)%s",
+                slot.label, result.duration_s, job_label(job_ad), decision.reply,
+                decision.reason, note(result, fetched))
         if decision.verdict is Verdict.REJECT:
             self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("reject",))
             self._no_more_work(slot)
