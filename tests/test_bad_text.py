@@ -208,3 +208,41 @@ def test_submit_files_queue_jobs_or_name_the_line(tmp_path: Path):
 
     check()
     tally.report()
+
+
+# -- what the startd does with any job ad a fetch hook prints -------------------------
+
+EXPRS = st.one_of(st.integers(), st.floats(allow_nan=False).map(repr),
+                  st.sampled_from(["undefined", "error", "\"text\"", "{1, 2}", "true",
+                                   "[a = 1]", "1 / 0", "Memory > \"x\"", "Memory > 1",
+                                   "99999999999999999999", "-1e308 * 10", "X", "1e309",
+                                   "strcat(1)", "TARGET.Missing", "MY.Requirements"]))
+
+
+def test_any_fetched_job_ad_gets_a_decision_not_an_exception():
+    from fetchwork.startd.acceptance import decide
+    from fetchwork.startd.slotad import MachineFacts, SlotPolicy, build_slot_ad
+    from fetchwork.startd.states import Activity, SlotStatus, State
+
+    tally = Tally("fetched job ads decided")
+    facts = MachineFacts("m", "LINUX", "X86_64", 2, 2048, 10**6, 0.5)
+    policy = SlotPolicy(start="TARGET.X =!= 13", rank="TARGET.X + TARGET.JobPrio")
+    statuses = [SlotStatus(State.UNCLAIMED, Activity.IDLE, 0.0, 0.0),
+                SlotStatus(State.CLAIMED, Activity.BUSY, 0.0, 0.0)]
+
+    @BOUNDED
+    @given(st.dictionaries(st.sampled_from(["Requirements", "Rank", "X", "JobPrio",
+                                            "RequestMemory", "RequestCpus"]),
+                           EXPRS, max_size=5), st.sampled_from(statuses))
+    def check(attrs: dict[str, object], status: SlotStatus) -> None:
+        text = 'Cmd = "/bin/true"\n' + "".join(f"{k} = {v}\n" for k, v in attrs.items())
+        fetched = read_fetch_output(text)
+        if fetched.job_ad is None or fetched.bad_reason is not None:
+            tally.saw("bad output")
+            return
+        slot_ad = build_slot_ad(1, "m", 1, facts, status, policy, 0.0)
+        decision = decide(status, slot_ad, fetched.job_ad, 0.0)
+        tally.saw(decision.reply)
+
+    check()
+    tally.report()
