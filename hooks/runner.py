@@ -388,8 +388,10 @@ def _run_in_process(spec: HookSpec, args: list[str], stdin_text: str,
     if outcome.exit_code is not None:
         result.exit_code = outcome.exit_code
         stdout = outcome.stdout
-        if len(stdout.encode("utf-8", "replace")) > spec.output_limit:
+        encoded = stdout.encode("utf-8", "replace")
+        if len(encoded) > spec.output_limit:
             result.output_too_large = True
-            stdout = stdout[:spec.output_limit]
+            # Cut at the limit in bytes, as a program's output is, not in characters.
+            stdout = encoded[:spec.output_limit].decode("utf-8", "ignore")
         result.stdout = stdout
     return result

@@ -169,3 +169,29 @@ def test_hook_output_beyond_the_cap_is_bad_output(tmp_path: Path):
 
     check()
     tally.report()
+
+
+def talk(args: list[str], stdin_text: str) -> str:
+    """An in-process hook printing args[0] times args[1]."""
+    return args[1] * int(args[0])
+
+
+def test_in_process_hook_output_beyond_the_cap_is_bad_output_and_cut_to_the_cap():
+    tally = Tally("in-process hook output sizes")
+
+    @FEW
+    @given(st.integers(min_value=0, max_value=50000), st.integers(min_value=1, max_value=40000),
+           st.sampled_from(["A", "é", "💥"]))
+    def check(count: int, limit: int, char: str) -> None:
+        spec = HookSpec(hook="FETCH_WORK", keyword="T", value=f"python:{__name__}:talk",
+                        args=(str(count), char), timeout_s=30, output_limit=limit)
+        result = run_hook(spec)
+        size = count * len(char.encode())
+        assert result.output_too_large == (size > limit), (size, limit)
+        assert len(result.stdout.encode()) <= limit
+        fetched = read_fetch_output(result.stdout, output_too_large=result.output_too_large)
+        assert (fetched.bad_reason == "output over the hook output limit") == (size > limit)
+        tally.saw("over the cap" if size > limit else "within the cap")
+
+    check()
+    tally.report()
