@@ -71,9 +71,10 @@ def role_rules(role: str, pool: str) -> list[str]:
     rules += [f"+{command}" for command in (*COMMON, *SCRIPT_BODIES, *OWN[role])]
     rules += [f"+evalsha|{sha(name)}" for name in SCRIPTS[role]]
     if role == "execute":
-        # Publishing slot ads: SET and the expiry sweep only on the slot keys.
+        # Publishing slot ads: SET and the expiry sweep only on the slot keys
+        # (DEL withdraws the ad of a slot whose startd exits).
         rules.append(f"(~{pool_pattern(pool, 'slot:*')} ~{pool_pattern(pool, 'slots')} "
-                     "+set +zremrangebyscore)")
+                     "+set +zremrangebyscore +del)")
         # A claim that waits for the activation filters: its request and reply keys,
         # and the pass counter in the filter summary.
         rules.append(f"(~{pool_pattern(pool, 'activation:*')} +pexpire +blpop +del)")

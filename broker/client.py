@@ -351,8 +351,9 @@ class Broker:
         pipe.zremrangebyscore(self.keys.slots, "-inf", now_ms)
         pipe.execute()
 
-    def unpublish_slot(self, name: str) -> None:
-        """Forget a published slot ad at once (a dynamic slot that is gone)."""
+    def withdraw_slot(self, name: str) -> None:
+        """Take a published slot ad away at once (its startd has exited, or a dynamic slot
+        ended with its claim)."""
         pipe = self.client.pipeline(transaction=True)
         pipe.delete(self.keys.slot(name))
         pipe.zrem(self.keys.slots, name)

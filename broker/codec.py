@@ -17,6 +17,8 @@ import msgpack
 from fetchwork.config.ads import EXPR_KEY, from_dict, parse_expr, to_dict
 from fetchwork.errors import AdError
 
+from .valuecheck import check_value
+
 _LITERALS = (bool, int, float, str)
 
 
@@ -49,11 +51,15 @@ class AdNormalizer:
 
     def normalize(self, ad: classad2.ClassAd | Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(ad, classad2.ClassAd):
-            return to_dict(ad)
-        out: dict[str, Any] = {}
+            out = to_dict(ad)
+            for name, value in out.items():
+                check_value(name, value)
+            return out
+        out = {}
         for name, value in ad.items():
             if not isinstance(name, str) or not name:
                 raise AdError(f"attribute name {name!r} is not a non-empty string")
+            check_value(name, value)
             out[name] = self.value(name, value)
         return out
 

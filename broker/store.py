@@ -11,6 +11,7 @@ shared by threads.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
@@ -22,6 +23,9 @@ from .keys import PoolKeys
 from .scripts import Scripts
 
 READ_BATCH = 1000
+# Threads reading batches of job fields at once: the server runs one batch's
+# script while the client packs the next and decodes the last.
+READ_THREADS = 2
 
 
 class Store:
@@ -73,12 +77,22 @@ class Store:
 
     def fields(self, job_ids: Sequence[str], names: Sequence[str]) -> Iterator[list[Any]]:
         """The values of attributes `names` of each job (None where absent), in order;
-        a job that does not exist gives all None (read_fields.lua)."""
-        for start in range(0, len(job_ids), READ_BATCH):
-            chunk = job_ids[start:start + READ_BATCH]
-            reply = self.scripts.call("read_fields", [self.keys.job(job) for job in chunk],
-                                      list(names))
-            yield from codec.unpack(reply)
+        a job that does not exist gives all None (read_fields.lua). Many jobs are read
+        by READ_THREADS threads, so the next batch is sent while one is being decoded."""
+        chunks = [job_ids[start:start + READ_BATCH]
+                  for start in range(0, len(job_ids), READ_BATCH)]
+        if len(chunks) < 2:
+            for chunk in chunks:
+                yield from self._fields(chunk, names)
+            return
+        with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="read-fields") as pool:
+            for rows in pool.map(lambda chunk: self._fields(chunk, names), chunks):
+                yield from rows
+
+    def _fields(self, chunk: Sequence[str], names: Sequence[str]) -> list[list[Any]]:
+        job = self.keys.job
+        reply = self.scripts.call("read_fields", [job(job_id) for job_id in chunk], list(names))
+        return list(codec.unpack(reply))
 
     def members(self, key: str, start: int = 0, stop: int = -1, rev: bool = False) -> list[str]:
         """Members of sorted set `key` by rank, in one reply (read_ids.lua)."""

@@ -21,8 +21,8 @@ import click
 @click.argument("words", nargs=-1, required=True)
 def hook_command(words: tuple[str, ...]) -> None:
     """Run reference hook NAME (FETCH_WORK, REPLY_FETCH, EVICT_CLAIM, PREPARE_JOB,
-    UPDATE_JOB_INFO or JOB_EXIT) with its input on stdin, as the startd and
-    starter call program hooks."""
+    UPDATE_JOB_INFO, JOB_EXIT or WITHDRAW_SLOT) with its input on stdin, as the
+    startd and starter call program hooks."""
     from fetchwork.hooks.reference import run_program
 
     sys.exit(run_program(list(words), sys.stdin.read()))

@@ -18,12 +18,12 @@ or as programs with identical results.
 - update_job_info: stores the measured attributes and renews the lease.
 - job_exit: finishes the job: exit -> completed, evict -> idle again (or
   failed when not rerunnable), hold -> held, remove -> removed.
+- withdraw_slot: the startd exits; its slot leaves `fetchwork status` at once.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -37,7 +37,7 @@ from fetchwork.config import ads, protocol
 from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
-from fetchwork.hooks import control, inprocess, slotclaim
+from fetchwork.hooks import control, slotads, slotclaim
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,7 @@ def reset_broker() -> None:
     global _broker
     with _broker_lock:
         _broker = None
-    with _published_lock:
-        _published.clear()
+    slotads.forget()
 
 
 def job_id_of(job_ad: classad2.ClassAd) -> str:
@@ -107,53 +106,12 @@ def _job_ad_of(stdin_text: str) -> classad2.ClassAd:
     return job_ad
 
 
-# Slot ad attributes that change without the slot changing (clocks, load, the
-# job of the moment); a slot ad that differs only in these is not published again.
-_VOLATILE = frozenset(name.lower() for name in (
-    "MyCurrentTime", "LoadAvg", "TotalLoadAvg", "EnteredCurrentState", "EnteredCurrentActivity",
-    "JobId", "JobStart", "CurrentRank"))
-_published: dict[str, tuple[str, float]] = {}
-_published_lock = threading.Lock()
-
-
 def _publish(slot_ad: classad2.ClassAd, config: Any) -> None:
-    """Show the slot to `fetchwork status` for SLOT_AD_LIFETIME seconds: when it
-    changed, and again after a third of that lifetime, so it never lapses."""
-    name = slot_ad.get("Name")
-    if not isinstance(name, str):
-        return
-    lifetime_s = config.get_duration_s("SLOT_AD_LIFETIME")
-    shape = "\n".join(sorted(f"{key.lower()}={ads.attr_text(slot_ad, key)}"
-                             for key in slot_ad.keys() if key.lower() not in _VOLATILE))
-    now = time.monotonic()
-    with _published_lock:
-        last = _published.get(name)
-        if last is not None and last[0] == shape and now - last[1] < lifetime_s / 3:
-            return
-    broker().publish_slot(slot_ad, lifetime_s)
-    with _published_lock:
-        _published[name] = (shape, now)
+    slotads.publish(slot_ad, config, broker)
 
 
 def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
-    # A busy slot seldom fetches; the starter's machine ad, marked busy with
-    # this job, keeps it visible between fetches.
-    call = inprocess.current_call()  # in-process, the hook's own environment
-    path = ((call.env if call is not None and call.env else None) or os.environ).get(
-        "_CONDOR_MACHINE_AD")
-    if not path or not os.path.isfile(path):
-        return
-    try:
-        with open(path, encoding="utf-8") as handle:
-            slot_ad = ads.parse_ad(handle.read(), source=path)
-    except (OSError, FetchworkError) as exc:
-        log.debug("cannot read the machine ad %s: %s", path, exc)
-        return
-    slot_ad["State"] = "Claimed"
-    state = job_ad.get("JobState")  # Idle: kept after the command (RunUntilCanceled)
-    slot_ad["Activity"] = state if state in ("Suspended", "Idle") else "Busy"
-    slot_ad["JobId"] = job_id
-    _publish(slot_ad, get_config())
+    slotads.publish_running_slot(job_ad, job_id, broker)
 
 
 # -- startd hooks ------------------------------------------------------------
@@ -204,13 +162,24 @@ def evict_claim(args: Sequence[str], stdin_text: str) -> None:
     if slot_ad.get("State") == "Claimed" and slot_ad.get("Activity") == "Idle":
         _give_back(job_ad)
     if slotclaim.is_dynamic(slot_ad):  # gone with its claim; its resources went back
-        return slotclaim.forget(broker(), slot_ad, _published, _published_lock)
+        name = slot_ad.get("Name")
+        return slotads.withdraw(name, broker) if isinstance(name, str) and name else None
     slot_ad["State"] = "Unclaimed"
     slot_ad["Activity"] = "Idle"
     for name in ("JobId", "ClientMachine", "RemoteOwner"):
         if name in slot_ad:
             del slot_ad[name]
     _publish(slot_ad, get_config())
+    return None
+
+
+def withdraw_slot(args: Sequence[str], stdin_text: str) -> None:
+    """The startd exits: take its slot ad (on stdin) off `fetchwork status` at once."""
+    name = ads.parse_ad(stdin_text, source="slot ad").get("Name")
+    if not isinstance(name, str) or not name:
+        raise HookUsageError("withdraw_slot expects a slot ad with a Name on stdin")
+    slotads.withdraw(name, broker)
+    log.info("slot %s withdrawn", name)
     return None
 
 
@@ -375,6 +344,7 @@ HOOKS = {
     "PREPARE_JOB": prepare_job,
     "UPDATE_JOB_INFO": update_job_info,
     "JOB_EXIT": job_exit,
+    "WITHDRAW_SLOT": withdraw_slot,
 }
 
 

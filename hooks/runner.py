@@ -3,7 +3,8 @@
 A program hook runs directly (no shell) in its own session and process group.
 Its stdin gets the given text and is then closed; its stdout and stderr are
 read up to `output_limit` bytes. When the main process exits, whatever it left
-in its group is killed; when the timeout passes, the whole group is killed.
+behind is killed, in its group or not (`family`); when the timeout passes, the
+whole family is killed.
 An in-process hook is called as `function(args, stdin_text)` in a thread with
 the same timeout; it returns stdout text, None (no output) or
 `(exit_code, stdout)`. Neither form ever raises for a failing hook: the
@@ -28,6 +29,7 @@ from fetchwork.config import keywords
 from fetchwork.config.argsyntax import parse_hook_args
 from fetchwork.config.loader import Config
 from fetchwork.config.pyref import is_python_ref
+from fetchwork.hooks.family import kill_family, marked_env
 from fetchwork.hooks.inprocess import HookCall, call_function, current_call
 from fetchwork.hooks.pipes import CHUNK_BYTES, open_pidfd, read_available
 
@@ -38,8 +40,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_OUTPUT_LIMIT = 1048576
 # After the main process is gone and its group killed, output still in the
-# pipes is read for at most this long (a grandchild that left the group with
-# setsid may hold them open).
+# pipes is read for at most this long (a descendant the family search cannot
+# see, such as one of another user, may hold them open).
 _DRAIN_S = 1.0
 _POLL_S = 0.02
 _CANCEL_POLL_S = 0.05
@@ -207,14 +209,14 @@ class _Pipes:
     too_large: bool = False
 
 
-def _spawn(argv: list[str], env: Mapping[str, str] | None, cwd: str | None,
+def _spawn(argv: list[str], env: dict[str, str], cwd: str | None,
            user: tuple[int, int] | None) -> subprocess.Popen[bytes]:
     options: dict[str, Any] = {}
     if user is not None and os.geteuid() == 0 and user[0] != 0:
         options.update(user=user[0], group=user[1], extra_groups=[])
     return subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=dict(env) if env is not None else None, cwd=cwd, close_fds=True,
+        env=env, cwd=cwd, close_fds=True,
         start_new_session=True, **options)
 
 
@@ -226,18 +228,22 @@ def _run_program(spec: HookSpec, argv: list[str], stdin_text: str,
     if refusal is not None:
         result.error = refusal
         return result
+    family_env, marker = marked_env(env)
+    started_at = time.time()
     try:
-        proc = _spawn(argv, env, cwd, user)
+        proc = _spawn(argv, family_env, cwd, user)
     except OSError as exc:
         result.error = f"cannot start {spec.value}: {exc.strerror or exc}"
         return result
     pipes = _Pipes(limit=spec.output_limit)
+    family = (proc.pid, marker, started_at)
     try:
-        ending = _pump(proc, stdin_text.encode(), pipes, spec.timeout_s, cancel)
+        ending = _pump(proc, stdin_text.encode(), pipes, spec.timeout_s, cancel, family)
         result.timed_out = ending == "timeout"
         result.cancelled = ending == "cancelled"
     finally:
         _kill_group(proc.pid)
+        kill_family(*family)  # before the wait: the leader's pid stays ours until then
         status = proc.wait()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
@@ -270,7 +276,7 @@ def _main_exited(pid: int) -> bool:
 
 
 def _pump(proc: subprocess.Popen[bytes], data: bytes, pipes: _Pipes, timeout_s: float,
-          cancel: threading.Event | None) -> str:
+          cancel: threading.Event | None, family: tuple[int, str, float]) -> str:
     """Feed stdin and read output until the main process exits.
 
     Returns "exited", "timeout" or "cancelled"; the caller kills the group.
@@ -296,7 +302,8 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, pipes: _Pipes, timeout_s: 
             now = time.monotonic()
             if exited_at is None and _main_exited(proc.pid):
                 exited_at = now
-                _kill_group(proc.pid)  # leftovers in its group go with it
+                _kill_group(proc.pid)  # leftovers in its group go with it,
+                kill_family(*family)   # and those that left it, so the pipes close
                 _drop(selector, proc.stdin)
             if exited_at is not None and (not _has_pipes(selector) or now - exited_at > _DRAIN_S):
                 return "exited"
@@ -381,8 +388,10 @@ def _run_in_process(spec: HookSpec, args: list[str], stdin_text: str,
     if outcome.exit_code is not None:
         result.exit_code = outcome.exit_code
         stdout = outcome.stdout
-        if len(stdout.encode("utf-8", "replace")) > spec.output_limit:
+        encoded = stdout.encode("utf-8", "replace")
+        if len(encoded) > spec.output_limit:
             result.output_too_large = True
-            stdout = stdout[:spec.output_limit]
+            # Cut at the limit in bytes, as a program's output is, not in characters.
+            stdout = encoded[:spec.output_limit].decode("utf-8", "ignore")
         result.stdout = stdout
     return result

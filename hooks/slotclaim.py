@@ -3,13 +3,11 @@
 A partitionable slot claims under the name of the dynamic slot the job
 will get (`slot1_3@host`, which the startd puts in the p-slot's ad), so the
 job's RemoteHost names that slot, as in HTCondor. A dynamic slot ends with
-its claim: its published ad is removed rather than shown as unclaimed.
+its claim: its published ad is withdrawn rather than shown as unclaimed
+(slotads.withdraw).
 """
 
 from __future__ import annotations
-
-import threading
-from typing import Any
 
 import classad2
 
@@ -33,13 +31,3 @@ def claiming_ad(slot_ad: classad2.ClassAd) -> classad2.ClassAd:
 def is_dynamic(slot_ad: classad2.ClassAd) -> bool:
     return slot_ad.get("DynamicSlot") is True
 
-
-def forget(client: Any, slot_ad: classad2.ClassAd, published: dict[str, Any],
-           lock: threading.Lock) -> None:
-    """Remove a dynamic slot's published ad (and what the publisher remembers of it)."""
-    name = slot_ad.get("Name")
-    if not isinstance(name, str) or not name:
-        return
-    client.unpublish_slot(name)
-    with lock:
-        published.pop(name, None)

@@ -29,7 +29,8 @@ from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
 from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
 from fetchwork.startd.carving import new_carving
-from fetchwork.startd.fetchoutput import read_fetch_output
+from fetchwork.startd.fetchoutput import describe, log_level, note, read_fetch_output
+from fetchwork.startd.localid import name_if_anonymous
 from fetchwork.startd.metrics import serve_startd_metrics
 from fetchwork.startd.settings import StartdSettings, keep_slots, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
@@ -44,6 +45,7 @@ from fetchwork.startd.slotad import (
 from fetchwork.startd.starterproc import remove_stale_sandboxes
 from fetchwork.startd.starters import StarterSupervisor
 from fetchwork.startd.states import Activity, State, initial_status
+from fetchwork.startd.withdrawal import Withdrawer
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ class Startd:
         self._signals = SignalInbox(self._wake_w)
         self._advisory = 0
         self._shutdown: ShutdownPlan | None = None
+        self._withdrawer = Withdrawer(self, self._wake_w)
         self.starters = StarterSupervisor(self, self._selector)
         self._delay_problem: dict[int, str | None] = {}
         self._next_policy_at = 0.0
@@ -96,7 +99,7 @@ class Startd:
                 now = time.monotonic()
                 self._handle_signals(now)
                 self._drain_results()
-                if self._finished(now):
+                if self._finished(now) and self._withdrawer.done(now):
                     break
                 self._tick(now)
                 self._wait(max(self._next_wake(now) - time.monotonic(), 0.0))
@@ -145,7 +148,7 @@ class Startd:
                 wake = min(wake, now + _REAP_POLL_S)
         if self._shutdown is not None:
             wake = min(wake, self._shutdown.next_deadline())
-        return wake
+        return min(wake, self._withdrawer.wake_at())
 
     def _tick(self, now: float) -> None:
         if now - self._facts_at >= self.settings.polling_interval_s:
@@ -241,9 +244,8 @@ class Startd:
                                            output_too_large=result.output_too_large)
         if fetched.empty:
             slot.clock.finished(now, found_work=False, empty=True)
-            level = logging.WARNING if failure else logging.INFO
-            log.log(level, "%s: fetch hook %s took %.3fs: %s; no work", slot.label,
-                    result.spec.value, result.duration_s, result.outcome())
+            log.log(log_level(result, fetched), "%s: fetch hook %s took %.3fs: %s; no work",
+                    slot.label, result.spec.value, result.duration_s, describe(result))
             self._no_more_work(slot)
             return
         # Output that is not an ad still gets a `reject` reply, with an empty
@@ -251,6 +253,7 @@ class Startd:
         job_ad = fetched.job_ad if fetched.job_ad is not None else classad2.ClassAd()
         # As the text says: the keyword that fetched the job goes into its ad.
         job_ad["HookKeyword"] = result.spec.keyword
+        name_if_anonymous(fetched.job_ad, slot.label)  # not output that is no ad
         slot_ad = self.slot_ad(slot)
         if fetched.bad_reason is not None:
             decision = Decision(Verdict.REJECT, f"bad fetch hook output: {fetched.bad_reason}")
@@ -260,8 +263,9 @@ class Startd:
             running = slot.claim.rank if slot.claim and slot.starter else None
             decision = decide(slot.status, slot_ad, job_ad, running)
         slot.clock.finished(now, found_work=decision.verdict is not Verdict.REJECT)
-        log.info("%s: fetch hook took %.3fs: job %s %sed (%s)", slot.label, result.duration_s,
-                 job_label(job_ad), decision.reply, decision.reason)
+        log.log(log_level(result, fetched), "%s: fetch hook took %.3fs: job %s %sed (%s)%s",
+                slot.label, result.duration_s, job_label(job_ad), decision.reply,
+                decision.reason, note(result, fetched))
         if decision.verdict is Verdict.REJECT:
             self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("reject",))
             self._no_more_work(slot)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import classad2
 
 from fetchwork.config import ads
 from fetchwork.errors import AdError
+from fetchwork.hooks.runner import HookResult
 
 
 @dataclass(frozen=True)
@@ -47,3 +49,23 @@ def read_fetch_output(stdout: str, *, failure: str | None = None,
     if "Cmd" not in job_ad:
         return Fetched(job_ad=job_ad, bad_reason="the job ad has no Cmd")
     return Fetched(job_ad=job_ad)
+
+
+def describe(result: HookResult) -> str:
+    """How a fetch hook ended, for a log line; with the first line of its stderr when any."""
+    first = next((line.strip() for line in result.stderr.splitlines() if line.strip()), "")
+    return f"{result.outcome()}; stderr: {first[:500]}" if first else result.outcome()
+
+
+def failed(result: HookResult, fetched: Fetched) -> bool:
+    """Worth a warning: the hook did not end well, or printed something that is not a job."""
+    return not result.ok or fetched.bad_reason is not None
+
+
+def log_level(result: HookResult, fetched: Fetched) -> int:
+    return logging.WARNING if failed(result, fetched) else logging.INFO
+
+
+def note(result: HookResult, fetched: Fetched) -> str:
+    """What to add to the log line of a fetched job: how the hook ended, when that went wrong."""
+    return f"; hook {describe(result)}" if failed(result, fetched) else ""

@@ -23,12 +23,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SlotHooks:
-    """A slot's keyword and the three hooks the startd itself runs."""
+    """A slot's keyword and the hooks the startd itself runs."""
 
     keyword: str | None
     fetch: HookSpec | None
     reply: HookSpec | None
     evict: HookSpec | None
+    withdraw: HookSpec | None = None   # <KEYWORD>_HOOK_WITHDRAW_SLOT, run as the startd exits
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ def slot_hooks(config: Config, slot_id: int) -> SlotHooks:
         fetch=fetch,
         reply=resolve_hook(config, keyword, keywords.REPLY_FETCH) if fetch else None,
         evict=resolve_hook(config, keyword, keywords.EVICT_CLAIM) if fetch else None,
+        withdraw=resolve_hook(config, keyword, keywords.WITHDRAW_SLOT) if fetch else None,
     )
 
 

@@ -5,6 +5,7 @@ run; when STARTD_SHUTDOWN_GRACE is over, starters still alive are told to kill
 their jobs, and `KILL_WAIT_S` later they get SIGKILL and the startd exits.
 Fast (SIGQUIT): the same with kill at once and STARTD_FAST_SHUTDOWN_GRACE.
 A fast request during a graceful shutdown shortens it; never the reverse.
+Then, its claims gone, the startd withdraws its slots (`Withdrawal`) and exits.
 """
 
 from __future__ import annotations
@@ -42,3 +43,22 @@ class ShutdownPlan:
         if self.hard_stop_at is None:
             return self.deadline
         return self.hard_stop_at + KILL_WAIT_S
+
+
+@dataclass
+class Withdrawal:
+    """The slots' withdraw hooks as the startd exits: how many are out, and the
+    latest time to wait for them (their longest timeout, the runner kills them then)."""
+
+    pending: int
+    until: float
+
+    @classmethod
+    def begin(cls, now: float, timeouts_s: list[float]) -> Withdrawal:
+        return cls(pending=len(timeouts_s), until=now + max(timeouts_s, default=0.0) + KILL_WAIT_S)
+
+    def one_done(self) -> None:
+        self.pending -= 1
+
+    def over(self, now: float) -> bool:
+        return self.pending <= 0 or now >= self.until

@@ -167,6 +167,11 @@ def job_id_of(job_ad: classad2.ClassAd) -> str | None:
     return global_id if isinstance(global_id, str) else None
 
 
+# The startd's own name for a fetched job whose ad has no id (startd/localid.py).
+LOCAL_ID_ATTR = "FetchworkLocalJobId"
+
+
 def job_label(job_ad: classad2.ClassAd) -> str:
-    """The job's id for log lines: `job_id_of`, or "(no id)"."""
-    return job_id_of(job_ad) or "(no id)"
+    """The job's id for log lines: `job_id_of`, else its local id, else "(no id)"."""
+    local = job_ad.get(LOCAL_ID_ATTR) if LOCAL_ID_ATTR in job_ad else None
+    return job_id_of(job_ad) or (local if isinstance(local, str) else None) or "(no id)"

@@ -80,13 +80,17 @@ class Batch:
     procs: dict[int, list[int]] = field(default_factory=dict)  # cluster -> proc ids
     totals: dict[int, int] = field(default_factory=dict)  # cluster -> TotalSubmitProcs
 
-    def add(self, ad: Any) -> None:
-        get = _getter(ad)
+    def add(self, ad: Any, get: Callable[[str], Any] | None = None) -> None:
+        get = get or _getter(ad)
         cluster, proc, status = get("ClusterId"), get("ProcId"), get("JobStatus")
-        self.counts[status] = self.counts.get(status, 0) + 1
-        self.procs.setdefault(cluster, []).append(proc if isinstance(proc, int) else 0)
+        counts = self.counts
+        counts[status] = counts.get(status, 0) + 1
+        procs = self.procs.get(cluster)
+        if procs is None:
+            procs = self.procs[cluster] = []
+        procs.append(proc if type(proc) is int or isinstance(proc, int) else 0)
         total = get("TotalSubmitProcs")
-        if isinstance(total, int) and not isinstance(total, bool):
+        if type(total) is int or (isinstance(total, int) and not isinstance(total, bool)):
             self.totals[cluster] = total
         qdate = get("QDate")
         if isinstance(qdate, int | float) and (not self.submitted or qdate < self.submitted):
@@ -124,15 +128,18 @@ def batches(ads: Iterable[Any]) -> list[Batch]:
     """Jobs grouped by owner and JobBatchName (else by cluster), in submission order."""
     found: dict[tuple[str, str], Batch] = {}
     for ad in ads:
-        get = _getter(ad)
-        owner = str(get("Owner") or "")
+        get = ad.get if type(ad) is dict else _getter(ad)
+        owner = get("Owner")
+        if type(owner) is not str:
+            owner = str(owner or "")
         name = get("JobBatchName")
-        if not isinstance(name, str) or not name:
-            name = f"ID: {get('ClusterId')}"
-        batch = found.get((owner, name))
+        if type(name) is not str or not name:
+            name = name if isinstance(name, str) and name else f"ID: {get('ClusterId')}"
+        key = (owner, name)
+        batch = found.get(key)
         if batch is None:
-            batch = found[(owner, name)] = Batch(owner, name)
-        batch.add(ad)
+            batch = found[key] = Batch(owner, name)
+        batch.add(ad, get)
     return sorted(found.values(), key=lambda batch: (min(batch.procs), batch.name))
 
 

@@ -129,6 +129,8 @@ def hold_until_lines(ads: Iterable[Any]) -> list[str]:
     """`Job 3.0 held until 2026-12-01 08:00:00` for each held job with a HoldUntil."""
     lines = []
     for ad in ads:
+        if type(ad) is dict and ad.get("HoldUntil") is None:
+            continue  # the common case, kept cheap for big queues
         until = _number(ad, "HoldUntil")
         if until is not None and _number(ad, "JobStatus") == float(JobStatus.HELD):
             lines.append(f"Job {job_id(ad)} held until {format_hold_until(until)}")
@@ -235,11 +237,17 @@ def hold_table(ads: Iterable[Any], now: float) -> Table:
 def queue_summary(ads: Sequence[Any]) -> str:
     """condor_q's last line: `Total for query: 3 jobs; 0 completed, ... 0 suspended`."""
     counts = dict.fromkeys(("completed", "removed", "idle", "running", "held", "suspended"), 0)
+    # Counted by stored value first (a whole number read as is), then named once per value.
+    by_value: dict[float | None, int] = {}
     for ad in ads:
-        status = _number(ad, "JobStatus")
+        status = ad.get("JobStatus") if type(ad) is dict else None
+        if type(status) is not int:
+            status = _number(ad, "JobStatus")
+        by_value[status] = by_value.get(status, 0) + 1
+    for status, count in by_value.items():
         name = STATUS_NAMES.get(int(status)) if status is not None else None
         if name is not None:
-            counts[name] += 1
+            counts[name] += count
     parts = ", ".join(f"{count} {name}" for name, count in counts.items())
     noun = "job" if len(ads) == 1 else "jobs"
     return f"Total for query: {len(ads)} {noun}; {parts}"

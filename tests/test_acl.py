@@ -104,6 +104,8 @@ def test_a_job_goes_through_its_life_with_each_role_doing_its_part(
     execute.publish_slot(SLOT, ttl_s=30)
     assert [str(slot["Name"]) for slot in submitter.slots()] == ["slot1@exec"]
     assert execute.finish(job, token, EXIT, {"ExitCode": 0})
+    execute.withdraw_slot("slot1@exec")
+    assert submitter.slots() == []
     assert [str(done["JobStatus"]) for done in submitter.history()] == ["4"]
     service = BrokerService(admin, reaper_interval_s=1.0, leader_lease_s=5.0)
     assert service.run_once().leader
