@@ -31,6 +31,7 @@ from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
 from fetchwork.startd.fetchoutput import read_fetch_output
 from fetchwork.startd.metrics import serve_startd_metrics
+from fetchwork.startd.outcomes import OutcomeReporter
 from fetchwork.startd.settings import StartdSettings, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.signals import SignalInbox
@@ -80,6 +81,7 @@ class Startd:
         self._delay_problem: dict[int, str | None] = {}
         self._next_policy_at = 0.0
         self.metrics = serve_startd_metrics(self, config)
+        self.outcomes = OutcomeReporter(config, self.settings.execute_dir)
 
     # -- the loop --------------------------------------------------------------
 
@@ -151,6 +153,7 @@ class Startd:
         if now - self._facts_at >= self.settings.polling_interval_s:
             self.facts = gather_facts(self.config, self.settings.execute_dir)
             self._facts_at = now
+        self.outcomes.tick(now)  # outcomes starters left unreported
         policy_due = now >= self._next_policy_at
         if policy_due:
             self._next_policy_at = now + self.settings.polling_interval_s

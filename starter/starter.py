@@ -27,7 +27,7 @@ from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks import control
-from fetchwork.hooks.runner import HookResult, resolve_hook, run_hook, start_hook
+from fetchwork.hooks.runner import HookResult, resolve_hook, start_hook
 from fetchwork.starter import lifecycle
 from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper, resolve_user
@@ -41,6 +41,7 @@ from fetchwork.starter.jobspec import (
     launch_plan,
 )
 from fetchwork.starter.lifecycle import Phase, Status
+from fetchwork.starter.outcomes import new_outcome, report_exit
 
 log = logging.getLogger(__name__)
 
@@ -381,10 +382,8 @@ class Starter:
         spec = resolve_hook(self.config, self.keyword, keywords.JOB_EXIT)
         if spec is not None:
             self._write_ads()
-            result: HookResult = run_hook(spec, format_ad(self.ad), extra_args=[how],
-                                          env=self._hook_env(), cwd=self.sandbox, user=self.user)
-            if not result.ok:
-                log.warning("the exit hook failed: %s", result.outcome())
+            outcome = new_outcome(self.ad, how, self.keyword or "", self.slot, self.user)
+            report_exit(self.config, spec, outcome, env=self._hook_env(), cwd=self.sandbox)
 
     @staticmethod
     def _on_signal(wake_fd: int) -> Any:
