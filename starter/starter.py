@@ -30,7 +30,7 @@ from fetchwork.hooks import control
 from fetchwork.hooks.runner import HookResult, resolve_hook, start_hook
 from fetchwork.starter import lifecycle
 from fetchwork.starter.events import Events, LineReader
-from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper, resolve_user
+from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper
 from fetchwork.starter.jobspec import (
     JOB_AD_FILE,
     MACHINE_AD_FILE,
@@ -42,6 +42,7 @@ from fetchwork.starter.jobspec import (
 )
 from fetchwork.starter.lifecycle import Phase, Status
 from fetchwork.starter.outcomes import new_outcome, report_exit
+from fetchwork.starter.runas import job_user
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class Starter:
         self.keyword = keywords.starter_keyword(config, keyword or keywords.hook_keyword_of(job_ad))
         self.events = Events(events if events is not None else sys.stdout)
         self.control_fd = 0 if control_fd is None else control_fd
-        self.user = resolve_user(config.get("SLOT_USER"))
+        self.user = job_user(config, job_ad, slot)  # never root (runas.py)
         self.status = Status()
         self.job: JobProcess | None = None
         self.kill_sig: int = signal.SIGTERM
