@@ -163,6 +163,11 @@ def _killed_as_it_ended(run: Run, kills: Sequence[Kill]) -> bool:
 
 
 def _interrupted_at(run: Run, kills: Sequence[Kill]) -> float | None:
-    """When a run that never ended was cut short: the first kill after its start."""
-    after = [kill.at for kill in kills if kill.at >= run.start]
-    return min(after) if after else None
+    """When a run that never ended was cut short: the first kill of its starter or
+    startd after its start, else the first kill of anything after it."""
+    after = [kill for kill in kills if kill.at >= run.start]
+    own = [kill.at for kill in after if (kill.kind, kill.pid) in
+           (("starter", run.starter_pid), ("startd", run.startd_pid))]
+    if own:
+        return min(own)
+    return min((kill.at for kill in after), default=None)
