@@ -1,13 +1,14 @@
 """Finished jobs' outcomes, kept on local disk until the exit hook has reported them.
 
 Before it runs the exit hook, the starter writes one small file per job into
-STARTER_OUTCOME_DIR (atomically: a fresh temporary name, fsync, rename, fsync
-of the folder): the ad the hook gets on stdin, how the job left (`exit`,
-`evict`, ...), the hook keyword and the starter's identity. The file goes
-once the hook has succeeded. A file that outlives its starter (the hook kept
-failing while the broker was out of reach, or the starter was killed) is
-reported again by the startd (startd/outcomes.py) until a hook succeeds, so a
-job that finished is not run again because its report was lost.
+STARTER_OUTCOME_DIR, atomically (a fresh temporary name, then a rename; with
+STARTER_OUTCOME_FSYNC, fsync of the file and of the folder too): the ad the
+hook gets on stdin, how the job left (`exit`, `evict`, ...), the hook
+keyword and the starter's identity. The file goes once the hook has
+succeeded. A file that outlives its starter (the hook kept failing while the
+broker was out of reach, or the starter was killed) is reported again by the
+startd (startd/outcomes.py) until a hook succeeds, so a job that finished is
+not run again because its report was lost.
 """
 
 from __future__ import annotations
@@ -52,11 +53,17 @@ def outcome_dir(config: Config) -> str:
     return config.require("STARTER_OUTCOME_DIR")
 
 
+_started_at: dict[int, float] = {}
+
+
 def _process_started_at(pid: int) -> float:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return 0.0
+    """When process `pid` started (psutil's create_time), remembered for this process."""
+    if pid not in _started_at:
+        try:
+            _started_at[pid] = psutil.Process(pid).create_time()
+        except psutil.Error:
+            return 0.0
+    return _started_at[pid]
 
 
 def new_outcome(ad: classad2.ClassAd, how: str, keyword: str, slot: int,
@@ -73,8 +80,11 @@ def _safe_name(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in ".-" else "_" for ch in text)[:100]
 
 
-def write_outcome(folder: str, outcome: Outcome) -> str:
-    """Write `outcome` atomically into `folder`; its path. Raises OSError."""
+def write_outcome(folder: str, outcome: Outcome, durable: bool = False) -> str:
+    """Write `outcome` atomically into `folder`; its path. Raises OSError. With
+    `durable`, fsync the file and the folder (survives a power loss, at the cost of
+    tens of milliseconds per job on some disks); without, it survives any process
+    being killed, as the page cache outlives them."""
     os.makedirs(folder, mode=0o700, exist_ok=True)
     path = os.path.join(folder, f"{_safe_name(outcome.job)}.{outcome.writer_pid}{SUFFIX}")
     temporary = os.path.join(folder, f".{uuid.uuid4().hex}.tmp")
@@ -82,14 +92,16 @@ def write_outcome(folder: str, outcome: Outcome) -> str:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(asdict(outcome), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(temporary, path)
     except BaseException:
         with _quiet():
             os.unlink(temporary)
         raise
-    _sync_folder(folder)
+    if durable:
+        _sync_folder(folder)
     return path
 
 
@@ -163,7 +175,8 @@ def report_exit(config: Config, spec: HookSpec, outcome: Outcome, env: Mapping[s
     succeeded; a failed hook leaves the file for the startd to report."""
     path = None
     try:
-        path = write_outcome(outcome_dir(config), outcome)
+        path = write_outcome(outcome_dir(config), outcome,
+                             durable=config.get_bool("STARTER_OUTCOME_FSYNC"))
     except OSError as exc:
         log.warning("job %s: cannot keep its outcome in %s: %s", outcome.job,
                     outcome_dir(config), exc)
