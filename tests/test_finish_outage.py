@@ -42,7 +42,7 @@ class Setup:
         self.startd = Daemon(config, root / "startd.log", "startd")
         self.client = redis.Redis(unix_socket_path=self.redis.socket)
         self.broker = Broker(self.client, pool="outage", config=Config.load(environ={}))
-        self.outcomes = str(root / "execute" / "outcomes")
+        self.outcomes = str(root / "state" / "spool" / "outcomes")
 
     def submit(self) -> str:
         [job] = self.broker.submit([{"Cmd": "/bin/sh", "Arguments": f"-c '{JOB}'",
