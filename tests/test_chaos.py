@@ -73,8 +73,8 @@ def test_missing_twice_completed_and_late_runs_are_caught():
 
 @pytest.mark.timeout(180)
 def test_a_pool_under_random_sigkills_completes_every_job_exactly_once():
-    plan = ChaosPlan(jobs=24, job_s=2.0, chaos_s=35.0, kill_every_s=(2.0, 3.5),
-                     drain_timeout_s=90.0)
+    plan = ChaosPlan(jobs=20, job_s=2.0, chaos_s=30.0, kill_every_s=(2.0, 3.5),
+                     drain_timeout_s=80.0)
     with pool_root("chaos") as root:
         pool = ChaosPool(root, plan)
         try:
