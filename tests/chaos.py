@@ -72,10 +72,11 @@ class ChaosPool:
         self.redis = RedisProcess(root / "redis", appendfsync="always")
         self.brokers = [self._daemon(f"broker{n}", "broker", f"BROKER_REPLICA_NAME = b{n}\n")
                         for n in (1, 2)]
-        self.startds = [self._daemon(f"startd{n}", "startd", f"NUM_SLOTS = {plan.slots}\n")
-                        for n in (1, 2)]
+        self.startds = [self._daemon(f"startd{n}", "startd", f"NUM_SLOTS = {plan.slots}\n"
+                                     f"FULL_HOSTNAME = chaos{n}\n") for n in (1, 2)]
         self.kills: list[Kill] = []
         self.unexpected: list[str] = []
+        self.restarts = 0  # daemons that refused to start during a Redis restart
         self._down: set[int] = set()  # daemons killed on purpose, not yet started again
         self.submitted: list[str] = []
         self._client: redis.Redis | None = None
@@ -117,6 +118,10 @@ class ChaosPool:
         self.redis.start()
         for daemon in self.daemons:
             daemon.start()
+        # The pool is up before the first kill: a leader, and every slot fetching.
+        wait_until(lambda: self._leader() is not None and
+                   len(self._retry(self.broker.slots)) >= 2 * self.plan.slots,
+                   60, interval_s=0.2, fail_if=self._first_failure, what="the pool up")
         self._submit(self.plan.jobs // 4)
         # The rest spread over the kill rounds, so jobs run all through the chaos.
         rounds = max(1.0, self.plan.chaos_s / (sum(self.plan.kill_every_s) / 2))
@@ -147,14 +152,21 @@ class ChaosPool:
             self._supervise()
             time.sleep(min(0.1, max(0.0, until - time.monotonic())))
 
+    def _first_failure(self) -> str | None:
+        return next(filter(None, (daemon.died() for daemon in self.daemons)), None)
+
     def _supervise(self) -> None:
-        """Start again any daemon that exited without being killed (and note it)."""
+        """Start again any daemon that exited without being killed. A broker that
+        started while Redis was being restarted refuses to run (its supervisor
+        starts it again); any other exit is a problem."""
         for daemon in self.daemons:
             if id(daemon) in self._down:
                 continue
             if daemon.proc is not None and daemon.proc.poll() is not None:
-                self.unexpected.append(f"{' '.join(daemon.command)} exited "
-                                       f"{daemon.proc.returncode} by itself")
+                if "cannot reach the broker" not in daemon.text_of_this_run():
+                    self.unexpected.append(f"{' '.join(daemon.command)} exited "
+                                           f"{daemon.proc.returncode} by itself")
+                self.restarts += 1
                 daemon.start()
 
     def _submit(self, count: int) -> None:

@@ -111,8 +111,10 @@ class Daemon:
         self.env.update(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.log_offset = 0
 
     def start(self) -> None:
+        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "fetchwork", *self.command],
                                          env=self.env, stdout=out, stderr=subprocess.STDOUT,
@@ -133,6 +135,14 @@ class Daemon:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def text_of_this_run(self) -> str:
+        """What the daemon logged since its latest start."""
+        if not self.log.exists():
+            return ""
+        with open(self.log, "rb") as handle:
+            handle.seek(self.log_offset)
+            return handle.read().decode(errors="replace")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
