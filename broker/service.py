@@ -2,7 +2,8 @@
 
 Any number of replicas may run. Each tick a replica extends the pool's
 leader key when it holds it (leader_renew.lua, compare-and-extend) or takes
-it when it is free (SET NX PX); only the leader reaps. The tick is
+it when it is free (SET NX PX); only the leader reaps. A standby wakes when
+the leader's lease ends (leadership.py). The tick is
 short enough to renew the leadership three times per BROKER_LEADER_LEASE,
 and the reaper runs every BROKER_REAPER_INTERVAL. A leader that dies simply
 stops renewing; another replica takes over when the key expires. The
@@ -47,6 +48,7 @@ from .client import Broker
 from .dependencies import DependencyResolver
 from .filters.leader import POLL_S, FilterLeader
 from .filters.settings import load_settings
+from .leadership import leader_ttl_ms, standby_wait_s
 from .periodic import PeriodicPolicy, PeriodicResult
 from .policing import PolicyResult, PolicyRunner, release_blocked
 from .userlog import UserLogWriter
@@ -201,7 +203,8 @@ class BrokerService:
                 except (redis.RedisError, FetchworkError):
                     log.exception("broker pass failed; retrying in %ss", interval_s)
                     self.is_leader = False
-                stop.wait(interval_s)
+                stop.wait(interval_s if self.is_leader else
+                          standby_wait_s(interval_s, leader_ttl_ms(self.store)))
         finally:
             if filter_thread is not None:
                 filter_thread.join(timeout=5)

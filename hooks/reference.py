@@ -17,7 +17,8 @@ or as programs with identical results.
   asks the starter to stop the job when it was removed or held meanwhile.
 - update_job_info: stores the measured attributes and renews the lease.
 - job_exit: finishes the job: exit -> completed, evict -> idle again (or
-  failed when not rerunnable), hold -> held, remove -> removed.
+  failed when not rerunnable), hold -> held, remove -> removed; it retries
+  through a broker outage (retrying.py), then fails: the startd reports later.
 - withdraw_slot: the startd exits; its slot leaves `fetchwork status` at once.
 """
 
@@ -38,6 +39,7 @@ from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
 from fetchwork.hooks import control, slotads, slotclaim
+from fetchwork.hooks.retrying import quietly, through_outage
 
 log = logging.getLogger(__name__)
 
@@ -160,16 +162,19 @@ def evict_claim(args: Sequence[str], stdin_text: str) -> None:
     if slot_ad is None:
         return None
     if slot_ad.get("State") == "Claimed" and slot_ad.get("Activity") == "Idle":
-        _give_back(job_ad)
+        through_outage(lambda: _give_back(job_ad), "giving back the evicted claim's job",
+                       get_config().get_duration_s("FETCHWORK_REPORT_RETRY_TIME"))
     if slotclaim.is_dynamic(slot_ad):  # gone with its claim; its resources went back
         name = slot_ad.get("Name")
-        return slotads.withdraw(name, broker) if isinstance(name, str) and name else None
+        if isinstance(name, str) and name:
+            quietly(lambda: slotads.withdraw(name, broker), "withdrawing the dynamic slot")
+        return None
     slot_ad["State"] = "Unclaimed"
     slot_ad["Activity"] = "Idle"
     for name in ("JobId", "ClientMachine", "RemoteOwner"):
         if name in slot_ad:
             del slot_ad[name]
-    _publish(slot_ad, get_config())
+    quietly(lambda: _publish(slot_ad, get_config()), "showing the slot unclaimed")
     return None
 
 
@@ -238,8 +243,11 @@ def job_exit(args: Sequence[str], stdin_text: str) -> None:
         raise HookUsageError(f"job_exit expects one of {', '.join(EXIT_HOWS)}, got {how!r}")
     job_ad = ads.parse_ad(stdin_text, source="job ad")
     job_id, token = job_id_of(job_ad), _token_of(job_ad)
-    _stop_keeper(job_id)
-    if broker().finish(job_id, token, how, _reported(job_ad)):
+    finished = through_outage(lambda: broker().finish(job_id, token, how, _reported(job_ad)),
+                              f"job {job_id}: reporting {how}",
+                              get_config().get_duration_s("FETCHWORK_REPORT_RETRY_TIME"))
+    _stop_keeper(job_id)  # only now: it renews the lease while finish is retried
+    if finished:
         log.info("job %s finished at the broker (%s)", job_id, how)
     else:
         log.warning("job %s: the broker no longer holds this claim; %s not recorded", job_id, how)

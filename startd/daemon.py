@@ -32,6 +32,7 @@ from fetchwork.startd.carving import new_carving
 from fetchwork.startd.fetchoutput import describe, log_level, note, read_fetch_output
 from fetchwork.startd.localid import name_if_anonymous
 from fetchwork.startd.metrics import serve_startd_metrics
+from fetchwork.startd.outcomes import OutcomeReporter
 from fetchwork.startd.settings import StartdSettings, keep_slots, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.signals import SignalInbox
@@ -70,9 +71,7 @@ class Startd:
                            status=initial_status(self.started_at))
                       for n in range(1, self.settings.num_slots + 1)]
         self._results: queue.SimpleQueue[tuple[str, int, str, HookResult]] = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None, None))
         self._signals = SignalInbox(self._wake_w)
@@ -83,6 +82,7 @@ class Startd:
         self._delay_problem: dict[int, str | None] = {}
         self._next_policy_at = 0.0
         self.metrics = serve_startd_metrics(self, config)
+        self.outcomes = OutcomeReporter(config, self.settings.execute_dir)
 
     # -- the loop --------------------------------------------------------------
 
@@ -154,6 +154,7 @@ class Startd:
         if now - self._facts_at >= self.settings.polling_interval_s:
             self.facts = gather_facts(self.config, self.settings.execute_dir)
             self._facts_at = now
+        self.outcomes.tick(now)  # outcomes starters left unreported
         policy_due = now >= self._next_policy_at
         if policy_due:
             self._next_policy_at = now + self.settings.polling_interval_s

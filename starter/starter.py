@@ -27,10 +27,10 @@ from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks import control
-from fetchwork.hooks.runner import HookResult, resolve_hook, run_hook, start_hook
+from fetchwork.hooks.runner import HookResult, resolve_hook, start_hook
 from fetchwork.starter import keepslot, lifecycle, limits
 from fetchwork.starter.events import Events, LineReader
-from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper, resolve_user
+from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper
 from fetchwork.starter.jobspec import (
     JOB_AD_FILE,
     MACHINE_AD_FILE,
@@ -41,6 +41,8 @@ from fetchwork.starter.jobspec import (
     launch_plan,
 )
 from fetchwork.starter.lifecycle import Phase, Status
+from fetchwork.starter.outcomes import new_outcome, report_exit
+from fetchwork.starter.runas import job_user
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,7 @@ class Starter:
         self.keyword = keywords.starter_keyword(config, keyword or keywords.hook_keyword_of(job_ad))
         self.events = Events(events if events is not None else sys.stdout)
         self.control_fd = 0 if control_fd is None else control_fd
-        self.user = resolve_user(config.get("SLOT_USER"))
+        self.user = job_user(config, job_ad, slot)  # never root (runas.py)
         self.status = Status()
         self.job: JobProcess | None = None
         self.kill_sig: int = signal.SIGTERM
@@ -381,10 +383,8 @@ class Starter:
         spec = resolve_hook(self.config, self.keyword, keywords.JOB_EXIT)
         if spec is not None:
             self._write_ads()
-            result: HookResult = run_hook(spec, format_ad(self.ad), extra_args=[how],
-                                          env=self._hook_env(), cwd=self.sandbox, user=self.user)
-            if not result.ok:
-                log.warning("the exit hook failed: %s", result.outcome())
+            outcome = new_outcome(self.ad, how, self.keyword or "", self.slot, self.user)
+            report_exit(self.config, spec, outcome, env=self._hook_env(), cwd=self.sandbox)
 
     @staticmethod
     def _on_signal(wake_fd: int) -> Any:

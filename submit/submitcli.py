@@ -21,6 +21,7 @@ from fetchwork.config.protocol import JobStatus, job_id_key
 from fetchwork.errors import SubmitFileError
 from fetchwork.submit import poolcheck, reading, tables, userlogsync
 from fetchwork.submit.options import CondorCommand
+from fetchwork.submit.rootwarning import warn_if_root
 from fetchwork.submit.submitfile import ParsedSubmit, command_jobs, parse_submit
 from fetchwork.submit.usercli import (
     FINISHED_STATES,
@@ -131,6 +132,7 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
     ids = submitted.job_ids
     click.echo(f"{len(ids)} job(s) submitted to cluster {cluster}.")
     userlogsync.await_logged(broker, user_logs)
+    warn_if_root(owner)
     poolcheck.warn_without_startd(broker)
     failed = 0
     if submitted.validating and not no_wait:
