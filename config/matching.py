@@ -16,6 +16,8 @@ sets no limit.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,10 +50,12 @@ def _refusal(ad: Any, name: str, target: Any, who: str) -> str | None:
 
 
 def _number(ad: Any, name: str, target: Any) -> float | None:
+    """The attribute's value as a finite number; None otherwise (inf and NaN too)."""
     try:
-        return as_number(evaluate_attr(ad, name, target))
+        value = as_number(evaluate_attr(ad, name, target))
     except AdError:
         return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def requested(job_ad: Any, slot_ad: Any = None) -> tuple[int, int, int]:

@@ -79,7 +79,10 @@ def job_id(ad: dict[str, Any]) -> str:
 def submit(env: dict[str, str], work: Path, name: str) -> str:
     (work / f"{name}.sub").write_text(SUBMIT[name].format(work=work))
     done = fw(env, "submit", f"{name}.sub", cwd=work)
-    assert "warning" not in done.stderr.lower(), done.stderr
+    # Only the warning every root submission gets (jobs never run as root).
+    warnings = [line for line in done.stderr.lower().splitlines()
+                if "warning" in line and "you submit as root" not in line]
+    assert not warnings, done.stderr
     cluster = re.search(r"cluster (\d+)", done.stdout)
     assert cluster, done.stdout
     return f"{cluster.group(1)}.0"

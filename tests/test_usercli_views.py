@@ -142,13 +142,13 @@ def test_submit_dry_run_prints_ads_and_queues_nothing(run, tmp_path: Path) -> No
 
 
 def test_submit_warns_about_a_typo_with_file_and_line(run, tmp_path: Path) -> None:
-    (tmp_path / "t.sub").write_text("executable = /bin/true\nlog = x.log\n"
+    (tmp_path / "t.sub").write_text("executable = /bin/true\nnotification = never\n"
                                     "outptu = out\nqueue\n")
     result = run("submit", "t.sub")
     assert result.exit_code == 0
     warnings = [line for line in result.stderr.splitlines() if "warning:" in line]
     assert warnings[0].endswith("t.sub: these commands are not supported by fetchwork and "
-                                "were ignored: log (line 2)")
+                                "were ignored: notification (line 2)")
     assert warnings[1].endswith("t.sub:3: the line 'outptu = out' was unused by fetchwork "
                                 "submit. Is it a typo?")
 
