@@ -33,10 +33,10 @@ ROLES = ("submitter", "execute", "admin")
 COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|load",
           "get", "mget", "exists", "type", "pttl", "hget", "hmget", "hgetall", "hkeys", "hlen",
           "zrange", "zrangebyscore", "zrevrange", "zrevrangebyscore", "zscore", "zmscore",
-          "zrank", "zcard",
+          "zrank", "zcard", "zrangebylex",
           "zcount", "xread", "xrange", "xrevrange", "xlen")
 # Commands the bodies of the job transition scripts run (lib.lua and each script).
-SCRIPT_BODIES = ("hset", "hdel", "decr", "zadd", "zrem", "xadd")
+SCRIPT_BODIES = ("hset", "hdel", "decr", "zadd", "zrem", "xadd", "hsetnx")
 
 SCRIPTS = {
     "submitter": ("stage", "submit", "remove", "hold", "release", "read_ads", "read_fields",

@@ -61,6 +61,8 @@ ORDER_OFFSET = 2**52
 ORDER_WIDTH = 16
 GROUP_ID_BYTES = 8
 SEPARATOR = "|"
+# The job attribute that names its autocluster (group id; '' or absent: none).
+AUTOCLUSTER_ATTR = "FetchworkAutocluster"
 
 
 def _ref_names(expr_text: str) -> tuple[str, ...]:
@@ -150,6 +152,17 @@ def representative(attrs: Mapping[str, Any], extra: Sequence[str] = ()) -> dict[
         if actual is not None:
             rep[actual] = attrs[actual]
     return rep
+
+
+def watched_names(rep: Mapping[str, Any]) -> list[str]:
+    """Lower-case names whose change would change what a match reads of a job of this
+    representative: its own attributes and every name its expressions read."""
+    names = {name.lower() for name in rep}
+    for value in rep.values():
+        text = _text(value)
+        if text is not None:
+            names.update(_ref_names(text))
+    return sorted(names)
 
 
 def member(gid: str, order: int, job_id: str) -> str:

@@ -24,6 +24,9 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:activation:<token>:reply  list: the leader's verdict for that claim
     fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
     fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
+    fw:{P}:ac:groups     zset: autoclusters with idle jobs, scored by their best idle score
+    fw:{P}:ac:members    zset: idle jobs by autocluster then score, by lex (broker/groupindex.py)
+    fw:{P}:ac:reps       hash: autocluster -> what a match reads of its jobs
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ class PoolKeys:
     holds = _named("holds")
     soft = _named("soft")
     ps_ledger = _named("psledger")
+    ac_groups = _named("ac:groups")
+    ac_members = _named("ac:members")
+    ac_reps = _named("ac:reps")
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

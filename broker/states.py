@@ -90,6 +90,7 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     # Written by the scheduling policy's pass (broker/policing.py).
     "BlockedReason", "BlockedBySoftLimit", "FetchworkBudget", "FetchworkCpus",
     "FetchworkWalltime", "FetchworkPsLimit", "FetchworkPriority", "FetchworkOverrun",
+    "FetchworkAutocluster",  # the job's autocluster (broker/groupindex.py)
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

@@ -31,6 +31,8 @@ from redis.exceptions import NoScriptError
 from fetchwork.errors import SubmitError
 
 from . import codec
+from .autoclusters import AUTOCLUSTER_ATTR
+from .groupindex import SubmitGroups
 from .jobads import PreparedJob, identity, place, prepare_submitted
 from .policy.limits import admission
 from .policy.settings import PolicySettings
@@ -85,6 +87,9 @@ class Submitter:
                                        job.prio, owner, job.ad_owner, user), blocked_reason),
                    first_seq + proc)
                   for proc, job in enumerate(jobs)]
+        groups = SubmitGroups()
+        for job, _seq in placed:
+            groups.assign(job.attrs)
         nonce = uuid.uuid4().hex
         validating: list[bool] = []
         try:
@@ -92,7 +97,7 @@ class Submitter:
         except redis.RedisError as exc:
             self._unstage(cluster, nonce, placed)
             raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
-        self._retrying(lambda: self._queue(placed, validating))
+        self._retrying(lambda: self._queue(placed, validating, groups))
         log.info("submitted %d job(s) to cluster %s", len(placed), cluster)
         return Submitted([job.job_id for job, _seq in placed], any(validating))
 
@@ -137,18 +142,23 @@ class Submitter:
             log.warning("could not clean up the failed submission to cluster %s: %s",
                         cluster, exc)
 
-    def _queue(self, placed: list[tuple[PreparedJob, int]], validating: list[bool]) -> None:
+    def _queue(self, placed: list[tuple[PreparedJob, int]], validating: list[bool],
+               groups: SubmitGroups) -> None:
         store = self.store
         store.scripts.ensure_loaded(["submit"])
         head = store.head_args()
         for first in range(0, len(placed), TRANSACTION):
             pipe = store.client.pipeline(transaction=True)
             for start in range(first, min(first + TRANSACTION, len(placed)), BATCH):
+                batch = placed[start:start + BATCH]
+                gids = [job.attrs[AUTOCLUSTER_ATTR] for job, _seq in batch]
                 blob = codec.pack_for_lua([
                     [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held,
-                     job.attrs["FetchworkState"] == State.BLOCKED]
-                    for job, seq in placed[start:start + BATCH]])
+                     job.attrs["FetchworkState"] == State.BLOCKED, gid]
+                    for (job, seq), gid in zip(batch, gids, strict=True)])
                 flag = "1" if validating[start // BATCH] else ""
-                store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob, flag])
+                reps = codec.pack_for_lua(groups.entries(gids))
+                store.scripts.queue(pipe, "submit", store.pool_keys(),
+                                    [*head, blob, flag, reps])
             pipe.execute()
 

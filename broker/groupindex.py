@@ -1,0 +1,191 @@
+"""The autocluster index of the idle set: a claim evaluates one job per autocluster.
+
+Jobs whose match-relevant attributes are equal (broker/autoclusters.py) share
+an autocluster. The submitter gives each job its id (FetchworkAutocluster)
+and writes the autocluster's representative once in `ac:reps`; the Lua
+scripts keep `ac:groups` and `ac:members` in step with the idle set, in the
+same script as every change of it (lua/lib.lua idle_add, idle_remove), so
+the policy pass, holds, claims and releases never leave the index stale.
+
+A claim reads the autoclusters with idle jobs and evaluates each
+representative against its slot once; its candidates are then the idle jobs
+of the matching autoclusters, merged in priority order (the same order as the
+idle set's). A slot that matches nothing costs one read of the autoclusters.
+A representative decides for all its jobs only when the slot's START reads
+nothing of a job beyond it; otherwise each job of an autocluster whose
+Requirements accept the slot is evaluated, as are jobs without an
+autocluster. When the index does not cover the idle set (jobs queued before
+it existed), a claim walks the idle set itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import classad2
+
+from fetchwork.config.ads import from_dict
+from fetchwork.config.matching import job_refuses, matches
+from fetchwork.errors import AdError
+
+from . import codec
+from .autoclusters import (
+    AUTOCLUSTER_ATTR,
+    ORDER_OFFSET,
+    ORDER_WIDTH,
+    SEPARATOR,
+    Grouper,
+    parse_member,
+    start_reads_only,
+    watched_names,
+)
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+Rows = list[tuple[bytes, float]]
+# Representatives a claimer keeps decoded (they never change for an id).
+REPS_KEPT = 10_000
+# One past the separator: the end of an autocluster's range of members.
+_AFTER = chr(ord(SEPARATOR) + 1)
+
+
+def rep_entry(rep: Mapping[str, Any]) -> bytes:
+    """The `ac:reps` value: watched names (lua/lib.lua ac_watch), a newline, the
+    representative (msgpack)."""
+    return " ".join(watched_names(rep)).encode() + b"\n" + codec.pack(dict(rep))
+
+
+class SubmitGroups:
+    """Autoclusters of one submission: each job's id, and the entries to write once."""
+
+    def __init__(self) -> None:
+        self.grouper = Grouper()
+        self._entries: dict[str, bytes] = {}
+
+    def assign(self, attrs: dict[str, Any]) -> str:
+        """Set the job's FetchworkAutocluster (in `attrs`) and return it."""
+        gid = self.grouper.gid(attrs)
+        attrs[AUTOCLUSTER_ATTR] = gid
+        return gid
+
+    def entries(self, gids: Iterable[str]) -> list[bytes | str]:
+        """Flat [id, entry, ...] of `gids` (distinct, in first-seen order)."""
+        flat: list[bytes | str] = []
+        for gid in dict.fromkeys(gids):
+            entry = self._entries.get(gid)
+            if entry is None:
+                entry = self._entries[gid] = rep_entry(self.grouper.reps[gid])
+            flat += [gid, entry]
+        return flat
+
+
+def assign_one(store: Store, attrs: dict[str, Any]) -> str:
+    """A job's autocluster after its attributes changed (admission): its representative
+    is written when new; FetchworkAutocluster is set in `attrs`."""
+    groups = SubmitGroups()
+    gid = groups.assign(attrs)
+    store.client.hsetnx(store.keys.ac_reps, gid, groups.entries([gid])[1])
+    return gid
+
+
+class IdleWalk:
+    """Candidates without the index: the idle set in order, each job evaluated."""
+
+    def __init__(self, store: Store, first: Rows):
+        self.store = store
+        self.first = first
+        self.prechecked: set[str] = set()
+
+    def rows_after(self, score: float | None, batch: int) -> Rows:
+        if score is None:
+            return self.first
+        return self.store.client.zrangebyscore(self.store.keys.idle, f"({score!r}", "+inf",
+                                               start=0, num=batch, withscores=True)
+
+
+class GroupWalk:
+    """Candidates through the index: the idle jobs of `gids`, merged by idle score.
+    Jobs of `trusted` autoclusters matched already (`prechecked` gathers their ids)."""
+
+    def __init__(self, store: Store, gids: list[str], trusted: set[str]):
+        self.store = store
+        self.gids = gids
+        self.trusted = trusted
+        self.prechecked: set[str] = set()
+
+    def rows_after(self, score: float | None, batch: int) -> Rows:
+        if not self.gids:
+            return []
+        low = "" if score is None else f"{int(score) + 1 + ORDER_OFFSET:0{ORDER_WIDTH}d}"
+        pipe = self.store.client.pipeline(transaction=False)
+        for gid in self.gids:
+            pipe.zrangebylex(self.store.keys.ac_members, f"[{gid}{SEPARATOR}{low}",
+                             f"({gid}{_AFTER}", start=0, num=batch)
+        rows: Rows = []
+        for reply in pipe.execute():
+            for raw in reply:
+                gid, order, job_id = parse_member(codec.text(raw))
+                rows.append((job_id.encode(), float(order)))
+                if gid in self.trusted:
+                    self.prechecked.add(job_id)
+        rows.sort(key=lambda row: row[1])
+        return rows[:batch]
+
+
+class GroupIndex:
+    """The claim side of the index for one pool's store (shared by a claimer's threads)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        # id -> (representative ad, its attribute names), or None when unusable.
+        self._reps: dict[str, tuple[classad2.ClassAd, list[str]] | None] = {}
+
+    def walk(self, slot: classad2.ClassAd, first: Rows) -> IdleWalk | GroupWalk:
+        """Where the claim of `slot` finds its candidates (`first`: the idle set's head,
+        already read)."""
+        keys = self.store.keys
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.zrange(keys.ac_groups, 0, -1)
+        pipe.zcard(keys.idle)
+        pipe.zcard(keys.ac_members)
+        groups, idle_count, member_count = pipe.execute()
+        if idle_count != member_count:
+            return IdleWalk(self.store, first)
+        gids = [codec.text(gid) for gid in groups]
+        self._load([gid for gid in gids if gid and gid not in self._reps])
+        matching: list[str] = []
+        trusted: set[str] = set()
+        for gid in gids:
+            rep = self._reps.get(gid) if gid else None
+            if rep is None:
+                matching.append(gid)
+            elif start_reads_only(slot, rep[1]):
+                if matches(rep[0], slot):
+                    matching.append(gid)
+                    trusted.add(gid)
+            elif not job_refuses(rep[0], slot):
+                matching.append(gid)
+        return GroupWalk(self.store, matching, trusted)
+
+    def _load(self, gids: list[str]) -> None:
+        if not gids:
+            return
+        if len(self._reps) + len(gids) > REPS_KEPT:
+            self._reps.clear()
+        for gid, raw in zip(gids, self.store.client.hmget(self.store.keys.ac_reps, gids),
+                            strict=True):
+            self._reps[gid] = None if raw is None else _decoded(gid, raw)
+
+
+def _decoded(gid: str, raw: bytes) -> tuple[classad2.ClassAd, list[str]] | None:
+    try:
+        rep = codec.unpack(raw.split(b"\n", 1)[1])
+        return from_dict(rep), list(rep)
+    except (AdError, IndexError, ValueError) as exc:
+        log.warning("autocluster %s: unreadable representative (%s); its jobs are "
+                    "evaluated one by one", gid, exc)
+        return None
+
