@@ -2,7 +2,8 @@
 
 Two steps. stage.lua writes the job hashes batch by batch (a plain
 pipeline; staged jobs are in no index, so nothing sees them) after checking
-that the cluster belongs to this submission. Then one MULTI/EXEC runs
+that the cluster belongs to this submission; the attributes that jobs made
+from equal ads share are sent once per batch (submitshape.py). Then one MULTI/EXEC runs
 submit.lua per batch to put every job in the queue and idle sets and emit its
 event, so the whole cluster appears at once. The second step is cheap per job
 (sorted-set members and one XADD), which keeps even 100,000 jobs well inside
@@ -33,11 +34,12 @@ from fetchwork.errors import SubmitError
 from . import codec
 from .autoclusters import AUTOCLUSTER_ATTR
 from .groupindex import SubmitGroups
-from .jobads import PreparedJob, identity, place, prepare_submitted
+from .jobads import PreparedJob, identity, place
 from .policy.limits import admission
 from .policy.settings import PolicySettings
 from .states import State
 from .store import Store
+from .submitshape import PackedJobs, SubmissionShape
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +76,10 @@ class Submitter:
                cluster_id: int | None) -> Submitted:
         if not ads:
             return Submitted([])
-        normalizer = codec.AdNormalizer()
         qdate_s = int(time.time())
         user = getpass.getuser()
-        jobs = [prepare_submitted(normalizer.normalize(ad), qdate_s, self.default_lease_s)
-                for ad in ads]
+        shape = SubmissionShape(self.default_lease_s)
+        jobs = shape.prepare(ads, qdate_s)
         blocked_reason = admission(self.policy, [job.attrs for job in jobs])
         store = self.store
         cluster = cluster_id if cluster_id is not None else self.next_cluster()
@@ -87,17 +88,15 @@ class Submitter:
                                        job.prio, owner, job.ad_owner, user), blocked_reason),
                    first_seq + proc)
                   for proc, job in enumerate(jobs)]
-        groups = SubmitGroups()
-        for job, _seq in placed:
-            groups.assign(job.attrs)
+        fields = shape.fields([job for job, _seq in placed])
         nonce = uuid.uuid4().hex
         validating: list[bool] = []
         try:
-            self._retrying(lambda: self._stage(cluster, nonce, placed, validating))
+            self._retrying(lambda: self._stage(cluster, nonce, placed, validating, fields))
         except redis.RedisError as exc:
             self._unstage(cluster, nonce, placed)
             raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
-        self._retrying(lambda: self._queue(placed, validating, groups))
+        self._retrying(lambda: self._queue(placed, validating, shape.groups))
         log.info("submitted %d job(s) to cluster %s", len(placed), cluster)
         return Submitted([job.job_id for job, _seq in placed], any(validating))
 
@@ -112,15 +111,14 @@ class Submitter:
             step()
 
     def _stage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]],
-               validating: list[bool]) -> None:
+               validating: list[bool], fields: PackedJobs) -> None:
         store = self.store
         store.scripts.ensure_loaded(["stage"])
         pipe = store.client.pipeline(transaction=False)
         head = [*store.head_args(), str(cluster), nonce]
-        packer = codec.FieldPacker()
         for start in range(0, len(placed), BATCH):
             batch = placed[start:start + BATCH]
-            blob = codec.pack_for_lua([packer.fields(job.attrs) for job, _seq in batch])
+            blob = codec.pack_for_lua(fields.runs(start, start + len(batch)))
             keys = store.pool_keys() + [store.keys.job(job.job_id) for job, _seq in batch]
             store.scripts.queue(pipe, "stage", keys, [*head, blob])
         # Per batch: (jobs written, whether they are VALIDATING).

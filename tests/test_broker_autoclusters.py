@@ -198,3 +198,18 @@ def test_the_policy_pass_blocking_and_unblocking_keeps_the_index_in_step(
     assert_in_step(broker)
     members, _groups = index_of(broker)
     assert sorted(members) == ids[1:3]
+
+
+def test_alike_ads_are_shaped_once_yet_each_job_keeps_its_own_attributes(
+        broker: Broker) -> None:
+    per_proc = {**SMALL, "Requirements": {"$expr": "MY.ProcId >= 0"}}
+    ads = [SMALL, SMALL, BIG, dict(SMALL), per_proc, per_proc, {**SMALL, "RequestMemory": 11}]
+    ids = broker.submit(ads, owner="alice")
+    for proc, (job, ad) in enumerate(zip(ids, ads, strict=True)):
+        stored = broker.get(job)
+        assert stored["ProcId"] == proc and stored["RequestMemory"] == ad["RequestMemory"]
+        assert stored["GlobalJobId"].split("#")[1] == job and stored["Owner"] == "alice"
+        assert str(stored.lookup("Requirements")) == ad["Requirements"]["$expr"]
+    gids = [broker.get(job)[AUTOCLUSTER_ATTR] for job in ids]
+    assert gids[0] == gids[1] == gids[3] and len(set(gids)) == 5
+    assert_in_step(broker)
