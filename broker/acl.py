@@ -42,7 +42,7 @@ SCRIPTS = {
     "submitter": ("stage", "submit", "remove", "hold", "release", "read_ads", "read_fields",
                   "read_ids"),
     "execute": ("claim", "reject", "renew", "finish", "activate_abandon", "read_ads",
-                "read_fields", "read_ids"),
+                "read_fields", "read_ids", "read_groups"),
 }
 # Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers).
 OWN = {"submitter": ("incr", "incrby"), "execute": ()}
