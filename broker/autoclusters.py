@@ -177,30 +177,36 @@ def parse_member(text: str) -> tuple[str, int, str]:
 
 
 def start_reads_only(slot_ad: classad2.ClassAd, names: Iterable[str]) -> bool:
-    """True when the slot's START reads no job attribute outside `names`.
+    """True when the slot's START reads no job attribute outside `names`."""
+    reads = start_job_reads(slot_ad)
+    return reads is not None and reads <= {name.lower() for name in names}
+
+
+def start_job_reads(slot_ad: classad2.ClassAd) -> frozenset[str] | None:
+    """Lower-case names of the job attributes the slot's START reads; None when that
+    cannot be told.
 
     A reference counts as the job's when it says TARGET., or when it names
     nothing in the slot ad (an unscoped name falls through to the job).
     """
     if "Start" not in slot_ad:
-        return True
-    allowed = {name.lower() for name in names}
+        return frozenset()
     slot_names = {name.lower() for name in slot_ad.keys()}
     try:
         expr = slot_ad.lookup("Start")
         refs = list(slot_ad.externalRefs(expr)) + list(slot_ad.internalRefs(expr))
     except Exception:  # cannot tell what it reads: evaluate each job
-        return False
+        return None
+    reads = set()
     for ref in refs:
         lowered = str(ref).lower()
         if not lowered or lowered.startswith("my."):
             continue
         if lowered.startswith("target."):
-            if lowered[7:] not in allowed:
-                return False
-        elif lowered not in slot_names and lowered not in allowed:
-            return False
-    return True
+            reads.add(lowered[7:])
+        elif lowered not in slot_names:
+            reads.add(lowered)
+    return frozenset(reads)
 
 
 @dataclass

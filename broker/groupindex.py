@@ -21,6 +21,7 @@ it existed), a claim walks the idle set itself.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -38,7 +39,7 @@ from .autoclusters import (
     SEPARATOR,
     Grouper,
     parse_member,
-    start_reads_only,
+    start_job_reads,
     watched_names,
 )
 from .store import Store
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 Rows = list[tuple[bytes, float]]
 # Representatives a claimer keeps decoded (they never change for an id).
 REPS_KEPT = 10_000
+# Slot ads whose verdicts per autocluster a claimer keeps (a startd hands the
+# same slot ad until the slot changes, or the second of MyCurrentTime does).
+SLOTS_KEPT = 64
 # One past the separator: the end of an autocluster's range of members.
 _AFTER = chr(ord(SEPARATOR) + 1)
 # The first read also brings the heads of this many autoclusters (the best
@@ -153,7 +157,11 @@ class GroupIndex:
     def __init__(self, store: Store):
         self.store = store
         # id -> (representative ad, its attribute names), or None when unusable.
-        self._reps: dict[str, tuple[classad2.ClassAd, list[str]] | None] = {}
+        self._reps: dict[str, tuple[classad2.ClassAd, frozenset[str]] | None] = {}
+        # slot ad text -> per autocluster (whether START reads only what the
+        # representative holds, whether the autocluster may match): judged once.
+        self._verdicts: dict[str, dict[str, tuple[bool, bool]]] = {}
+        self._lock = threading.Lock()
 
     def walk(self, slot: classad2.ClassAd, first: Rows) -> IdleWalk | GroupWalk:
         """Where the claim of `slot` finds its candidates (`first`: the idle set's head,
@@ -166,19 +174,35 @@ class GroupIndex:
             return IdleWalk(self.store, first)
         gids = [codec.text(gid) for gid in groups]
         self._load([gid for gid in gids if gid and gid not in self._reps])
+        verdicts = self._verdicts_for(slot)
+        unjudged = [gid for gid in gids if gid not in verdicts and self._reps.get(gid)]
+        if unjudged:
+            reads = start_job_reads(slot)
+            for gid in unjudged:
+                rep = self._reps[gid]
+                assert rep is not None
+                verdicts[gid] = _verdict(rep, slot, reads)
         matching: list[str] = []
         trusted: set[str] = set()
         for gid in gids:
-            rep = self._reps.get(gid) if gid else None
-            if rep is None:
+            alone, fits = verdicts.get(gid, (False, True))  # no representative: each job
+            if fits:
                 matching.append(gid)
-            elif start_reads_only(slot, rep[1]):
-                if matches(rep[0], slot):
-                    matching.append(gid)
+                if alone:
                     trusted.add(gid)
-            elif not job_refuses(rep[0], slot):
-                matching.append(gid)
         return GroupWalk(self.store, matching, trusted, dict(zip(gids, heads, strict=False)))
+
+    def _verdicts_for(self, slot: classad2.ClassAd) -> dict[str, tuple[bool, bool]]:
+        """The verdicts per autocluster kept for this slot ad's text (str() of an ad
+        costs classad2 no memory; evaluations do)."""
+        text = str(slot)
+        with self._lock:
+            verdicts = self._verdicts.get(text)
+            if verdicts is None:
+                if len(self._verdicts) >= SLOTS_KEPT:
+                    self._verdicts.clear()
+                verdicts = self._verdicts[text] = {}
+            return verdicts
 
     def _load(self, gids: list[str]) -> None:
         if not gids:
@@ -190,10 +214,20 @@ class GroupIndex:
             self._reps[gid] = None if raw is None else _decoded(gid, raw)
 
 
-def _decoded(gid: str, raw: bytes) -> tuple[classad2.ClassAd, list[str]] | None:
+def _verdict(rep: tuple[classad2.ClassAd, frozenset[str]], slot: classad2.ClassAd,
+             reads: frozenset[str] | None) -> tuple[bool, bool]:
+    """(whether the representative decides for every job of its autocluster, whether
+    the autocluster may match the slot)."""
+    ad, names = rep
+    if reads is not None and reads <= names:
+        return True, matches(ad, slot)
+    return False, not job_refuses(ad, slot)
+
+
+def _decoded(gid: str, raw: bytes) -> tuple[classad2.ClassAd, frozenset[str]] | None:
     try:
         rep = codec.unpack(raw.split(b"\n", 1)[1])
-        return from_dict(rep), list(rep)
+        return from_dict(rep), frozenset(name.lower() for name in rep)
     except (AdError, IndexError, ValueError) as exc:
         log.warning("autocluster %s: unreadable representative (%s); its jobs are "
                     "evaluated one by one", gid, exc)

@@ -37,7 +37,7 @@ from fetchwork.config import ads
 from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
-from fetchwork.hooks import control
+from fetchwork.hooks import control, slotadtext
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,9 @@ def _publish(slot_ad: classad2.ClassAd, config: Any) -> None:
     if not isinstance(name, str):
         return
     lifetime_s = config.get_duration_s("SLOT_AD_LIFETIME")
-    shape = "\n".join(sorted(f"{key.lower()}={ads.attr_text(slot_ad, key)}"
-                             for key in slot_ad.keys() if key.lower() not in _VOLATILE))
+    shape = slotadtext.shape(slot_ad, lambda ad: "\n".join(sorted(
+        f"{key.lower()}={ads.attr_text(ad, key)}" for key in ad.keys()
+        if key.lower() not in _VOLATILE)))
     now = time.monotonic()
     with _published_lock:
         last = _published.get(name)
@@ -157,7 +158,7 @@ def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
 
 def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     """Claim a job for the slot ad on stdin; its ad, or None when there is no work."""
-    slot_ad = ads.parse_ad(stdin_text, source="slot ad")
+    slot_ad = slotadtext.parsed(stdin_text, source="slot ad")
     config = get_config()
     busy = slot_ad.get("Activity") == "Busy"
     wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL")

@@ -42,6 +42,7 @@ from fetchwork.startd.slotad import (
     read_policy,
     slot_name,
 )
+from fetchwork.startd.slotadcache import SlotAdCache
 from fetchwork.startd.starterproc import remove_stale_sandboxes
 from fetchwork.startd.starters import StarterSupervisor
 from fetchwork.startd.states import Activity, State, initial_status
@@ -64,6 +65,7 @@ class Startd:
         self.started_at = time.time()
         self.facts = gather_facts(config, self.settings.execute_dir)
         self._facts_at = time.monotonic()
+        self._slot_ads = SlotAdCache()
         self.slots = [Slot(n, slot_name(n, self.name), slot_hooks(config, n),
                            status=initial_status(self.started_at))
                       for n in range(1, self.settings.num_slots + 1)]
@@ -169,9 +171,11 @@ class Startd:
     # -- slot ads and START ------------------------------------------------
 
     def slot_ad(self, slot: Slot) -> classad2.ClassAd:
-        return build_slot_ad(slot.slot_id, self.name, len(self.slots), self.facts, slot.status,
-                             self.settings.policies[slot.slot_id], time.time(),
-                             slot.claim.view() if slot.claim is not None else None)
+        now, policy = time.time(), self.settings.policies[slot.slot_id]
+        view = slot.claim.view() if slot.claim is not None else None
+        return self._slot_ads.ad(slot.slot_id, (slot.status, view, self.facts, int(now)),
+                                 lambda: build_slot_ad(slot.slot_id, self.name, len(self.slots),
+                                                       self.facts, slot.status, policy, now, view))
 
     def update_owner(self, slot: Slot) -> None:
         """Owner <-> Unclaimed as START (without a job) is false or not (HTCondor's IS_OWNER)."""
@@ -203,7 +207,7 @@ class Startd:
         assert spec is not None
         slot.clock.started()
         log.debug("%s: running fetch hook %s", slot.label, spec.value)
-        start_hook(spec, ads.format_ad(self.slot_ad(slot)),
+        start_hook(spec, self._slot_ads.text(slot.slot_id, self.slot_ad(slot)),
                    on_done=self._poster(_FETCH, slot.slot_id, ""))
 
     def _poster(self, kind: str, slot_id: int, job_id: str) -> Callable[[HookResult], None]:
