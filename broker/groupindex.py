@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import classad2
@@ -115,24 +115,46 @@ class IdleWalk:
 
 
 class GroupWalk:
-    """Candidates through the index: the idle jobs of `gids`, merged by idle score.
-    Jobs of `trusted` autoclusters matched already (`prechecked` gathers their ids)."""
+    """Candidates through the index: the idle jobs of the autoclusters `judge` lets
+    match, merged by idle score. `gids` come best first (`bests`: each one's best
+    score), so an autocluster whose best comes after a full batch is not judged nor
+    read. Jobs of autoclusters whose representative decided match already
+    (`prechecked` gathers their ids)."""
 
-    def __init__(self, store: Store, gids: list[str], trusted: set[str],
-                 heads: dict[str, list[bytes]] | None = None):
+    def __init__(self, store: Store, gids: list[str], bests: dict[str, float],
+                 judge: Callable[[str], tuple[bool, bool]], heads: dict[str, list[bytes]]):
         self.store = store
         self.gids = gids
-        self.trusted = trusted
+        self.bests = bests
+        self.judge = judge
         self.prechecked: set[str] = set()
-        # Prefetched first members (PREFETCH_JOBS at most) of some autoclusters.
-        self.heads = heads or {}
+        # Prefetched first members (PREFETCH_JOBS at most) of the first autoclusters.
+        self.heads = heads
+        self._trusted: set[str] = set()
 
     def rows_after(self, score: float | None, batch: int) -> Rows:
-        if not self.gids:
-            return []
+        floor = float("-inf") if score is None else int(score) + 1
+        rows: Rows = []
+        for first in range(0, len(self.gids), PREFETCH_GROUPS):
+            if len(rows) >= batch:
+                rows = sorted(rows, key=lambda row: row[1])[:batch]
+                if max(self.bests.get(self.gids[first], floor), floor) > rows[-1][1]:
+                    break
+            chunk = [gid for gid in self.gids[first:first + PREFETCH_GROUPS] if self._fits(gid)]
+            rows += self._members(chunk, score, batch)
+        return sorted(rows, key=lambda row: row[1])[:batch]
+
+    def _fits(self, gid: str) -> bool:
+        alone, fits = self.judge(gid)
+        if fits and alone:
+            self._trusted.add(gid)
+        return fits
+
+    def _members(self, gids: list[str], score: float | None, batch: int) -> Rows:
+        """The first `batch` idle jobs after `score` of each of `gids`."""
         known = score is None and batch <= PREFETCH_JOBS
-        replies = {gid: self.heads[gid] for gid in self.gids if known and gid in self.heads}
-        missing = [gid for gid in self.gids if gid not in replies]
+        replies = {gid: self.heads[gid] for gid in gids if known and gid in self.heads}
+        missing = [gid for gid in gids if gid not in replies]
         low = "" if score is None else f"{int(score) + 1 + ORDER_OFFSET:0{ORDER_WIDTH}d}"
         if missing:
             pipe = self.store.client.pipeline(transaction=False)
@@ -145,10 +167,9 @@ class GroupWalk:
             for raw in reply:
                 gid, order, job_id = parse_member(codec.text(raw))
                 rows.append((job_id.encode(), float(order)))
-                if gid in self.trusted:
+                if gid in self._trusted:
                     self.prechecked.add(job_id)
-        rows.sort(key=lambda row: row[1])
-        return rows[:batch]
+        return rows
 
 
 class GroupIndex:
@@ -172,25 +193,24 @@ class GroupIndex:
             [PREFETCH_GROUPS, PREFETCH_JOBS])
         if idle_count != member_count:
             return IdleWalk(self.store, first)
-        gids = [codec.text(gid) for gid in groups]
+        gids = [codec.text(gid) for gid in groups[0::2]]
+        bests = {gid: float(best) for gid, best in zip(gids, groups[1::2], strict=True)}
         self._load([gid for gid in gids if gid and gid not in self._reps])
         verdicts = self._verdicts_for(slot)
-        unjudged = [gid for gid in gids if gid not in verdicts and self._reps.get(gid)]
-        if unjudged:
-            reads = start_job_reads(slot)
-            for gid in unjudged:
-                rep = self._reps[gid]
-                assert rep is not None
-                verdicts[gid] = _verdict(rep, slot, reads)
-        matching: list[str] = []
-        trusted: set[str] = set()
-        for gid in gids:
-            alone, fits = verdicts.get(gid, (False, True))  # no representative: each job
-            if fits:
-                matching.append(gid)
-                if alone:
-                    trusted.add(gid)
-        return GroupWalk(self.store, matching, trusted, dict(zip(gids, heads, strict=False)))
+        reads: list[frozenset[str] | None] = []
+
+        def judge(gid: str) -> tuple[bool, bool]:
+            """(the representative decides, the autocluster may match); no
+            representative: each job is evaluated."""
+            verdict = verdicts.get(gid)
+            rep = self._reps.get(gid) if gid else None
+            if verdict is None and rep is not None:
+                if not reads:
+                    reads.append(start_job_reads(slot))
+                verdict = verdicts[gid] = _verdict(rep, slot, reads[0])
+            return verdict or (False, True)
+
+        return GroupWalk(self.store, gids, bests, judge, dict(zip(gids, heads, strict=False)))
 
     def _verdicts_for(self, slot: classad2.ClassAd) -> dict[str, tuple[bool, bool]]:
         """The verdicts per autocluster kept for this slot ad's text (str() of an ad

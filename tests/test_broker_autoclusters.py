@@ -213,3 +213,16 @@ def test_alike_ads_are_shaped_once_yet_each_job_keeps_its_own_attributes(
     gids = [broker.get(job)[AUTOCLUSTER_ATTR] for job in ids]
     assert gids[0] == gids[1] == gids[3] and len(set(gids)) == 5
     assert_in_step(broker)
+
+
+def test_order_holds_across_many_autoclusters_past_non_matching_ones(broker: Broker) -> None:
+    broker.submit([{**BIG, "RequestMemory": 10**6 + n} for n in range(20)])
+    wanted = broker.submit([{**SMALL, "RequestMemory": 10 + n % 20} for n in range(40)])
+    taken = []
+    for _ in range(40):
+        ad = broker.claim(SLOT)
+        assert ad is not None
+        taken.append(jid(ad))
+    assert taken == wanted
+    assert broker.claim(SLOT) is None
+    assert_in_step(broker)
