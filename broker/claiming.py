@@ -85,8 +85,8 @@ class Claimer:
     def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
         """The scan of the idle set; then, with the soft tier, of the soft set (with the
         activation view the first read brought)."""
-        rows, view = self.activation.first_read(name, FIRST_BATCH)
-        walk = self.groups.walk(slot, rows)
+        rows, view, groups = self.activation.first_read(name, FIRST_BATCH, self.groups.read)
+        walk = self.groups.walk(slot, rows, groups[0])
         claimed = self._scan(slot, name, walk.rows_after(None, FIRST_BATCH), view, walk)
         if claimed != (None, False) or not self.soft_tier:
             return claimed

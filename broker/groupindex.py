@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import classad2
+from redis.client import Pipeline
 
 from fetchwork.config.ads import from_dict
 from fetchwork.config.matching import job_refuses, matches
@@ -184,13 +185,17 @@ class GroupIndex:
         self._verdicts: dict[str, dict[str, tuple[bool, bool]]] = {}
         self._lock = threading.Lock()
 
-    def walk(self, slot: classad2.ClassAd, first: Rows) -> IdleWalk | GroupWalk:
-        """Where the claim of `slot` finds its candidates (`first`: the idle set's head,
-        already read)."""
+    def read(self, pipe: Pipeline) -> None:
+        """Add the index's first read (read_groups.lua) to a claim's first pipeline."""
         keys = self.store.keys
-        groups, idle_count, member_count, heads = self.store.scripts.call(
-            "read_groups", [keys.ac_groups, keys.idle, keys.ac_members],
-            [PREFETCH_GROUPS, PREFETCH_JOBS])
+        self.store.scripts.ensure_loaded(["read_groups"])
+        self.store.scripts.queue(pipe, "read_groups", [keys.ac_groups, keys.idle, keys.ac_members],
+                                 [PREFETCH_GROUPS, PREFETCH_JOBS])
+
+    def walk(self, slot: classad2.ClassAd, first: Rows, reply: list[Any]) -> IdleWalk | GroupWalk:
+        """Where the claim of `slot` finds its candidates (`first`: the idle set's head,
+        `reply`: read_groups.lua's, both from the claim's first read)."""
+        groups, idle_count, member_count, heads = reply
         if idle_count != member_count:
             return IdleWalk(self.store, first)
         gids = [codec.text(gid) for gid in groups[0::2]]

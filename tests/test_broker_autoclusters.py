@@ -226,3 +226,11 @@ def test_order_holds_across_many_autoclusters_past_non_matching_ones(broker: Bro
     assert taken == wanted
     assert broker.claim(SLOT) is None
     assert_in_step(broker)
+
+
+def test_a_claim_reloads_the_index_script_when_the_server_lost_it(broker: Broker) -> None:
+    (job,) = broker.submit([SMALL])
+    assert broker.claim(parse_ad('Name = "other"\nMemory = 1\n')) is None
+    broker.client.script_flush()
+    ad = broker.claim(SLOT)
+    assert ad is not None and jid(ad) == job
