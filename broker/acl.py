@@ -33,16 +33,16 @@ ROLES = ("submitter", "execute", "admin")
 COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|load",
           "get", "mget", "exists", "type", "pttl", "hget", "hmget", "hgetall", "hkeys", "hlen",
           "zrange", "zrangebyscore", "zrevrange", "zrevrangebyscore", "zscore", "zmscore",
-          "zrank", "zcard",
+          "zrank", "zcard", "zrangebylex",
           "zcount", "xread", "xrange", "xrevrange", "xlen")
 # Commands the bodies of the job transition scripts run (lib.lua and each script).
-SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zadd", "zrem", "xadd")
+SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zadd", "zrem", "xadd", "hsetnx")
 
 SCRIPTS = {
     "submitter": ("stage", "submit", "remove", "hold", "release", "requeue", "read_ads",
                   "read_fields", "read_ids"),
     "execute": ("claim", "reject", "renew", "finish", "activate_abandon", "read_ads",
-                "read_fields", "read_ids", "policy_exit"),
+                "read_fields", "read_ids", "policy_exit", "read_groups"),
 }
 # Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers).
 OWN = {"submitter": ("incr", "incrby", "sadd"), "execute": ()}

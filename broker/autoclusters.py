@@ -61,6 +61,8 @@ ORDER_OFFSET = 2**52
 ORDER_WIDTH = 16
 GROUP_ID_BYTES = 8
 SEPARATOR = "|"
+# The job attribute that names its autocluster (group id; '' or absent: none).
+AUTOCLUSTER_ATTR = "FetchworkAutocluster"
 
 
 def _ref_names(expr_text: str) -> tuple[str, ...]:
@@ -152,6 +154,17 @@ def representative(attrs: Mapping[str, Any], extra: Sequence[str] = ()) -> dict[
     return rep
 
 
+def watched_names(rep: Mapping[str, Any]) -> list[str]:
+    """Lower-case names whose change would change what a match reads of a job of this
+    representative: its own attributes and every name its expressions read."""
+    names = {name.lower() for name in rep}
+    for value in rep.values():
+        text = _text(value)
+        if text is not None:
+            names.update(_ref_names(text))
+    return sorted(names)
+
+
 def member(gid: str, order: int, job_id: str) -> str:
     """The `ac:members` entry of a job: sorts by group, then priority order."""
     return f"{gid}{SEPARATOR}{order + ORDER_OFFSET:0{ORDER_WIDTH}d}{SEPARATOR}{job_id}"
@@ -164,30 +177,36 @@ def parse_member(text: str) -> tuple[str, int, str]:
 
 
 def start_reads_only(slot_ad: classad2.ClassAd, names: Iterable[str]) -> bool:
-    """True when the slot's START reads no job attribute outside `names`.
+    """True when the slot's START reads no job attribute outside `names`."""
+    reads = start_job_reads(slot_ad)
+    return reads is not None and reads <= {name.lower() for name in names}
+
+
+def start_job_reads(slot_ad: classad2.ClassAd) -> frozenset[str] | None:
+    """Lower-case names of the job attributes the slot's START reads; None when that
+    cannot be told.
 
     A reference counts as the job's when it says TARGET., or when it names
     nothing in the slot ad (an unscoped name falls through to the job).
     """
     if "Start" not in slot_ad:
-        return True
-    allowed = {name.lower() for name in names}
+        return frozenset()
     slot_names = {name.lower() for name in slot_ad.keys()}
     try:
         expr = slot_ad.lookup("Start")
         refs = list(slot_ad.externalRefs(expr)) + list(slot_ad.internalRefs(expr))
     except Exception:  # cannot tell what it reads: evaluate each job
-        return False
+        return None
+    reads = set()
     for ref in refs:
         lowered = str(ref).lower()
         if not lowered or lowered.startswith("my."):
             continue
         if lowered.startswith("target."):
-            if lowered[7:] not in allowed:
-                return False
-        elif lowered not in slot_names and lowered not in allowed:
-            return False
-    return True
+            reads.add(lowered[7:])
+        elif lowered not in slot_names:
+            reads.add(lowered)
+    return frozenset(reads)
 
 
 @dataclass

@@ -1,10 +1,10 @@
 """Claiming: match idle jobs against a slot in priority order, then claim one atomically.
 
-Candidates are read from the idle set in batches (small first, growing up to
-BROKER_CLAIM_SCAN_BATCH), paging by score so a long run of jobs that do not
-match is walked to its end. The first match is claimed by claim.lua, which
-succeeds only while the job is still idle; a lost race moves on to the next
-candidate. With `wait_s` > 0 and nothing claimable, the claimer blocks on
+Candidates are the idle jobs of the autoclusters that match the slot
+(groupindex.py), read in batches (small first, growing up to
+BROKER_CLAIM_SCAN_BATCH) in idle order, paging by score. The first match is
+claimed by claim.lua, which succeeds only while the job is still idle; a lost
+race moves on to the next candidate. With `wait_s` > 0 and nothing claimable, the claimer blocks on
 the event stream (XREAD BLOCK) from the last event seen before the scan and
 scans again when a job became IDLE, until the deadline: no busy polling.
 
@@ -35,6 +35,7 @@ from fetchwork.errors import AdError
 from . import codec
 from .filters.claimside import ActivationClaims, is_activation
 from .filters.gate import ClaimView, block_floor, group_of, may_offer
+from .groupindex import GroupIndex, GroupWalk, IdleWalk
 from .matching import job_matches_slot, slot_name
 from .store import Store
 
@@ -60,6 +61,7 @@ class Claimer:
         self.default_lease_s = default_lease_s
         self.scan_batch = scan_batch
         self.activation = ActivationClaims(store)
+        self.groups = GroupIndex(store)
         # Scheduling policy limits are set: scan the soft set when nothing else fits.
         self.soft_tier = soft_tier
 
@@ -83,8 +85,9 @@ class Claimer:
     def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
         """The scan of the idle set; then, with the soft tier, of the soft set (with the
         activation view the first read brought)."""
-        rows, view = self.activation.first_read(name, FIRST_BATCH)
-        claimed = self._scan(slot, name, rows, view)
+        rows, view, groups = self.activation.first_read(name, FIRST_BATCH, self.groups.read)
+        walk = self.groups.walk(slot, rows, groups[0])
+        claimed = self._scan(slot, name, walk.rows_after(None, FIRST_BATCH), view, walk)
         if claimed != (None, False) or not self.soft_tier:
             return claimed
         rows = self.store.client.zrangebyscore(self.store.keys.soft, "-inf", "+inf", start=0,
@@ -93,27 +96,25 @@ class Claimer:
         return self._offer(rows, slot, name, view, last_resort=True) if rows else claimed
 
     def _scan(self, slot: classad2.ClassAd, name: str, rows: list[tuple[bytes, float]],
-              view: ClaimView) -> tuple[classad2.ClassAd | None, bool]:
+              view: ClaimView, walk: GroupWalk | IdleWalk
+              ) -> tuple[classad2.ClassAd | None, bool]:
         """(the claimed job or None, whether an activation verdict ended the claim), from
-        the first read's `rows` of the idle set on."""
+        the first `rows` of the walk on."""
         batch = FIRST_BATCH
         if not view.quiet:
-            return self._scan_held_back(slot, name, view, rows)
+            return self._scan_held_back(slot, name, view, rows, walk)
         while True:
             if not rows:
                 return None, False
-            claimed = self._offer(rows, slot, name, view)
+            claimed = self._offer(rows, slot, name, view, prechecked=walk.prechecked)
             if claimed != (None, False) or len(rows) < batch:
                 return claimed
             batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
-            rows = self._rows_after(rows[-1][1], batch)
-
-    def _rows_after(self, score: float, batch: int) -> list[tuple[bytes, float]]:
-        return self.store.client.zrangebyscore(self.store.keys.idle, f"({score!r}", "+inf",
-                                               start=0, num=batch, withscores=True)
+            rows = walk.rows_after(rows[-1][1], batch)
 
     def _scan_held_back(self, slot: classad2.ClassAd, name: str, view: ClaimView,
-                        rows: list[tuple[bytes, float]]) -> tuple[classad2.ClassAd | None, bool]:
+                        rows: list[tuple[bytes, float]], walk: GroupWalk | IdleWalk
+                        ) -> tuple[classad2.ClassAd | None, bool]:
         """The scan when activation may hold jobs back: a reserved slot looks at its job
         only; past the first blocked priority group, only the blockers remain; jobs
         reserved for other slots or not due for evaluation are passed over."""
@@ -126,13 +127,14 @@ class Claimer:
         batch = FIRST_BATCH
         while rows:
             before = [row for row in rows if floor is None or group_of(row[1]) < floor]
-            claimed = self._offer(before, slot, name, view) if before else (None, False)
+            claimed = (self._offer(before, slot, name, view, prechecked=walk.prechecked)
+                       if before else (None, False))
             if claimed != (None, False):
                 return claimed
             if len(before) < len(rows) or len(rows) < batch:
                 break
             batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
-            rows = self._rows_after(rows[-1][1], batch)
+            rows = walk.rows_after(rows[-1][1], batch)
         blockers = [job for job, _group in view.blocks]
         scores = client.zmscore(keys.idle, blockers) if blockers else []
         rows = [(job.encode(), score) for job, score in zip(blockers, scores, strict=True)
@@ -140,15 +142,16 @@ class Claimer:
         return self._offer(sorted(rows, key=lambda row: row[1]), slot, name, view)
 
     def _offer(self, rows: list[tuple[bytes, float]], slot: classad2.ClassAd, name: str,
-               view: ClaimView, last_resort: bool = False
+               view: ClaimView, last_resort: bool = False, prechecked: set[str] | None = None
                ) -> tuple[classad2.ClassAd | None, bool]:
-        """Offer the matching jobs among `rows` to claim.lua, a few at a time."""
+        """Offer the matching jobs among `rows` to claim.lua, a few at a time (jobs in
+        `prechecked` matched through their autocluster)."""
         scores = {codec.text(member): score for member, score in rows}
         now_ms = time.time() * 1000
         matched: list[str] = []
         for job_id, data in self.store.hashes(list(scores)):
             if view.quiet or may_offer(job_id, data, scores[job_id], view, name, now_ms):
-                if self._fits(job_id, data, slot):
+                if (prechecked and job_id in prechecked) or self._fits(job_id, data, slot):
                     matched.append(job_id)
             if len(matched) == CLAIM_GROUP:
                 claimed = self._claim_first(matched, slot, name, view, last_resort)

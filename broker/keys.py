@@ -28,6 +28,9 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:periodic      zset: jobs with a PeriodicHold/Release/Remove expression, by sequence
     fw:{P}:depwait       set: jobs waiting on dependencies (FetchworkWaitingOn set)
     fw:{P}:dependents:<C.P>  set: the jobs that wait on job C.P
+    fw:{P}:ac:groups     zset: autoclusters with idle jobs, scored by their best idle score
+    fw:{P}:ac:members    zset: idle jobs by autocluster then score, by lex (broker/groupindex.py)
+    fw:{P}:ac:reps       hash: autocluster -> what a match reads of its jobs
 """
 
 from __future__ import annotations
@@ -85,6 +88,9 @@ class PoolKeys:
     userlog = _named("userlog")
     periodic = _named("periodic")
     dep_waiting = _named("depwait")
+    ac_groups = _named("ac:groups")
+    ac_members = _named("ac:members")
+    ac_reps = _named("ac:reps")
 
     def dependents(self, job_id: str) -> str:
         return f"{self.prefix}dependents:{job_id}"

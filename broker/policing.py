@@ -36,7 +36,6 @@ BATCH = 500
 # Longest single XREAD BLOCK while waiting (well inside a client's socket timeout).
 MAX_BLOCK_S = 1.0
 BUDGET_ATTR = "FetchworkBudget"
-PRIORITY_ATTR = "FetchworkPriority"
 
 
 @dataclass
@@ -150,15 +149,10 @@ class PolicyRunner:
     def _reorder(self, jobs: Sequence[PolicyJob], result: PolicyPass) -> None:
         """Idle scores in the pass's order (groups first); FetchworkPriority in each ad."""
         groups = {job.job_id: job.prio_group for job in jobs}
-        pipe = self.store.client.pipeline(transaction=False)
-        for position, job_id in enumerate(result.idle_ids()):
-            order = -groups[job_id] * PRIO_SCALE + position
-            pipe.zadd(self.store.keys.idle, {job_id: order}, xx=True)
-            pipe.hset(self.store.keys.job(job_id), PRIORITY_ATTR,
-                      codec.pack(round(result.priorities[job_id].total, 3)))
-            if position % BATCH == BATCH - 1:
-                pipe.execute()
-        pipe.execute()
+        # reorder.lua moves the idle set and its autocluster index together.
+        self._run("reorder", [[job_id, str(-groups[job_id] * PRIO_SCALE + position),
+                               round(result.priorities[job_id].total, 3)]
+                              for position, job_id in enumerate(result.idle_ids())])
 
     def _usage(self, now: float) -> list[Usage]:
         """CPU time of the jobs that finished within FAIRSHARE_WINDOW."""

@@ -24,15 +24,16 @@ from redis.exceptions import NoScriptError
 
 from fetchwork.config.protocol import HoldCode, JobStatus
 
+from .autoclusters import AUTOCLUSTER_ATTR, ORDER_OFFSET, ORDER_WIDTH
 from .states import PRIO_SCALE
 
 TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", "remove", "hold",
                "release", "admit", "admit_fail", "activate_start", "activate_defer",
                "activate_hold", "activate_fail", "activate_abandon", "activation_expire",
                "release_due", "reservation_expire", "block", "unblock", "overrun",
-               "policy_exit", "policy_act", "requeue", "depend")
+               "policy_exit", "policy_act", "requeue", "depend", "reorder")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
-              "trim_history", "userlog_advance")
+              "trim_history", "userlog_advance", "read_groups")
 
 Arg = str | bytes | int | float
 
@@ -47,6 +48,8 @@ def constants_header() -> str:
              f"local PRIO_SCALE = {PRIO_SCALE}"]
     lines += [f"local STATUS_{status.name} = {int(status)}" for status in JobStatus]
     lines += [f"local HOLD_{code.name} = {int(code)}" for code in HoldCode]
+    lines += [f"local AC_ORDER_OFFSET = {ORDER_OFFSET}", f"local AC_ORDER_WIDTH = {ORDER_WIDTH}",
+              f"local AUTOCLUSTER_ATTR = '{AUTOCLUSTER_ATTR}'"]
     return "\n".join(lines) + "\n"
 
 

@@ -115,6 +115,7 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     "FetchworkWaitingOn",
     # A running job the user requeued (requeue.lua): IDLE at the head of its group when it stops.
     "FetchworkRequeue",
+    "FetchworkAutocluster",  # the job's autocluster (broker/groupindex.py)
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

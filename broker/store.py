@@ -50,7 +50,8 @@ class Store:
         k = self.keys
         return [k.queue, k.idle, k.running, k.history, k.events, k.clusters,
                 k.cluster_counter, k.seq_counter, k.head_counter,
-                k.filters, k.validating, k.activating, k.blocks, k.reservations, k.holds]
+                k.filters, k.validating, k.activating, k.blocks, k.reservations, k.holds,
+                k.ac_groups, k.ac_members, k.ac_reps]
 
     def head_args(self, now_ms: int | None = None) -> list[str]:
         """The two arguments every job transition script takes first (see lua/lib.lua)."""

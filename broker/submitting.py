@@ -2,7 +2,8 @@
 
 Two steps. stage.lua writes the job hashes batch by batch (a plain
 pipeline; staged jobs are in no index, so nothing sees them) after checking
-that the cluster belongs to this submission. Then one MULTI/EXEC runs
+that the cluster belongs to this submission; the attributes that jobs made
+from equal ads share are sent once per batch (submitshape.py). Then one MULTI/EXEC runs
 submit.lua per batch to put every job in the queue and idle sets and emit its
 event, so the whole cluster appears at once. The second step is cheap per job
 (sorted-set members and one XADD), which keeps even 100,000 jobs well inside
@@ -31,13 +32,16 @@ from redis.exceptions import NoScriptError
 from fetchwork.errors import SubmitError
 
 from . import codec
+from .autoclusters import AUTOCLUSTER_ATTR
 from .dependencies import plan_dependencies, register_waiting
-from .jobads import PreparedJob, identity, place, prepare_submitted
+from .groupindex import SubmitGroups
+from .jobads import PreparedJob, identity, place
 from .periodic import index_entries
 from .policy.limits import admission
 from .policy.settings import PolicySettings
 from .states import State
 from .store import Store
+from .submitshape import PackedJobs, SubmissionShape
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +79,10 @@ class Submitter:
                cluster_id: int | None) -> Submitted:
         if not ads:
             return Submitted([])
-        normalizer = codec.AdNormalizer()
         qdate_s = int(time.time())
         user = getpass.getuser()
-        jobs = [prepare_submitted(normalizer.normalize(ad), qdate_s, self.default_lease_s,
-                                  self.default_exclusive) for ad in ads]
+        shape = SubmissionShape(self.default_lease_s, self.default_exclusive)
+        jobs = shape.prepare(ads, qdate_s)
         blocked_reason = admission(self.policy, [job.attrs for job in jobs])
         store = self.store
         cluster = cluster_id if cluster_id is not None else self.next_cluster()
@@ -90,14 +93,15 @@ class Submitter:
                   for proc, job in enumerate(jobs)]
         # Depends: refused when missing or cyclic; dependent jobs wait BLOCKED.
         plan_dependencies(store, cluster, jobs)
+        fields = shape.fields([job for job, _seq in placed])
         nonce = uuid.uuid4().hex
         validating: list[bool] = []
         try:
-            self._retrying(lambda: self._stage(cluster, nonce, placed, validating))
+            self._retrying(lambda: self._stage(cluster, nonce, placed, validating, fields))
         except redis.RedisError as exc:
             self._unstage(cluster, nonce, placed)
             raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
-        self._retrying(lambda: self._queue(placed, validating))
+        self._retrying(lambda: self._queue(placed, validating, shape.groups))
         log.info("submitted %d job(s) to cluster %s", len(placed), cluster)
         return Submitted([job.job_id for job, _seq in placed], any(validating))
 
@@ -112,15 +116,14 @@ class Submitter:
             step()
 
     def _stage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]],
-               validating: list[bool]) -> None:
+               validating: list[bool], fields: PackedJobs) -> None:
         store = self.store
         store.scripts.ensure_loaded(["stage"])
         pipe = store.client.pipeline(transaction=False)
         head = [*store.head_args(), str(cluster), nonce]
-        packer = codec.FieldPacker()
         for start in range(0, len(placed), BATCH):
             batch = placed[start:start + BATCH]
-            blob = codec.pack_for_lua([packer.fields(job.attrs) for job, _seq in batch])
+            blob = codec.pack_for_lua(fields.runs(start, start + len(batch)))
             keys = store.pool_keys() + [store.keys.job(job.job_id) for job, _seq in batch]
             store.scripts.queue(pipe, "stage", keys, [*head, blob])
         # Per batch: (jobs written, whether they are VALIDATING).
@@ -142,22 +145,26 @@ class Submitter:
             log.warning("could not clean up the failed submission to cluster %s: %s",
                         cluster, exc)
 
-    def _queue(self, placed: list[tuple[PreparedJob, int]], validating: list[bool]) -> None:
+    def _queue(self, placed: list[tuple[PreparedJob, int]], validating: list[bool],
+               groups: SubmitGroups) -> None:
         store = self.store
         store.scripts.ensure_loaded(["submit"])
         head = store.head_args()
         for first in range(0, len(placed), TRANSACTION):
             pipe = store.client.pipeline(transaction=True)
             for start in range(first, min(first + TRANSACTION, len(placed)), BATCH):
+                batch = placed[start:start + BATCH]
+                gids = [job.attrs[AUTOCLUSTER_ATTR] for job, _seq in batch]
                 blob = codec.pack_for_lua([
                     [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held,
-                     job.attrs["FetchworkState"] == State.BLOCKED]
-                    for job, seq in placed[start:start + BATCH]])
+                     job.attrs["FetchworkState"] == State.BLOCKED, gid]
+                    for (job, seq), gid in zip(batch, gids, strict=True)])
                 flag = "1" if validating[start // BATCH] else ""
-                store.scripts.queue(pipe, "submit", store.pool_keys(), [*head, blob, flag])
+                reps = codec.pack_for_lua(groups.entries(gids))
+                store.scripts.queue(pipe, "submit", store.pool_keys(),
+                                    [*head, blob, flag, reps])
                 # Jobs with periodic policy expressions, for the leader's periodic pass.
-                periodic = index_entries([(job.job_id, job.attrs, seq)
-                                          for job, seq in placed[start:start + BATCH]])
+                periodic = index_entries([(job.job_id, job.attrs, seq) for job, seq in batch])
                 if periodic:
                     pipe.zadd(store.keys.periodic, periodic)
             register_waiting(pipe, store, (job for job, _seq in placed[first:first + TRANSACTION]))

@@ -17,7 +17,6 @@ sets no limit.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from typing import Any
 

@@ -38,7 +38,7 @@ from fetchwork.config import ads, protocol
 from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
-from fetchwork.hooks import control, slotads, slotclaim
+from fetchwork.hooks import control, slotads, slotadtext, slotclaim
 from fetchwork.hooks.retrying import quietly, through_outage
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
 
 def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     """Claim a job for the slot ad on stdin; its ad, or None when there is no work."""
-    slot_ad = ads.parse_ad(stdin_text, source="slot ad")
+    slot_ad = slotadtext.parsed(stdin_text, source="slot ad")
     config = get_config()
     busy = slot_ad.get("Activity") == "Busy"
     wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL")

@@ -20,7 +20,7 @@ import classad2
 from fetchwork.config import ads
 from fetchwork.config.loader import get_config
 from fetchwork.errors import FetchworkError
-from fetchwork.hooks import inprocess
+from fetchwork.hooks import inprocess, slotadtext
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,9 @@ def publish(slot_ad: classad2.ClassAd, config: Any, connect: Callable[[], Any]) 
     if not isinstance(name, str):
         return
     lifetime_s = config.get_duration_s("SLOT_AD_LIFETIME")
-    shape = "\n".join(sorted(f"{key.lower()}={ads.attr_text(slot_ad, key)}"
-                             for key in slot_ad.keys() if key.lower() not in _VOLATILE))
+    shape = slotadtext.shape(slot_ad, lambda ad: "\n".join(sorted(
+        f"{key.lower()}={ads.attr_text(ad, key)}" for key in ad.keys()
+        if key.lower() not in _VOLATILE)))
     now = time.monotonic()
     with _published_lock:
         last = _published.get(name)

@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 import classad2
@@ -117,8 +117,16 @@ class Carving:
 
     # -- slot ads -------------------------------------------------------------
 
-    def decorate(self, slot: Slot, ad: classad2.ClassAd, slots: Sequence[Slot]) -> None:
-        """Add the slot's kind and resources and the machine's state to its ad."""
+    def signature(self, slot: Slot, slots: Sequence[Slot]) -> Hashable:
+        """What decorate() shows of the slot and the machine: a slot ad built for one
+        signature is good while it holds (startd/slotadcache.py)."""
+        partition = self.partitions.get(slot.slot_id)
+        kept = None if partition is None else (partition.free, partition.next_index())
+        return (slot.name, kept, self.running_jobs(slots), self.exclusive_running(slots))
+
+    def decorate(self, slot: Slot, ad: classad2.ClassAd,
+                 slots: Sequence[Slot]) -> classad2.ClassAd:
+        """Add the slot's kind and resources and the machine's state to its ad (returned)."""
         spec = self.specs[slot.slot_id]
         partition = self.partitions.get(slot.slot_id)
         cores: tuple[int, ...] = self.cores[slot.slot_id]
@@ -144,6 +152,7 @@ class Carving:
         ad[EXCLUSIVE_RUNNING] = self.exclusive_running(slots)
         if self.assign_affinity and kind != PARTITIONABLE:
             ad[AFFINITY_ATTR] = ",".join(str(core) for core in affinity(cores, self.usable))
+        return ad
 
     # -- dynamic slots --------------------------------------------------------
 

@@ -37,12 +37,8 @@ from fetchwork.startd.settings import StartdSettings, keep_slots, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.signals import SignalInbox
 from fetchwork.startd.slot import Claim, Slot, new_claim_id
-from fetchwork.startd.slotad import (
-    build_slot_ad,
-    gather_facts,
-    job_label,
-    slot_name,
-)
+from fetchwork.startd.slotad import build_slot_ad, gather_facts, job_label, slot_name
+from fetchwork.startd.slotadcache import SlotAdCache
 from fetchwork.startd.starterproc import remove_stale_sandboxes
 from fetchwork.startd.starters import StarterSupervisor
 from fetchwork.startd.states import Activity, State, initial_status
@@ -67,6 +63,7 @@ class Startd:
         self.facts = gather_facts(config, self.settings.execute_dir)
         self._facts_at = time.monotonic()
         self.carving = new_carving(config, self.settings, self.facts, self.name)
+        self._slot_ads = SlotAdCache()
         self.slots = [Slot(n, slot_name(n, self.name), slot_hooks(config, n),
                            status=initial_status(self.started_at))
                       for n in range(1, self.settings.num_slots + 1)]
@@ -174,11 +171,12 @@ class Startd:
     # -- slot ads and START ------------------------------------------------
 
     def slot_ad(self, slot: Slot) -> classad2.ClassAd:
-        ad = build_slot_ad(slot.slot_id, self.name, self.settings.num_slots, self.facts,
-                           slot.status, self.settings.policies[slot.slot_id], time.time(),
-                           slot.claim.view() if slot.claim is not None else None)
-        self.carving.decorate(slot, ad, self.slots)
-        return ad
+        now, view = time.time(), slot.claim.view() if slot.claim is not None else None
+        inputs = (slot.status, view, self.facts, int(now), self.carving.signature(slot, self.slots))
+        return self._slot_ads.ad(slot.name, inputs, lambda: self.carving.decorate(
+            slot, build_slot_ad(slot.slot_id, self.name, self.settings.num_slots, self.facts,
+                                slot.status, self.settings.policies[slot.slot_id], now, view),
+            self.slots))
 
     def update_owner(self, slot: Slot) -> None:
         """Owner <-> Unclaimed as START (without a job) is false or not (HTCondor's IS_OWNER)."""
@@ -210,7 +208,7 @@ class Startd:
         assert spec is not None
         slot.clock.started()
         log.debug("%s: running fetch hook %s", slot.label, spec.value)
-        start_hook(spec, ads.format_ad(self.slot_ad(slot)),
+        start_hook(spec, self._slot_ads.text(slot.name, self.slot_ad(slot)),
                    on_done=self._poster(_FETCH, slot.slot_id, ""))
 
     def _poster(self, kind: str, slot_id: int, job_id: str) -> Callable[[HookResult], None]:

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import classad2
 import msgpack
+from redis.client import Pipeline
+from redis.exceptions import NoScriptError
 
 from fetchwork.config.ads import from_dict, to_dict
 
@@ -41,16 +44,29 @@ class ActivationClaims:
     def __init__(self, store: Store):
         self.store = store
 
-    def first_read(self, slot_name: str, batch: int) -> tuple[Rows, ClaimView]:
-        """The head of the idle set and the slot's ClaimView, in one round trip."""
+    def first_read(self, slot_name: str, batch: int,
+                   also: Callable[[Pipeline], None] | None = None
+                   ) -> tuple[Rows, ClaimView, list[Any]]:
+        """The head of the idle set and the slot's ClaimView, in one round trip (with the
+        replies of what `also` adds to it; once more when the server lost its scripts)."""
         keys = self.store.keys
-        pipe = self.store.client.pipeline(transaction=False)
-        pipe.zrangebyscore(keys.idle, "-inf", "+inf", start=0, num=batch, withscores=True)
-        pipe.hmget(keys.filters, list(SUMMARY_FIELDS))
-        pipe.hget(keys.reservations, slot_name)
-        pipe.zrange(keys.blocks, 0, BLOCKS_READ - 1, withscores=True)
-        rows, summary, reserved, blocks = pipe.execute()
-        return rows, view_of(summary, reserved, blocks)
+        for attempt in (1, 2):
+            pipe = self.store.client.pipeline(transaction=False)
+            pipe.zrangebyscore(keys.idle, "-inf", "+inf", start=0, num=batch, withscores=True)
+            pipe.hmget(keys.filters, list(SUMMARY_FIELDS))
+            pipe.hget(keys.reservations, slot_name)
+            pipe.zrange(keys.blocks, 0, BLOCKS_READ - 1, withscores=True)
+            if also is not None:
+                also(pipe)
+            try:
+                rows, summary, reserved, blocks, *more = pipe.execute()
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                self.store.scripts.forget()
+                continue
+            return rows, view_of(summary, reserved, blocks), more
+        raise AssertionError("unreachable")
 
     @staticmethod
     def slot_ad_arg(view: ClaimView, slot: classad2.ClassAd) -> bytes | str:

@@ -24,6 +24,8 @@ from fetchwork.config.ads import from_dict
 from fetchwork.errors import AdError
 
 from .. import codec
+from ..autoclusters import AUTOCLUSTER_ATTR
+from ..groupindex import assign_one
 from ..matching import ad_prio
 from ..states import State, clamp_prio, is_managed
 from ..store import Store
@@ -161,6 +163,9 @@ class FilterLeader:
             self.store.run("admit_fail", [job], [job, admission.reason or "failed"])
             return
         deleted, stored = changed_fields(data, admission.ad)
+        if deleted or stored:  # what a match reads of the job may have changed
+            merged = {name: value for name, value in data.items() if name not in deleted}
+            stored[AUTOCLUSTER_ATTR] = assign_one(self.store, {**merged, **stored})
         try:
             prio = clamp_prio(ad_prio(from_dict(admission.ad)))
         except AdError:

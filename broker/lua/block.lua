@@ -1,6 +1,6 @@
 -- block.lua: IDLE -> BLOCKED for jobs the scheduling policy keeps out of
 -- scheduling (broker/policy/partition.py), or a BLOCKED job's new reason.
--- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in batch
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the jobs' hashes, in batch
 --   order; then the soft set (zset of the jobs BLOCKED only by a soft PS
 --   limit, score = FetchworkOrder: claim.lua's last resort for a slot no
 --   IDLE job can use).
@@ -30,7 +30,7 @@ for j = 1, #batch do
       redis.call('ZREM', K_SOFT, id)
     end
     if state == 'IDLE' then
-      redis.call('ZREM', K_IDLE, id)
+      idle_remove(key, id)
       set_state(key, 'BLOCKED', STATUS_IDLE)
       event('block', id, 'BLOCKED', STATUS_IDLE)
     end

@@ -67,7 +67,7 @@ local function begin_activation(key, id)
   local wait_ms = tonumber(summary[3]) or 0
   local deadline = NOW + wait_ms
   local index = redis.call('ZRANK', K_IDLE, id)
-  redis.call('ZREM', K_IDLE, id)
+  idle_remove(key, id)
   redis.call('ZADD', K_ACTIVATING, score(deadline), id)
   local pass = redis.call('HINCRBY', K_FILTERS, 'pass', '1')
   redis.call('HSET', request, 'job', id, 'slot', slot, 'slot_ad', slot_ad, 'index', index,

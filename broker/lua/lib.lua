@@ -17,6 +17,11 @@
 --   KEYS[13] blocks   zset  jobs whose activation answered 1, score = priority group
 --   KEYS[14] reservations hash slot name -> job an activation answer 2 reserved it for
 --   KEYS[15] holds    zset  held jobs with a HoldUntil, score = HoldUntil (s)
+--   KEYS[16] ac:groups  zset  autocluster id -> best idle score of its jobs
+--   KEYS[17] ac:members zset  every idle job as "<autocluster>|<score + AC_ORDER_OFFSET,
+--                             AC_ORDER_WIDTH digits>|<job id>", all scores 0 (by lex)
+--   KEYS[18] ac:reps    hash  autocluster id -> "<watched names>\n<msgpack representative>"
+--                             (broker/groupindex.py)
 --   KEYS[FIRST_JOB_KEY..] job hashes (one field per attribute, msgpack values)
 -- and these arguments first:
 --   ARGV[1] now in ms, or '' for the server's clock
@@ -27,7 +32,8 @@ local K_QUEUE, K_IDLE, K_RUNNING, K_HISTORY, K_EVENTS = KEYS[1], KEYS[2], KEYS[3
 local K_CLUSTERS, K_CLUSTER_COUNTER, K_SEQ, K_HEAD = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local K_FILTERS, K_VALIDATING, K_ACTIVATING = KEYS[10], KEYS[11], KEYS[12]
 local K_BLOCKS, K_RESERVATIONS, K_HOLDS = KEYS[13], KEYS[14], KEYS[15]
-local FIRST_JOB_KEY = 16
+local K_AC_GROUPS, K_AC_MEMBERS, K_AC_REPS = KEYS[16], KEYS[17], KEYS[18]
+local FIRST_JOB_KEY = 19
 
 local function now_ms()
   if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
@@ -71,6 +77,69 @@ local function setv(key, name, value)
   redis.call('HSET', key, name, cmsgpack.pack(value))
 end
 
+-- The autocluster index of the idle set (broker/groupindex.py): every change
+-- of the idle set goes through idle_add and idle_remove, in the same script.
+local function ac_member(gid, order, id)
+  return gid .. '|' .. string.format('%0' .. AC_ORDER_WIDTH .. '.0f', order + AC_ORDER_OFFSET)
+    .. '|' .. id
+end
+
+local function ac_gid(key)
+  local raw = redis.call('HGET', key, AUTOCLUSTER_ATTR)
+  local gid = raw and cmsgpack.unpack(raw)
+  return type(gid) == 'string' and gid or ''
+end
+
+local function ac_remove(gid, id, order)
+  if redis.call('ZREM', K_AC_MEMBERS, ac_member(gid, order, id)) == 0 then return end
+  local best = tonumber(redis.call('ZSCORE', K_AC_GROUPS, gid))
+  if best and best < order then return end
+  local head = redis.call('ZRANGEBYLEX', K_AC_MEMBERS, '[' .. gid .. '|', '(' .. gid .. '}',
+                          'LIMIT', '0', '1')
+  if #head == 0 then
+    redis.call('ZREM', K_AC_GROUPS, gid)
+  else
+    local digits = string.match(head[1], '^[^|]*|(%d+)|')
+    redis.call('ZADD', K_AC_GROUPS, score(tonumber(digits) - AC_ORDER_OFFSET), gid)
+  end
+end
+
+-- (anything) -> in the idle set at `order`, in its autocluster.
+local function idle_add(key, id, order)
+  local gid = ac_gid(key)
+  local old = redis.call('ZSCORE', K_IDLE, id)
+  if old then ac_remove(gid, id, tonumber(old)) end
+  redis.call('ZADD', K_IDLE, score(order), id)
+  redis.call('ZADD', K_AC_MEMBERS, 0, ac_member(gid, order, id))
+  redis.call('ZADD', K_AC_GROUPS, 'LT', score(order), gid)
+end
+
+-- Out of the idle set and its autocluster; false when it was not idle.
+local function idle_remove(key, id)
+  local old = redis.call('ZSCORE', K_IDLE, id)
+  if not old then return false end
+  redis.call('ZREM', K_IDLE, id)
+  ac_remove(ac_gid(key), id, tonumber(old))
+  return true
+end
+
+-- A job whose stored attributes change what a match reads of it leaves its
+-- autocluster: it becomes a group of its own ('' = each job evaluated).
+local function ac_watch(key, first, last)
+  local gid = ac_gid(key)
+  if gid == '' then return end
+  local rep = redis.call('HGET', K_AC_REPS, gid)
+  local watched = ' ' .. (rep and string.match(rep, '^[^\n]*') or '') .. ' '
+  for i = first, last, 2 do
+    local name = string.lower(ARGV[i])
+    if name == string.lower(AUTOCLUSTER_ATTR) then return end
+    if string.find(watched, ' ' .. name .. ' ', 1, true) then
+      setv(key, AUTOCLUSTER_ATTR, '')
+      return
+    end
+  end
+end
+
 local function hset_chunked(key, flat, first, last)
   local i = first
   while i <= last do
@@ -85,6 +154,7 @@ end
 -- names are case-insensitive.
 local function store_attrs(key, first, last)
   if last < first then return end
+  ac_watch(key, first, last)
   local lower = {}
   for _, name in ipairs(redis.call('HKEYS', key)) do lower[string.lower(name)] = name end
   for i = first, last, 2 do
@@ -196,7 +266,7 @@ end
 -- HoldUntil is cleared. Returns cmsgpack {job id, flat HGETALL}.
 local function start_claim(key, id, token, slot, default_lease_s)
   local expiry = NOW + lease_ms(key, default_lease_s)
-  redis.call('ZREM', K_IDLE, id)
+  idle_remove(key, id)
   redis.call('ZADD', K_RUNNING, score(expiry), id)
   forget_activation(key, id)
   redis.call('ZREM', K_HOLDS, id)
@@ -231,15 +301,14 @@ local function to_idle(key, id, kind, ...)
     event(kind, id, 'BLOCKED', STATUS_IDLE, ...)
     return
   end
-  local order = getv(key, 'FetchworkOrder') or 0
-  redis.call('ZADD', K_IDLE, score(order), id)
+  idle_add(key, id, getv(key, 'FetchworkOrder') or 0)
   set_state(key, 'IDLE', STATUS_IDLE)
   event(kind, id, 'IDLE', STATUS_IDLE, ...)
 end
 
 -- -> HELD
 local function to_held(key, id, kind, reason, code, subcode)
-  redis.call('ZREM', K_IDLE, id)
+  idle_remove(key, id)
   forget_activation(key, id)
   if reason then setv(key, 'HoldReason', reason) end
   if code then setv(key, 'HoldReasonCode', code) end
@@ -254,7 +323,7 @@ end
 -- -> COMPLETED | REMOVED | FAILED: out of the queue, into history.
 local function to_history(key, id, kind, state, status)
   redis.call('ZREM', K_QUEUE, id)
-  redis.call('ZREM', K_IDLE, id)
+  idle_remove(key, id)
   redis.call('ZREM', K_HOLDS, id)
   forget_activation(key, id)
   redis.call('ZADD', K_HISTORY, score(NOW), id)

@@ -6,7 +6,9 @@
 --   submission carries the same nonce; a cluster owned by another nonce, or
 --   one never handed out by counter:cluster, is refused before any write),
 -- ARGV[5] the batch: one msgpack array (old-spec raw strings, as cmsgpack
---   reads them) holding per job {name, packed value, name, packed value, ...}.
+--   reads them) of runs of jobs, in job order: {shared, {own, own, ...}}, where
+--   `shared` holds the fields the run's jobs share and each `own` one job's
+--   other fields, both as {name, packed value, name, packed value, ...}.
 -- When the leader's filters summary says submit = 1 (submission filters or job
 -- templates), each job is VALIDATING (JobStatus 1) until the leader's verdict.
 -- Returns {number of hashes written, 'validating' or ''}, or an error reply.
@@ -21,11 +23,18 @@ if not owner then
   end
   redis.call('HSET', K_CLUSTERS, cluster, nonce)
 end
-local batch = cmsgpack.unpack(ARGV[5])
+local runs = cmsgpack.unpack(ARGV[5])
 local validate = redis.call('HGET', K_FILTERS, 'submit') == '1'
-for j = 1, #batch do
-  local key = KEYS[FIRST_JOB_KEY + j - 1]
-  hset_chunked(key, batch[j], 1, #batch[j])
-  if validate then set_state(key, 'VALIDATING', STATUS_IDLE) end
+local written = 0
+for r = 1, #runs do
+  local shared, jobs = runs[r][1], runs[r][2]
+  for j = 1, #jobs do
+    local key = KEYS[FIRST_JOB_KEY + written]
+    local fields = {unpack(shared)}
+    for _, value in ipairs(jobs[j]) do fields[#fields + 1] = value end
+    hset_chunked(key, fields, 1, #fields)
+    if validate then set_state(key, 'VALIDATING', STATUS_IDLE) end
+    written = written + 1
+  end
 end
-return {#batch, validate and 'validating' or ''}
+return {written, validate and 'validating' or ''}

@@ -1,7 +1,7 @@
 -- unblock.lua: BLOCKED -> IDLE for jobs the scheduling policy now allows
 -- (broker/policy/partition.py: the best blocked job of a user or project
 -- first); a job already IDLE only gets its policy attributes.
--- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in batch
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the jobs' hashes, in batch
 --   order; then the soft set (see block.lua).
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] the batch: one msgpack
 --   array of {job id, policy attributes (a map, see block.lua)} per job.

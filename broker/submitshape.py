@@ -1,0 +1,108 @@
+"""Shaping a submission for staging, once per distinct ad: big submissions are alike.
+
+A big submission is mostly copies of one ad (`queue 1000`, a parameter
+sweep's common part). An ad equal to the one before it is not prepared,
+grouped and packed again: its jobs copy the prepared attributes, share the
+autocluster (unless what a match reads of them names a per-job attribute),
+and reuse the packed fields; per job only the attributes that name and place
+it (jobads.identity) are packed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import classad2
+
+from . import codec
+from .autoclusters import AUTOCLUSTER_ATTR, significant_names
+from .groupindex import SubmitGroups
+from .jobads import PreparedJob, prepare_submitted
+
+# What differs between two jobs of one submission made from equal ads
+# (jobads.identity: the rest of identity and place is the same for them).
+PER_JOB = ("ProcId", "GlobalJobId", "FetchworkOrder")
+_PER_JOB_LOWER = frozenset(name.lower() for name in PER_JOB)
+
+
+class SubmissionShape:
+    """The prepared jobs of one submission, then their autoclusters and packed fields."""
+
+    def __init__(self, default_lease_s: float, default_exclusive: bool = False):
+        self.default_lease_s = default_lease_s
+        self.default_exclusive = default_exclusive  # DEFAULT_JOB_EXCLUSIVE
+        self.groups = SubmitGroups()
+        # Index of the first job of each run of equal ads.
+        self._run_starts: list[int] = []
+
+    def prepare(self, ads: Sequence[classad2.ClassAd | Mapping[str, Any]],
+                qdate_s: int) -> list[PreparedJob]:
+        """jobads.prepare_submitted of each ad, once per run of equal ads."""
+        normalizer = codec.AdNormalizer()
+        jobs: list[PreparedJob] = []
+        last_ad: Any = None
+        last_data: dict[str, Any] | None = None
+        template: PreparedJob | None = None
+        for ad in ads:
+            data = last_data if ad is last_ad else normalizer.normalize(ad)
+            if template is None or data != last_data:
+                prepared = prepare_submitted(data, qdate_s, self.default_lease_s,
+                                             self.default_exclusive)
+                template = PreparedJob(prepared.prio, prepared.held, dict(prepared.attrs),
+                                       prepared.ad_owner)
+                self._run_starts.append(len(jobs))
+                jobs.append(prepared)
+            else:
+                jobs.append(PreparedJob(template.prio, template.held, dict(template.attrs),
+                                        template.ad_owner))
+            last_ad, last_data = ad, data
+        return jobs
+
+    def fields(self, jobs: Sequence[PreparedJob]) -> PackedJobs:
+        """After jobads.place: each job's autocluster set, and its packed fields."""
+        packer = codec.FieldPacker()
+        packed = PackedJobs()
+        starts = set(self._run_starts)
+        shared_gid: str | None = None
+        for index, job in enumerate(jobs):
+            attrs = job.attrs
+            if index in starts:
+                names = {name.lower() for name in significant_names(attrs)}
+                shared_gid = None if names & _PER_JOB_LOWER else self.groups.assign(attrs)
+                packed.commons.append(packer.fields({
+                    name: value for name, value in attrs.items()
+                    if name not in PER_JOB and name != AUTOCLUSTER_ATTR}))
+            if shared_gid is None:
+                self.groups.assign(attrs)
+            else:
+                attrs[AUTOCLUSTER_ATTR] = shared_gid
+            flat: list[bytes | str] = []
+            for name in (*PER_JOB, AUTOCLUSTER_ATTR):
+                flat += [name, packer.pack(attrs[name])]
+            packed.own.append(flat)
+            packed.run_of.append(len(packed.commons) - 1)
+        return packed
+
+
+class PackedJobs:
+    """Packed fields of a submission's jobs: per run of equal ads the fields its jobs
+    share, per job its own."""
+
+    def __init__(self) -> None:
+        self.commons: list[list[bytes | str]] = []
+        self.own: list[list[bytes | str]] = []
+        self.run_of: list[int] = []
+
+    def runs(self, start: int, stop: int) -> list[list[Any]]:
+        """stage.lua's batch for jobs [start, stop): {shared fields, {own fields, ...}}
+        per run, in job order."""
+        out: list[list[Any]] = []
+        last = -1
+        for index in range(start, stop):
+            run = self.run_of[index]
+            if run != last:
+                out.append([self.commons[run], []])
+                last = run
+            out[-1][1].append(self.own[index])
+        return out
