@@ -13,6 +13,10 @@ leader's activation filters left for this slot (reservation, blocks); jobs
 they hold back are not offered, and a job that claim.lua made ACTIVATING
 ends the claim with the leader's verdict: the job, or None.
 
+Backfill (broker/backfill): each candidate also passes the backfill check
+against the leader's reservation, read in the first round trip: a job below
+the reserved one is offered only when it does not delay its start.
+
 Scheduling policy (broker/policy): with limits set, a slot no IDLE job fits
 may take a job BLOCKED only by a soft PS limit (the soft set), as a last
 resort; claim.lua re-checks every job's PS budget.
@@ -33,6 +37,7 @@ from fetchwork.config.ads import from_dict
 from fetchwork.errors import AdError
 
 from . import codec
+from .backfill.claimside import BackfillCheck
 from .filters.claimside import ActivationClaims, is_activation
 from .filters.gate import ClaimView, block_floor, group_of, may_offer
 from .matching import job_matches_slot, slot_name
@@ -55,8 +60,10 @@ class Claimer:
     says JobLeaseDuration; scans read at most `scan_batch` idle jobs at a time."""
 
     def __init__(self, store: Store, default_lease_s: float, scan_batch: int,
-                 soft_tier: bool = False):
+                 soft_tier: bool = False, backfill: BackfillCheck | None = None):
         self.store = store
+        # The check of each candidate against the leader's backfill reservation.
+        self.backfill = backfill or BackfillCheck()
         self.default_lease_s = default_lease_s
         self.scan_batch = scan_batch
         self.activation = ActivationClaims(store)
@@ -145,10 +152,13 @@ class Claimer:
         """Offer the matching jobs among `rows` to claim.lua, a few at a time."""
         scores = {codec.text(member): score for member, score in rows}
         now_ms = time.time() * 1000
+        reservation = self.backfill.reservation_of(view.backfill)
         matched: list[str] = []
         for job_id, data in self.store.hashes(list(scores)):
             if view.quiet or may_offer(job_id, data, scores[job_id], view, name, now_ms):
-                if self._fits(job_id, data, slot):
+                if self._fits(job_id, data, slot) and self.backfill.verdict(
+                        job_id, data, None if last_resort else scores[job_id], name,
+                        reservation, now_ms / 1000).allowed:
                     matched.append(job_id)
             if len(matched) == CLAIM_GROUP:
                 claimed = self._claim_first(matched, slot, name, view, last_resort)

@@ -23,6 +23,7 @@ from fetchwork.config.protocol import EXIT_HOWS, HOLD, HoldCode, job_id_key, par
 from fetchwork.errors import AdError, BrokerError
 
 from . import codec
+from .backfill.claimside import BackfillCheck
 from .claiming import Claimer
 from .jobads import caller_attrs
 from .policy.settings import policy_in_force
@@ -51,7 +52,8 @@ class Broker:
         # Scheduling policy (broker/policy): None while every policy knob is 0.
         self.policy = policy_in_force(config)
         self._claimer = Claimer(self.store, self.default_lease_s, scan_batch,
-                                soft_tier=self.policy is not None and self.policy.limits_on())
+                                soft_tier=self.policy is not None and self.policy.limits_on(),
+                                backfill=BackfillCheck.from_config(config))
         self._submitter = Submitter(self.store, self.default_lease_s, self.policy)
 
     @classmethod

@@ -24,6 +24,7 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:activation:<token>:reply  list: the leader's verdict for that claim
     fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
     fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
+    fw:{P}:backfill      string: the leader's backfill reservation (msgpack, backfill/plan.py)
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class PoolKeys:
     holds = _named("holds")
     soft = _named("soft")
     ps_ledger = _named("psledger")
+    backfill = _named("backfill")
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

@@ -31,7 +31,7 @@ TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", 
                "activate_hold", "activate_fail", "activate_abandon", "activation_expire",
                "release_due", "reservation_expire", "block", "unblock", "overrun")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
-              "trim_history")
+              "trim_history", "bypass")
 
 Arg = str | bytes | int | float
 

@@ -90,6 +90,7 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     # Written by the scheduling policy's pass (broker/policing.py).
     "BlockedReason", "BlockedBySoftLimit", "FetchworkBudget", "FetchworkCpus",
     "FetchworkWalltime", "FetchworkPsLimit", "FetchworkPriority", "FetchworkOverrun",
+    "BypassCount",  # lower jobs started ahead of it while reserved (backfill/leader.py)
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound
