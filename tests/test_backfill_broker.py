@@ -4,14 +4,20 @@ BypassCount, strict order with BACKFILL = false, and `q -analyze`."""
 
 from __future__ import annotations
 
+import os
 import time
 
+import click
 import pytest
+from click.testing import CliRunner
 
 from fetchwork.broker.backfill.claimside import BackfillCheck
 from fetchwork.broker.backfill.leader import BackfillLeader
 from fetchwork.broker.client import Broker
+from fetchwork.broker.policy.showq import date_text
+from fetchwork.cli import FetchworkGroup
 from fetchwork.config.loader import Config
+from fetchwork.submit import usercli
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -143,3 +149,28 @@ def test_an_exclusive_head_job_drains_the_machine_whose_jobs_end_soonest(redis_c
     assert result.reservation is not None
     assert (result.reservation.job_id, result.reservation.machine) == (alone, "b")
     assert result.reservation.start_at == pytest.approx(time.time() + 600, abs=5)
+
+
+@click.group(cls=FetchworkGroup)
+def cli() -> None:
+    """q alone."""
+
+
+cli.add_command(usercli.q_command)
+
+
+def test_q_analyze_shows_the_reserved_machine_and_the_expected_start(pool, redis_url,
+                                                                     pool_name, tmp_path):
+    pool.broker.claim(slot("small", 4, 4))
+    pool.leader.run_pass()
+    env = {"FETCHWORK_BROKER": redis_url, "FETCHWORK_POOL": pool_name,
+           "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path / "state")}
+    result = CliRunner().invoke(cli, ["q", "-analyze", pool.ids["head"]], env=env)
+    assert result.exit_code == 0, result.output
+    start = pool.broker.get(pool.busy)["EnteredCurrentStatus"] + 900
+    assert f"Reserved: machine big, expected to start {date_text(start)}, in 0:1" in (
+        result.output)
+    assert "Backfill window there: 8 CPUs for 0:1" in result.output
+    assert "1 lower job has started ahead of it (BypassCount)." in result.output
+    other = CliRunner().invoke(cli, ["q", "-analyze", pool.ids["long"]], env=env)
+    assert f"Job {pool.ids['head']} holds the reservation on big" in other.output

@@ -3,8 +3,11 @@ scheduler text's numbers: no Redis, no processes."""
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 
+from fetchwork.broker.backfill.analyze import reservation_lines
 from fetchwork.broker.backfill.plan import (
     Machine,
     Reservation,
@@ -176,3 +179,16 @@ def test_a_job_past_its_walltime_counts_as_ending_now():
 def test_the_stored_form_gives_the_same_reservation(reservation):
     assert from_record(to_record(reservation)) == reservation
     assert from_record(None) is None and from_record({"job": "1.0"}) is None
+
+
+def test_analyze_words_for_the_reserved_job_and_for_the_others(reservation):
+    mine = reservation_lines("2.0", reservation, NOW + 60, bypass_count=2, tz=UTC)
+    assert mine[0] == ("Reserved: machine m, expected to start Sun Mar 13 07:21:40, in 0:14:00, "
+                       "when its running jobs end by their walltimes.")
+    assert mine[1] == "Backfill window there: 8 CPUs for 0:15:00 (from Sun Mar 13 07:06:40)."
+    assert mine[2] == "2 lower jobs have started ahead of it (BypassCount)."
+    other = reservation_lines("3.0", reservation, NOW, tz=UTC)
+    assert other == ["Job 2.0 holds the reservation on m (expected to start Sun Mar 13 "
+                     "07:21:40, in 0:15:00); jobs below it start only where they do not "
+                     "delay it."]
+    assert reservation_lines("3.0", None, NOW) == []
