@@ -110,7 +110,8 @@ class Claimer:
             if not rows:
                 return None, False
             claimed = self._offer(rows, slot, name, view)
-            if claimed != (None, False) or len(rows) < batch:
+            if claimed != (None, False) or len(rows) < batch \
+                    or self.backfill.all_held_back(rows[-1][1], view.backfill):
                 return claimed
             batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
             rows = self._rows_after(rows[-1][1], batch)
@@ -150,15 +151,16 @@ class Claimer:
                view: ClaimView, last_resort: bool = False
                ) -> tuple[classad2.ClassAd | None, bool]:
         """Offer the matching jobs among `rows` to claim.lua, a few at a time."""
+        reservation = self.backfill.reservation_of(view.backfill)
+        rows = self.backfill.offerable(rows, reservation, last_resort)
         scores = {codec.text(member): score for member, score in rows}
         now_ms = time.time() * 1000
-        reservation = self.backfill.reservation_of(view.backfill)
         matched: list[str] = []
         for job_id, data in self.store.hashes(list(scores)):
             if view.quiet or may_offer(job_id, data, scores[job_id], view, name, now_ms):
-                if self._fits(job_id, data, slot) and self.backfill.verdict(
-                        job_id, data, None if last_resort else scores[job_id], name,
-                        reservation, now_ms / 1000).allowed:
+                if self.backfill.verdict(job_id, data, None if last_resort else scores[job_id],
+                                         name, reservation, now_ms / 1000).allowed \
+                        and self._fits(job_id, data, slot):
                     matched.append(job_id)
             if len(matched) == CLAIM_GROUP:
                 claimed = self._claim_first(matched, slot, name, view, last_resort)

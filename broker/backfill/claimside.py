@@ -12,8 +12,8 @@ claim offers from the soft set (BLOCKED by a soft PS limit) counts as lower.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import codec
 from .plan import Reservation, Verdict, decide, from_record
@@ -21,6 +21,8 @@ from .pool import machine_of, waiting_of
 
 if TYPE_CHECKING:
     from fetchwork.config.loader import Config
+
+Row = TypeVar("Row", bound=tuple[Any, float])
 
 
 class BackfillCheck:
@@ -43,6 +45,24 @@ class BackfillCheck:
             return from_record(codec.unpack(raw))
         except ValueError:
             return None
+
+    def offerable(self, rows: Sequence[Row], reservation: Reservation | None,
+                  last_resort: bool = False) -> list[Row]:
+        """The (member, idle score) rows worth reading: with BACKFILL off, none below the
+        reserved job (nor any soft-set job) may start, so their ads are not read."""
+        if self.backfill or reservation is None:
+            return list(rows)
+        if last_resort:
+            return []
+        return [row for row in rows if row[1] <= reservation.order]
+
+    def all_held_back(self, order: float, raw: bytes | None) -> bool:
+        """Whether every idle job after idle score `order` must wait (BACKFILL off and a
+        reservation before it): the scan stops there."""
+        if self.backfill:
+            return False
+        reservation = self.reservation_of(raw)
+        return reservation is not None and order >= reservation.order
 
     def verdict(self, job_id: str, data: Mapping[str, Any], order: float | None, slot: str,
                 reservation: Reservation | None, now: float) -> Verdict:
