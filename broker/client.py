@@ -326,6 +326,13 @@ class Broker:
         pipe.zremrangebyscore(self.keys.slots, "-inf", now_ms)
         pipe.execute()
 
+    def unpublish_slot(self, name: str) -> None:
+        """Forget a published slot ad at once (a dynamic slot that is gone)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self.keys.slot(name))
+        pipe.zrem(self.keys.slots, name)
+        pipe.execute()
+
     def slots(self) -> list[classad2.ClassAd]:
         """Slot ads published and not expired, by name."""
         now_ms = int(time.time() * 1000)

@@ -105,6 +105,8 @@ class HoldCode(enum.IntEnum):
     # program it could not run); HoldReasonSubCode holds the errno.
     STARTER_ERROR = 14
     SUBMITTED_ON_HOLD = 15
+    # The job used more memory than its RequestMemory (MEMORY_LIMIT_POLICY = hold).
+    MEMORY_EXCEEDED = 34
 
 
 # -- the hook and starter protocols ---------------------------------------------

@@ -37,7 +37,7 @@ from fetchwork.config import ads
 from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
-from fetchwork.hooks import control
+from fetchwork.hooks import control, slotclaim
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 REPORTED_ATTRS = (
     "JobState", "JobPid", "NumPids", "JobStartDate", "RemoteSysCpu", "RemoteUserCpu",
     "ImageSize", "ExitReason", "ExitBySignal", "ExitSignal", "ExitCode", "JobDuration",
-    "HoldReason", "HoldReasonCode", "HoldReasonSubCode",
+    "HoldReason", "HoldReasonCode", "HoldReasonSubCode", "MemoryUsage", "MemoryExceeded",
 )
 CLAIM_ATTR = "FetchworkClaim"
 
@@ -163,7 +163,7 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL")
     try:
         _publish(slot_ad, config)
-        job_ad = broker().claim(slot_ad, wait_s=wait_s)
+        job_ad = broker().claim(slotclaim.claiming_ad(slot_ad), wait_s=wait_s)
     except RedisUnavailableError:
         # Fail no faster than a long poll would: a startd retrying a fetch
         # against a broker that is down must not spin.
@@ -200,6 +200,8 @@ def evict_claim(args: Sequence[str], stdin_text: str) -> None:
         return None
     if slot_ad.get("State") == "Claimed" and slot_ad.get("Activity") == "Idle":
         _give_back(job_ad)
+    if slotclaim.is_dynamic(slot_ad):  # gone with its claim; its resources went back
+        return slotclaim.forget(broker(), slot_ad, _published, _published_lock)
     slot_ad["State"] = "Unclaimed"
     slot_ad["Activity"] = "Idle"
     for name in ("JobId", "ClientMachine", "RemoteOwner"):

@@ -11,7 +11,6 @@ follows `eviction`) do the I/O they call for.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import queue
@@ -29,9 +28,10 @@ from fetchwork.hooks.pipes import drain
 from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
 from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
+from fetchwork.startd.carving import new_carving
 from fetchwork.startd.fetchoutput import read_fetch_output
 from fetchwork.startd.metrics import serve_startd_metrics
-from fetchwork.startd.settings import StartdSettings, slot_hooks
+from fetchwork.startd.settings import StartdSettings, keep_slots, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.signals import SignalInbox
 from fetchwork.startd.slot import Claim, Slot, new_claim_id
@@ -39,7 +39,6 @@ from fetchwork.startd.slotad import (
     build_slot_ad,
     gather_facts,
     job_label,
-    read_policy,
     slot_name,
 )
 from fetchwork.startd.starterproc import remove_stale_sandboxes
@@ -64,6 +63,7 @@ class Startd:
         self.started_at = time.time()
         self.facts = gather_facts(config, self.settings.execute_dir)
         self._facts_at = time.monotonic()
+        self.carving = new_carving(config, self.settings, self.facts, self.name)
         self.slots = [Slot(n, slot_name(n, self.name), slot_hooks(config, n),
                            status=initial_status(self.started_at))
                       for n in range(1, self.settings.num_slots + 1)]
@@ -154,7 +154,8 @@ class Startd:
         policy_due = now >= self._next_policy_at
         if policy_due:
             self._next_policy_at = now + self.settings.polling_interval_s
-        for slot in self.slots:
+        self.carving.wake_after_exclusive(self.slots)
+        for slot in list(self.slots):  # a reaped dynamic slot leaves the list
             self.update_owner(slot)
             if policy_due and self._shutdown is None:
                 self.starters.apply_policy(slot)
@@ -169,9 +170,11 @@ class Startd:
     # -- slot ads and START ------------------------------------------------
 
     def slot_ad(self, slot: Slot) -> classad2.ClassAd:
-        return build_slot_ad(slot.slot_id, self.name, len(self.slots), self.facts, slot.status,
-                             self.settings.policies[slot.slot_id], time.time(),
-                             slot.claim.view() if slot.claim is not None else None)
+        ad = build_slot_ad(slot.slot_id, self.name, self.settings.num_slots, self.facts,
+                           slot.status, self.settings.policies[slot.slot_id], time.time(),
+                           slot.claim.view() if slot.claim is not None else None)
+        self.carving.decorate(slot, ad, self.slots)
+        return ad
 
     def update_owner(self, slot: Slot) -> None:
         """Owner <-> Unclaimed as START (without a job) is false or not (HTCondor's IS_OWNER)."""
@@ -185,7 +188,7 @@ class Startd:
     # -- fetching -----------------------------------------------------------
 
     def _fetch_due_at(self, slot: Slot) -> float | None:
-        if not slot.can_fetch or slot.clock.outstanding:
+        if slot.clock.outstanding or not self.carving.may_fetch(slot, self.slots):
             return None
         slot_ad = self.slot_ad(slot)
         if not fetchdelay.may_fetch(slot.status, start_is_false(slot_ad)):
@@ -267,6 +270,7 @@ class Startd:
 
     def _accept(self, slot: Slot, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
                 decision: Decision) -> None:
+        slot = self.carving.take(slot, job_ad, slot_ad, self.slots)  # a p-slot carves a d-slot
         reuse = slot.claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
         claim_id = slot.claim.claim_id if reuse and slot.claim else new_claim_id(
             slot.name, self.started_at)
@@ -321,11 +325,7 @@ class Startd:
         except FetchworkError as exc:
             log.error("configuration not reloaded, keeping the previous one: %s", exc)
             return
-        if settings.num_slots != len(self.slots):
-            log.warning("NUM_SLOTS changed to %d; the startd keeps %d slots until it restarts",
-                        settings.num_slots, len(self.slots))
-            settings = dataclasses.replace(settings, num_slots=len(self.slots), policies={
-                slot.slot_id: read_policy(config, slot.slot_id) for slot in self.slots})
+        settings = keep_slots(settings, self.settings, config)
         self.config, self.settings = config, settings
         for slot, slot_hook in zip(self.slots, hooks, strict=True):
             slot.hooks = slot_hook
@@ -341,7 +341,7 @@ class Startd:
         self._shutdown = ShutdownPlan.begin(fast, now, grace, previous=plan)
         log.info("%s: %s shutdown, at most %gs", why, "fast" if fast else "graceful",
                  self._shutdown.deadline - now)
-        for slot in self.slots:
+        for slot in list(self.slots):
             if slot.is_in(State.CLAIMED) or (fast and slot.is_in(State.PREEMPTING)):
                 self.starters.evict(slot, "the startd is shutting down", fast=fast)
             if slot.pending is not None and slot.starter is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -14,6 +16,9 @@ from fetchwork.hooks.runner import HookSpec, resolve_hook
 from fetchwork.startd.fetchdelay import DEFAULT_FETCH_DELAY_S
 from fetchwork.startd.running import RunningPolicy
 from fetchwork.startd.slotad import SlotPolicy, read_policy
+from fetchwork.startd.slottypes import SlotType, machine_resources, read_slot_types
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,15 +47,20 @@ class StartdSettings:
     polling_interval_s: float
     starter_standby: int
     starter_zygote: bool
+    slot_types: tuple[SlotType, ...] = ()   # empty: NUM_SLOTS even static slots
+    assign_cpu_affinity: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> StartdSettings:
-        num_slots = config.get_int("NUM_SLOTS")
+        slot_types = tuple(read_slot_types(config))
+        num_slots = sum(t.count for t in slot_types) or config.get_int("NUM_SLOTS")
         if num_slots < 1:
             raise ConfigError(f"NUM_SLOTS must be at least 1, not {num_slots}")
         delay_text = (config.get("FetchWorkDelay") or "").strip()
         for name in ("START", "RANK"):
             _expr_text(config, name)  # errors name the file and line now, not later
+        if slot_types:
+            machine_resources(config, 0)  # NUM_CPUS and MEMORY checked now
         return cls(
             num_slots=num_slots,
             execute_dir=config.require("EXECUTE"),
@@ -73,6 +83,8 @@ class StartdSettings:
             polling_interval_s=config.get_duration_s("POLLING_INTERVAL"),
             starter_standby=config.get_int("STARTER_STANDBY"),
             starter_zygote=config.get_bool("STARTER_ZYGOTE"),
+            slot_types=slot_types,
+            assign_cpu_affinity=config.get_bool("ASSIGN_CPU_AFFINITY"),
         )
 
 
@@ -98,3 +110,14 @@ def slot_hooks(config: Config, slot_id: int) -> SlotHooks:
         reply=resolve_hook(config, keyword, keywords.REPLY_FETCH) if fetch else None,
         evict=resolve_hook(config, keyword, keywords.EVICT_CLAIM) if fetch else None,
     )
+
+
+def keep_slots(new: StartdSettings, old: StartdSettings, config: Config) -> StartdSettings:
+    """A reloaded configuration keeps the running startd's slots (NUM_SLOTS, SLOT_TYPE_<N>)."""
+    if (new.num_slots, new.slot_types) == (old.num_slots, old.slot_types):
+        return new
+    log.warning("the slots changed (NUM_SLOTS, SLOT_TYPE_<N>); the startd keeps its %d "
+                "slot(s) until it restarts", old.num_slots)
+    return dataclasses.replace(new, num_slots=old.num_slots, slot_types=old.slot_types,
+                               policies={n: read_policy(config, n)
+                                         for n in range(1, old.num_slots + 1)})

@@ -16,6 +16,7 @@ import classad2
 
 from fetchwork.startd.eviction import Deadlines
 from fetchwork.startd.fetchdelay import FetchClock
+from fetchwork.startd.partition import Carve
 from fetchwork.startd.settings import SlotHooks
 from fetchwork.startd.slotad import ClaimView, job_id_of, job_label
 from fetchwork.startd.starterproc import StarterProcess
@@ -65,14 +66,17 @@ class Slot:
     starter: StarterProcess | None = None
     deadlines: Deadlines = field(default_factory=Deadlines)  # of an eviction under way
     control_sent: str | None = None        # suspend/continue sent, until the starter reports
+    carve: Carve | None = None             # a dynamic slot: what it took of its p-slot
 
     @property
     def label(self) -> str:
-        return f"slot{self.slot_id}"
+        return f"slot{self.slot_id}" if self.carve is None else \
+            f"slot{self.slot_id}_{self.carve.index}"
 
     @property
     def can_fetch(self) -> bool:
-        return self.hooks.fetch is not None
+        """A fetch hook is set and this is not a dynamic slot (its p-slot fetches)."""
+        return self.hooks.fetch is not None and self.carve is None
 
     @property
     def running_job_ad(self) -> classad2.ClassAd | None:

@@ -58,7 +58,7 @@ class ClaimView:
 
 
 def gather_facts(config: Config, execute_dir: str) -> MachineFacts:
-    """Measure the machine: CPUs and memory as detected, free disk under EXECUTE, load."""
+    """Measure the machine: NUM_CPUS, MEMORY (default: detected), free disk under EXECUTE, load."""
     try:
         usage = shutil.disk_usage(execute_dir if os.path.isdir(execute_dir) else "/")
         disk_kb = usage.free // 1024
@@ -72,8 +72,8 @@ def gather_facts(config: Config, execute_dir: str) -> MachineFacts:
         machine=config.get("FULL_HOSTNAME") or "localhost",
         opsys=config.get("OPSYS") or "LINUX",
         arch=config.get("ARCH") or "X86_64",
-        cpus=config.get_int("DETECTED_CPUS"),
-        memory_mb=config.get_int("DETECTED_MEMORY"),
+        cpus=config.get_int("NUM_CPUS"),
+        memory_mb=config.get_int("MEMORY"),
         disk_kb=int(disk_kb),
         load_avg=float(load),
     )

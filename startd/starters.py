@@ -23,6 +23,7 @@ from fetchwork.config.loader import Config
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks.runner import HookSpec
 from fetchwork.startd import eviction
+from fetchwork.startd.carving import Carving
 from fetchwork.startd.eviction import Effect
 from fetchwork.startd.running import RunAction, running_action
 from fetchwork.startd.settings import StartdSettings
@@ -40,6 +41,8 @@ class SupervisorHost(Protocol):
 
     config: Config
     settings: StartdSettings
+    slots: list[Slot]
+    carving: Carving
 
     @property
     def shutdown_plan(self) -> ShutdownPlan | None: ...
@@ -147,6 +150,10 @@ class StarterSupervisor:
         """The Preempting slot's starter is gone: hand it to a waiting claim, or to Owner."""
         slot.claim = None
         slot.deadlines, _ = eviction.step(slot.deadlines, eviction.Released(), time.monotonic())
+        if slot.carve is not None and slot.pending is None:
+            # A dynamic slot is gone with its claim; its resources go back to its p-slot.
+            self.host.carving.drop(slot, self.host.slots)
+            return
         if slot.pending is not None and self.host.shutdown_plan is None:
             slot.claim, slot.pending = slot.pending, None
             slot.move(State.CLAIMED, Activity.IDLE, time.time(),
@@ -242,6 +249,9 @@ class StarterSupervisor:
                 self.evict(slot, "the starter failed")
                 return
             slot.move(State.CLAIMED, Activity.IDLE, time.time(), "job ended")
+            if slot.carve is not None:
+                self.evict(slot, "job ended; the dynamic slot is given back")
+                return
             # As the text says: after a job ends, fetch at once on the same claim.
             slot.clock.due_now = True
         elif slot.is_in(State.PREEMPTING):

@@ -64,8 +64,10 @@ class Sample:
 class JobProcess:
     """The job's processes and everything done to them."""
 
-    def __init__(self, plan: LaunchPlan, user: tuple[int, int] | None, marker: tuple[str, str]):
+    def __init__(self, plan: LaunchPlan, user: tuple[int, int] | None, marker: tuple[str, str],
+                 cores: tuple[int, ...] | None = None):
         self.plan = plan
+        self.cores = usable(cores)  # CPU affinity of the job (None: the starter's)
         self.user = user
         self.marker = marker
         self.pid: int | None = None
@@ -91,7 +93,7 @@ class JobProcess:
             proc = subprocess.Popen(
                 list(plan.argv), stdin=streams[0], stdout=streams[1], stderr=streams[2],
                 cwd=plan.cwd, env=dict(plan.env), close_fds=True,
-                start_new_session=True, preexec_fn=_die_with(os.getpid()), **options)
+                start_new_session=True, preexec_fn=_die_with(os.getpid(), self.cores), **options)
         except OSError as exc:
             raise exec_failure(plan.argv[0], exc) from exc
         finally:
@@ -291,7 +293,22 @@ class JobProcess:
         return Sample(num_pids, user_s, sys_s, rss_kb)
 
 
-def _die_with(starter_pid: int) -> Any:
+def usable(cores: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The cores of `cores` this process may use (None when none or not given)."""
+    if not cores:
+        return None
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return None
+    chosen = tuple(core for core in cores if core in allowed)
+    if len(chosen) < len(cores):
+        log.warning("cores %s are not available here; pinning the job to %s",
+                    sorted(set(cores) - allowed), list(chosen) or "any core")
+    return chosen or None
+
+
+def _die_with(starter_pid: int, cores: tuple[int, ...] | None = None) -> Any:
     """A child-side step: SIGKILL the job's main process if the starter dies.
 
     Runs in the forked child after the user switch (which would clear the
@@ -307,6 +324,8 @@ def _die_with(starter_pid: int) -> Any:
         prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != starter_pid:  # the starter died before the call
             os._exit(127)
+        if cores:  # ASSIGN_CPU_AFFINITY: the cores of the job's slot
+            os.sched_setaffinity(0, cores)
 
     return step
 

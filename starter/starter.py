@@ -28,7 +28,7 @@ from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks import control
 from fetchwork.hooks.runner import HookResult, resolve_hook, run_hook, start_hook
-from fetchwork.starter import lifecycle
+from fetchwork.starter import lifecycle, limits
 from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper, resolve_user
 from fetchwork.starter.jobspec import (
@@ -46,9 +46,8 @@ log = logging.getLogger(__name__)
 
 _MIN_INTERVAL_S = 0.05
 
-# SIGINT (a terminal's Ctrl-C reaching the startd's process group) vacates
-# like SIGTERM; SIGHUP is caught and ignored (a handler, not SIG_IGN, so the
-# job does not inherit an ignored SIGHUP).
+# SIGINT (a terminal's Ctrl-C reaching the startd's process group) vacates like SIGTERM; SIGHUP
+# is caught and ignored (a handler, not SIG_IGN, so the job does not inherit an ignored SIGHUP).
 _STOP_SIGNALS = {signal.SIGTERM: lifecycle.VACATE, signal.SIGINT: lifecycle.VACATE,
                  signal.SIGQUIT: lifecycle.KILL, signal.SIGHUP: None}
 
@@ -83,10 +82,10 @@ class Starter:
         self.update_interval_s = max(_MIN_INTERVAL_S,
                                      config.get_duration_s("STARTER_UPDATE_INTERVAL"))
         self.vacate_time_s = self._vacate_time_s()
+        self.memory_policy = limits.memory_policy(config)
 
     def _vacate_time_s(self) -> float:
-        # HTCondor evaluates MachineMaxVacateTime in the slot; the startd may
-        # publish it there, else the configuration decides.
+        # HTCondor evaluates MachineMaxVacateTime in the slot ad; else the configuration decides.
         value = as_number(evaluate_attr(self.slot_ad, "MachineMaxVacateTime", self.ad))
         if value is None:
             value = self.config.get_float("MachineMaxVacateTime")
@@ -231,7 +230,7 @@ class Starter:
     def _spawn(self) -> None:
         marker = (f"_CONDOR_ANCESTOR_{os.getpid()}", f"{os.getpid()}:{uuid.uuid4().hex}")
         plan = launch_plan(self.ad, self.sandbox, self.slot, marker)
-        job = JobProcess(plan, self.user, marker)
+        job = JobProcess(plan, self.user, marker, limits.cpu_affinity(self.slot_ad))
         pid = job.spawn()
         self.job = job
         self.kill_sig = plan.kill_sig
@@ -343,6 +342,7 @@ class Starter:
     def _sample(self) -> None:
         assert self.job is not None
         self._record(self.job.sample())
+        limits.enforce_memory(self.ad, self.slot_ad, self.peak_rss_kb, self.memory_policy)
 
     def _record(self, sample: Sample, final: bool = False) -> None:
         """Put a sample into the ad: peak size and CPU never go down."""
