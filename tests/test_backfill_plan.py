@@ -3,6 +3,7 @@ scheduler text's numbers: no Redis, no processes."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC
 
 import pytest
@@ -21,6 +22,12 @@ from fetchwork.broker.backfill.plan import (
     from_record,
     plan,
     to_record,
+)
+from fetchwork.broker.backfill.pool import (
+    ideal_slots_by_machine,
+    machines_of,
+    running_of,
+    waiting_of,
 )
 
 NOW = 1_300_000_000.0
@@ -192,3 +199,28 @@ def test_analyze_words_for_the_reserved_job_and_for_the_others(reservation):
                      "07:21:40, in 0:15:00); jobs below it start only where they do not "
                      "delay it."]
     assert reservation_lines("3.0", None, NOW) == []
+
+
+def test_machines_total_what_their_slots_offer():
+    slots = [{"Name": "slot1@a", "TotalSlotCpus": 16, "Cpus": 4, "TotalSlotMemory": 16000,
+              "Memory": 1000, "PartitionableSlot": True},
+             {"Name": "slot1_1@a", "Cpus": 12, "Memory": 15000, "DynamicSlot": True},
+             {"Name": "slot1@b", "Cpus": 1, "Memory": 500, "Disk": 100},
+             {"Name": "slot2@b", "Cpus": 1, "Memory": 500, "Disk": 100},
+             {"Name": "slot1_2@c", "DynamicSlot": True, "Cpus": 2, "TotalCpus": 8,
+              "TotalMemory": 8000}]
+    assert machines_of(slots) == [Machine("a", Resources(16, 16000, math.inf)),
+                                  Machine("b", Resources(2, 1000, 200)),
+                                  Machine("c", Resources(8, 8000, math.inf))]
+    ideal = ideal_slots_by_machine(slots)
+    assert ideal["a"][0]["Cpus"] == 16 and ideal["a"][0]["Memory"] == 16000
+    assert "c" not in ideal
+
+
+def test_a_running_job_ends_at_its_start_plus_its_walltime():
+    job = {"RemoteHost": "slot1_3@alpha", "RequestCpus": 8, "RequestMemory": 100,
+           "AllowedJobDuration": 900, "JobCurrentStartDate": NOW, "Exclusive": True}
+    assert running_of("1.0", job, 3600, NOW + 5) == Running(
+        "1.0", "alpha", Resources(8, 100, 0), NOW + 900, exclusive=True)
+    assert running_of("1.0", {"RequestCpus": 1}, 3600, NOW) is None
+    assert waiting_of("2.0", {}, 7.0, 3600).needs == Resources(1, 0, 0)

@@ -55,11 +55,16 @@ def _size(slot: Mapping[str, Any], total: str, now: str) -> float | None:
 
 
 def machines_of(slots: Iterable[Mapping[str, Any]]) -> list[Machine]:
-    """The machines behind the slot ads, with the totals their slots offer."""
+    """The machines behind the slot ads, with the totals their slots offer (a machine
+    seen only through dynamic slots: its TotalCpus, TotalMemory, TotalDisk)."""
     sizes: dict[str, list[float | None]] = {}
+    seen_dynamic: dict[str, Mapping[str, Any]] = {}
     for slot in slots:
         name = attr(slot, "Name")
-        if not isinstance(name, str) or is_dynamic(slot):
+        if not isinstance(name, str):
+            continue
+        if is_dynamic(slot):
+            seen_dynamic[machine_of(name)] = slot
             continue
         size = [_size(slot, "TotalSlotCpus", "Cpus"), _size(slot, "TotalSlotMemory", "Memory"),
                 _size(slot, "TotalSlotDisk", "Disk")]
@@ -67,6 +72,10 @@ def machines_of(slots: Iterable[Mapping[str, Any]]) -> list[Machine]:
         for index, amount in enumerate(size):
             now_kept = kept[index]
             kept[index] = None if amount is None or now_kept is None else now_kept + amount
+    for machine, slot in seen_dynamic.items():
+        if machine not in sizes:
+            sizes[machine] = [number(slot, "TotalCpus"), number(slot, "TotalMemory"),
+                              number(slot, "TotalDisk")]
     return [Machine(name, Resources(*(math.inf if amount is None else amount
                                       for amount in size)))
             for name, size in sorted(sizes.items())]
