@@ -15,7 +15,9 @@ ends the claim with the leader's verdict: the job, or None.
 
 Backfill (broker/backfill): each candidate also passes the backfill check
 against the leader's reservation, read in the first round trip: a job below
-the reserved one is offered only when it does not delay its start.
+the reserved one is offered only when it does not delay its start. With
+MATCH_SORT_WINDOW set, a waiting claim registers its slot, and a claim gives
+way to a better waiting slot (more Memory, then Mips) for up to that window.
 
 Scheduling policy (broker/policy): with limits set, a slot no IDLE job fits
 may take a job BLOCKED only by a soft PS limit (the soft set), as a last
@@ -38,6 +40,7 @@ from fetchwork.errors import AdError
 
 from . import codec
 from .backfill.claimside import BackfillCheck
+from .backfill.sorting import SlotSorting
 from .filters.claimside import ActivationClaims, is_activation
 from .filters.gate import ClaimView, block_floor, group_of, may_offer
 from .matching import job_matches_slot, slot_name
@@ -60,10 +63,14 @@ class Claimer:
     says JobLeaseDuration; scans read at most `scan_batch` idle jobs at a time."""
 
     def __init__(self, store: Store, default_lease_s: float, scan_batch: int,
-                 soft_tier: bool = False, backfill: BackfillCheck | None = None):
+                 soft_tier: bool = False, backfill: BackfillCheck | None = None,
+                 sorting: SlotSorting | None = None):
         self.store = store
         # The check of each candidate against the leader's backfill reservation.
         self.backfill = backfill or BackfillCheck()
+        # MATCH_SORT_WINDOW: a waiting claim registers its slot; a claim gives way to
+        # a better waiting slot before it takes a job (off by default).
+        self.sorting = sorting or SlotSorting(store)
         self.default_lease_s = default_lease_s
         self.scan_batch = scan_batch
         self.activation = ActivationClaims(store)
@@ -78,14 +85,18 @@ class Claimer:
             return self._find(slot, name)[0]
         deadline = time.monotonic() + wait_s
         last_id = self.store.last_event_id()
-        while True:
-            job, final = self._find(slot, name)
-            if job is not None or final:
-                return job
-            next_id = self._wait_for_idle(last_id, deadline)
-            if next_id is None:
-                return None
-            last_id = next_id
+        try:
+            while True:
+                job, final = self._find(slot, name)
+                if job is not None or final:
+                    return job
+                self.sorting.register(slot, name, deadline)
+                next_id = self._wait_for_idle(last_id, deadline)
+                if next_id is None:
+                    return None
+                last_id = next_id
+        finally:
+            self.sorting.unregister(name)
 
     def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
         """The scan of the idle set; then, with the soft tier, of the soft set (with the
@@ -185,6 +196,7 @@ class Claimer:
                      ) -> tuple[classad2.ClassAd | None, bool]:
         """claim.lua on matched candidates: the first one still idle is ours (or, with an
         activation chain, the leader's verdict on it decides, and ends the claim)."""
+        self.sorting.give_way(job_ids[0], slot, name)
         token = uuid.uuid4().hex
         keys = self.store.keys
         policy_keys = [keys.ps_ledger, keys.soft] if last_resort else [keys.ps_ledger]

@@ -24,6 +24,7 @@ from fetchwork.errors import AdError, BrokerError
 
 from . import codec
 from .backfill.claimside import BackfillCheck
+from .backfill.sorting import SlotSorting
 from .claiming import Claimer
 from .jobads import caller_attrs
 from .policy.settings import policy_in_force
@@ -53,7 +54,9 @@ class Broker:
         self.policy = policy_in_force(config)
         self._claimer = Claimer(self.store, self.default_lease_s, scan_batch,
                                 soft_tier=self.policy is not None and self.policy.limits_on(),
-                                backfill=BackfillCheck.from_config(config))
+                                backfill=BackfillCheck.from_config(config),
+                                sorting=SlotSorting(self.store,
+                                                    config.get_float("MATCH_SORT_WINDOW")))
         self._submitter = Submitter(self.store, self.default_lease_s, self.policy)
 
     @classmethod

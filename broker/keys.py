@@ -25,6 +25,7 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
     fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
     fw:{P}:backfill      string: the leader's backfill reservation (msgpack, backfill/plan.py)
+    fw:{P}:sortslots     hash: slot name -> its ad while it waits for work (backfill/sorting.py)
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class PoolKeys:
     soft = _named("soft")
     ps_ledger = _named("psledger")
     backfill = _named("backfill")
+    sortslots = _named("sortslots")
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"
