@@ -57,7 +57,8 @@ class Broker:
                                 backfill=BackfillCheck.from_config(config),
                                 sorting=SlotSorting(self.store,
                                                     config.get_float("MATCH_SORT_WINDOW")))
-        self._submitter = Submitter(self.store, self.default_lease_s, self.policy)
+        self._submitter = Submitter(self.store, self.default_lease_s, self.policy,
+                                    config.get_bool("DEFAULT_JOB_EXCLUSIVE"))
 
     @classmethod
     def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:

@@ -49,8 +49,9 @@ def _literal_or_eval(data: dict[str, Any], name: str, value: Any, evaluate: Any)
 
 
 def prepare_submitted(data: Mapping[str, Any], qdate_s: int,
-                      default_lease_s: float) -> PreparedJob:
-    """The stored form of one submitted ad, before its place in the queue is known."""
+                      default_lease_s: float, default_exclusive: bool = False) -> PreparedJob:
+    """The stored form of one submitted ad, before its place in the queue is known
+    (`default_exclusive`: DEFAULT_JOB_EXCLUSIVE, for a job that does not say Exclusive)."""
     attrs: dict[str, Any] = {}
     special: dict[str, Any] = {}
     for name, value in data.items():
@@ -62,6 +63,8 @@ def prepare_submitted(data: Mapping[str, Any], qdate_s: int,
     attrs["JobPrio"] = special.get("JobPrio", 0)
     attrs["JobLeaseDuration"] = special.get("JobLeaseDuration", int(default_lease_s))
     attrs["Rerunnable"] = special.get("Rerunnable", True)
+    if default_exclusive and not any(name.lower() == "exclusive" for name in attrs):
+        attrs["Exclusive"] = True
     held = False
     if HOLD_COMMAND in special:
         value = _literal_or_eval(attrs, "FetchworkHold", special[HOLD_COMMAND],

@@ -58,9 +58,10 @@ class Submitter:
     """Submits clusters to one pool; jobs without JobLeaseDuration get `default_lease_s`."""
 
     def __init__(self, store: Store, default_lease_s: float,
-                 policy: PolicySettings | None = None):
+                 policy: PolicySettings | None = None, default_exclusive: bool = False):
         self.store = store
         self.default_lease_s = default_lease_s
+        self.default_exclusive = default_exclusive  # DEFAULT_JOB_EXCLUSIVE
         # Scheduling policy: MAX_WALLTIME refuses; with limits, jobs start BLOCKED.
         self.policy = policy
 
@@ -75,8 +76,8 @@ class Submitter:
         normalizer = codec.AdNormalizer()
         qdate_s = int(time.time())
         user = getpass.getuser()
-        jobs = [prepare_submitted(normalizer.normalize(ad), qdate_s, self.default_lease_s)
-                for ad in ads]
+        jobs = [prepare_submitted(normalizer.normalize(ad), qdate_s, self.default_lease_s,
+                                  self.default_exclusive) for ad in ads]
         blocked_reason = admission(self.policy, [job.attrs for job in jobs])
         store = self.store
         cluster = cluster_id if cluster_id is not None else self.next_cluster()

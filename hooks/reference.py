@@ -37,7 +37,7 @@ from fetchwork.config import ads
 from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
-from fetchwork.hooks import control, slotclaim
+from fetchwork.hooks import control, inprocess, slotclaim
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,9 @@ def _publish(slot_ad: classad2.ClassAd, config: Any) -> None:
 def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
     # A busy slot seldom fetches; the starter's machine ad, marked busy with
     # this job, keeps it visible between fetches.
-    path = os.environ.get("_CONDOR_MACHINE_AD")
+    call = inprocess.current_call()  # in-process, the hook's own environment
+    path = ((call.env if call is not None and call.env else None) or os.environ).get(
+        "_CONDOR_MACHINE_AD")
     if not path or not os.path.isfile(path):
         return
     try:

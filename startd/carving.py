@@ -87,13 +87,14 @@ class Carving:
 
     @staticmethod
     def running_jobs(slots: Iterable[Slot]) -> int:
-        """Jobs running or starting on the startd (a starter exists for them)."""
-        return sum(1 for slot in slots if slot.starter is not None)
+        """Jobs running or starting on the startd (a starter exists for them, or their
+        claim was just made)."""
+        return sum(1 for slot in slots if _busy(slot))
 
     @staticmethod
     def exclusive_running(slots: Iterable[Slot]) -> bool:
-        return any(slot.starter is not None and slot.claim is not None
-                   and is_exclusive(slot.claim.job_ad) for slot in slots)
+        return any(_busy(slot) and slot.claim is not None and is_exclusive(slot.claim.job_ad)
+                   for slot in slots)
 
     def may_fetch(self, slot: Slot, slots: Sequence[Slot]) -> bool:
         """A slot with a fetch hook, not dynamic, not a p-slot with nothing free, while no
@@ -192,6 +193,12 @@ class Carving:
         if parent is not None:
             parent.clock.due_now = True
         return parent
+
+
+def _busy(slot: Slot) -> bool:
+    """A job runs in the slot, or was accepted there and is starting."""
+    return slot.starter is not None or (slot.claim is not None and not slot.claim.ended
+                                        and slot.is_in(State.CLAIMED))
 
 
 def _text(free: Resources) -> str:

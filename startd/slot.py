@@ -39,6 +39,7 @@ class Claim:
     job_ad: classad2.ClassAd
     rank: float
     job_started_at: float | None = None   # wall clock, from the starter's "started" event
+    ended: bool = False                    # its job ran and ended (the claim may fetch again)
 
     @property
     def job_id(self) -> str:

@@ -147,9 +147,8 @@ def resolve(types: list[SlotType], machine: Resources) -> list[SlotSpec]:
         autos = sum(1 for amount in fixed if amount is None)
         knobs = ", ".join(sorted({f"SLOT_TYPE_{t.type_id}" for t, _n in slots}))
         if used > total or (autos and used >= total and resource == "cpus"):
-            raise ConfigError(f"{knobs}: the slots ask for {used} {_UNIT[resource]} of "
-                              f"{resource} but the machine has {total} "
-                              f"({_MACHINE_KNOB[resource]})")
+            raise ConfigError(f"{knobs}: the slots ask for {used} {_UNIT[resource]} but the "
+                              f"machine has {total} ({_MACHINE_KNOB[resource]})")
         each = (total - used) // autos if autos else 0
         sizes[resource] = [amount if amount is not None else each for amount in fixed]
     specs = []
@@ -164,7 +163,7 @@ def resolve(types: list[SlotType], machine: Resources) -> list[SlotSpec]:
 
 
 _FIELD = {"cpus": "cpus", "memory": "memory_mb", "disk": "disk_kb"}
-_UNIT = {"cpus": "", "memory": "MB", "disk": "KB"}
+_UNIT = {"cpus": "CPU(s)", "memory": "MB of memory", "disk": "KB of disk"}
 _MACHINE_KNOB = {"cpus": "NUM_CPUS", "memory": "MEMORY", "disk": "free disk under EXECUTE"}
 
 

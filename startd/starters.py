@@ -236,6 +236,7 @@ class StarterSupervisor:
                 starter.pid, status, starter.exit_how or "ended without an exit event")
         if slot.claim is not None:
             slot.claim.job_started_at = None
+            slot.claim.ended = True
         slot.clock.last_empty = False  # a job ran since that fetch (`--once` fetches again)
         if slot.is_in(State.CLAIMED):
             if self.host.shutdown_plan is not None:

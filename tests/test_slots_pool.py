@@ -5,6 +5,7 @@ NUM_CPUS and MEMORY; real hooks, starters and jobs."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -141,3 +142,89 @@ def _cores(text: str) -> list[int]:
         low, _, high = part.partition("-")
         cores.extend(range(int(low), int(high or low) + 1))
     return cores
+
+
+def _job(name: str, until: str = "", machine: str = "", exclusive: bool = False) -> str:
+    """A submit description of one job `name` that records its start and end times in
+    name.times, running until the file `until` exists (if given)."""
+    wait = (f"n=0; while [ ! -e {until} ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n+1)); done; "
+            if until else "")
+    lines = ["executable = /bin/sh",
+             f"arguments = \"-c 'date +%s.%N > {name}.start; {wait}"
+             f"cat {name}.start > {name}.times; date +%s.%N >> {name}.times'\"",
+             f"+TestName = \"{name}\"", "request_cpus = 1"]
+    if machine:
+        lines.append(f"requirements = TARGET.Machine == \"{machine}\"")
+    if exclusive:
+        lines.append("+Exclusive = true")
+    return "\n".join(lines) + "\nqueue\n"
+
+
+def _exclusive_slot(env: dict[str, str]) -> dict | None:
+    """The published ad of beta's dynamic slot running the exclusive job, once shown."""
+    shown = json.loads(fw(env, "status", "--json").stdout)
+    return next((ad for ad in shown if str(ad.get("Name")).endswith("@beta")
+                 and ad.get("DynamicSlot") and ad.get("State") == "Claimed"), None)
+
+
+def test_an_exclusive_job_waits_for_an_empty_machine_then_runs_alone(slots_pool):
+    pool = slots_pool
+    work = pool.work("exclusive")
+    env = pool.env
+    pool.submit(work, _job("block_alpha", "release.alpha", "alpha"))
+    pool.submit(work, _job("block_beta", "release.beta", "beta"))
+    wait_until(lambda: (work / "block_alpha.start").exists() and
+               (work / "block_beta.start").exists(), timeout_s=60, fail_if=pool.died,
+               what="a job running on each machine")
+    pool.submit(work, _job("x", "release.x", exclusive=True))
+    # A later small job runs on alpha: alpha fetched, and passed over the exclusive job.
+    pool.submit(work, _job("small", machine="alpha"))
+    wait_until(lambda: (work / "small.times").exists(), timeout_s=60, fail_if=pool.died,
+               what="the small job done")
+    assert not (work / "x.start").exists(), "the exclusive job waits while both machines run"
+    (work / "release.beta").write_text("")
+    wait_until(lambda: (work / "x.start").exists(), timeout_s=60, fail_if=pool.died,
+               what="the exclusive job started on the emptied machine")
+    shown = wait_until(lambda: _exclusive_slot(env), timeout_s=30, fail_if=pool.died,
+                       what="beta's dynamic slot in fetchwork status")
+    assert shown["FetchworkExclusive"] is True and shown["FetchworkRunningJobs"] == 1
+    # While it runs, beta takes nothing else: four more jobs all go to alpha.
+    for n in range(4):
+        pool.submit(work, _job(f"later{n}"))
+    wait_until(lambda: all((work / f"later{n}.times").exists() for n in range(4)),
+               timeout_s=90, fail_if=pool.died, what="four later jobs done")
+    (work / "release.x").write_text("")
+    (work / "release.alpha").write_text("")
+    names = {"block_alpha", "block_beta", "x", "small"} | {f"later{n}" for n in range(4)}
+    wait_until(lambda: names <= {ad.get("TestName") for ad in history_json(env)},
+               timeout_s=90, fail_if=pool.died, what="every job done")
+    ran = {ad["TestName"]: str(ad.get("LastRemoteHost")).split("@")[-1]
+           for ad in history_json(env) if ad.get("TestName") in names}
+    assert ran["x"] == "beta" and ran["block_beta"] == "beta" and ran["small"] == "alpha"
+    assert all(ran[f"later{n}"] == "alpha" for n in range(4)), ran
+    x_start, x_end = _times(work / "x.times")
+    assert _times(work / "block_beta.times")[1] <= x_start, "x started after beta emptied"
+    for name, machine in ran.items():
+        if machine == "beta" and name != "x":
+            start, end = _times(work / f"{name}.times")
+            assert end <= x_start or start >= x_end, f"{name} ran on beta beside x"
+
+
+def test_a_job_over_its_request_memory_is_held(slots_pool):
+    pool = slots_pool
+    work = pool.work("memory")
+    pool.submit(work, (
+        "executable = /usr/bin/python3\n"
+        "arguments = \"-c 'import time; b = bytearray(80 * 1024 * 1024); time.sleep(120)'\"\n"
+        "+TestName = \"hog\"\nrequest_memory = 10\nqueue\n"))
+
+    def held() -> dict | None:
+        return next((ad for ad in q_json(pool.env)
+                     if ad.get("TestName") == "hog" and ad["JobStatus"] == 5), None)
+
+    ad = wait_until(held, timeout_s=90, fail_if=pool.died, what="the job held")
+    assert ad["HoldReasonCode"] == 34
+    assert "more than its RequestMemory of 10 MB" in ad["HoldReason"], ad["HoldReason"]
+    assert ad["HoldReason"].startswith("Error from slot1_")
+    assert ad["MemoryExceeded"] is True and ad["MemoryUsage"] > 10
+    fw(pool.env, "rm", f"{ad['ClusterId']}.{ad['ProcId']}")

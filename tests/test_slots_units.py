@@ -298,3 +298,23 @@ def test_the_memory_policy_knob():
     assert limits.memory_policy(Config.from_text("MEMORY_LIMIT_POLICY = Hold\n", "c")) == "hold"
     with pytest.raises(ConfigError, match="MEMORY_LIMIT_POLICY"):
         limits.memory_policy(Config.from_text("MEMORY_LIMIT_POLICY = kill\n", "c"))
+
+
+def test_default_job_exclusive_applies_at_submit_to_jobs_that_do_not_say():
+    from fetchwork.broker.jobads import prepare_submitted
+
+    assert "Exclusive" not in prepare_submitted({"Cmd": "x"}, 0, 60).attrs
+    assert prepare_submitted({"Cmd": "x"}, 0, 60, default_exclusive=True).attrs["Exclusive"]
+    said = prepare_submitted({"Cmd": "x", "exclusive": False}, 0, 60, default_exclusive=True)
+    assert said.attrs["exclusive"] is False and "Exclusive" not in said.attrs
+
+
+def test_a_claim_counts_as_running_from_acceptance_to_the_end_of_its_job():
+    carving, slots = _carving()
+    static = slots[2]
+    static.status = SlotStatus(State.CLAIMED, Activity.IDLE, 0.0, 0.0)
+    static.claim = Claim("c", ad("Exclusive = true\n"), 0.0)
+    assert carving.running_jobs(slots) == 1, "starting: the starter's ad counts its own job"
+    assert _ad_of(carving, static, slots)["FetchworkExclusive"] is True
+    static.claim.ended = True
+    assert carving.running_jobs(slots) == 0 and not carving.exclusive_running(slots)
