@@ -2,8 +2,8 @@
 for strict order, machine beta (4 CPUs); `fetchwork up` runs the broker, whose
 leader keeps the reservation. Jobs record when they ran; RemoteHost says where.
 
-In both pools job A (8 CPUs, walltime 120 s) runs on alpha until the test lets it
-end, and job H (16 CPUs) then waits for alpha: it holds the reservation."""
+In the first two pools job A (8 CPUs, walltime 120 s) runs on alpha until the test
+lets it end, and job H (16 CPUs) then waits for alpha: it holds the reservation."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class Pool:
 
 
 @contextmanager
-def _pool(beta: bool, **knobs: str) -> Iterator[Pool]:
+def _pool(beta: bool, head: bool = True, **knobs: str) -> Iterator[Pool]:
     root = Path(tempfile.mkdtemp(prefix="fw-backfill-"))
     root.chmod(0o755)
     work = root / "work"
@@ -97,6 +97,9 @@ def _pool(beta: bool, **knobs: str) -> Iterator[Pool]:
             wait_until(lambda: "slot1@beta" in fw(env, "status", check=False).stdout,
                        timeout_s=60, fail_if=pool.died, what="beta's p-slot")
         (work / "open").touch()
+        if not head:
+            yield pool
+            return
         pool.submit("a", 8, 120, gate="release.a")
         wait_until(lambda: pool.state("a") == [2], timeout_s=60, fail_if=pool.died,
                    what="job A running on alpha")
@@ -181,3 +184,42 @@ def test_with_backfill_off_lower_jobs_wait_for_the_reserved_one_everywhere():
         assert h_start < pool.ran("x")[0] and h_start < pool.ran("w")[0]
         hosts = {ad["Tag"]: ad["LastRemoteHost"] for ad in history_json(pool.env)}
         assert hosts["h"].endswith("@alpha")
+
+
+def test_an_exclusive_job_drains_the_machine_whose_jobs_end_soonest():
+    with _pool(beta=True, head=False) as pool:
+        # Alpha runs a job for up to 10 minutes, beta one for up to 1 minute.
+        pool.submit("on_alpha", 1, 600, gate="release.alpha")
+        wait_until(lambda: pool.state("on_alpha") == [2], timeout_s=60, fail_if=pool.died,
+                   what="a job running on alpha")
+        (pool.work / "beta.sub").write_text(
+            "executable = /bin/sh\n"
+            f"arguments = \"-c '{SCRIPT.format(tag='on_beta', gate='release.beta')}'\"\n"
+            "requirements = TARGET.Machine == \"beta\"\nrequest_cpus = 1\n"
+            "allowed_job_duration = 60\n+Tag = \"on_beta\"\nqueue\n")
+        fw(pool.env, "submit", "beta.sub", cwd=pool.work)
+        wait_until(lambda: pool.state("on_beta") == [2], timeout_s=60, fail_if=pool.died,
+                   what="a job running on beta")
+        (pool.work / "e.sub").write_text(
+            "executable = /bin/sh\n"
+            f"arguments = \"-c '{SCRIPT.format(tag='e', gate='open')}'\"\n"
+            "request_cpus = 1\nallowed_job_duration = 60\n+Exclusive = true\n"
+            "+Tag = \"e\"\nqueue\n")
+        fw(pool.env, "submit", "e.sub", cwd=pool.work)
+        (exclusive,) = pool.ids("e")
+        wait_until(lambda: "Reserved: all of machine beta" in fw(
+            pool.env, "q", "-analyze", exclusive).stdout, timeout_s=60, fail_if=pool.died,
+            what="the exclusive job reserving beta, the smallest drain")
+        # A lower 1-CPU job of 10 minutes would outlast beta's drain: it goes to alpha.
+        pool.submit("d", 1, 600)
+        wait_until(lambda: pool.state("d") == [2] or _done(pool, 1), timeout_s=60,
+                   fail_if=pool.died, what="D started")
+        (pool.work / "release.beta").touch()
+        wait_until(lambda: _done(pool, 3), timeout_s=120, fail_if=pool.died,
+                   what="beta's job, E and D done")
+        (pool.work / "release.alpha").touch()
+        wait_until(lambda: _done(pool, 4), timeout_s=120, fail_if=pool.died, what="all done")
+        hosts = {ad["Tag"]: ad["LastRemoteHost"] for ad in history_json(pool.env)}
+        assert hosts["e"].endswith("@beta") and hosts["d"].endswith("@alpha"), hosts
+        assert pool.ran("on_beta")[1] <= pool.ran("e")[0], "E ran alone on beta"
+        assert pool.ran("d")[0] < pool.ran("e")[0], "D did not wait for E"
