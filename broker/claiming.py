@@ -13,6 +13,12 @@ leader's activation filters left for this slot (reservation, blocks); jobs
 they hold back are not offered, and a job that claim.lua made ACTIVATING
 ends the claim with the leader's verdict: the job, or None.
 
+Backfill (broker/backfill): each candidate also passes the backfill check
+against the leader's reservation, read in the first round trip: a job below
+the reserved one is offered only when it does not delay its start. With
+MATCH_SORT_WINDOW set, a waiting claim registers its slot, and a claim gives
+way to a better waiting slot (more Memory, then Mips) for up to that window.
+
 Scheduling policy (broker/policy): with limits set, a slot no IDLE job fits
 may take a job BLOCKED only by a soft PS limit (the soft set), as a last
 resort; claim.lua re-checks every job's PS budget.
@@ -30,9 +36,12 @@ import classad2
 import msgpack
 
 from fetchwork.config.ads import from_dict
+from fetchwork.config.loader import Config
 from fetchwork.errors import AdError
 
 from . import codec
+from .backfill.claimside import BackfillCheck
+from .backfill.sorting import SlotSorting
 from .filters.claimside import ActivationClaims, is_activation
 from .filters.gate import ClaimView, block_floor, group_of, may_offer
 from .groupindex import GroupIndex, GroupWalk, IdleWalk
@@ -56,14 +65,28 @@ class Claimer:
     says JobLeaseDuration; scans read at most `scan_batch` idle jobs at a time."""
 
     def __init__(self, store: Store, default_lease_s: float, scan_batch: int,
-                 soft_tier: bool = False):
+                 soft_tier: bool = False, backfill: BackfillCheck | None = None,
+                 sorting: SlotSorting | None = None):
         self.store = store
+        # The check of each candidate against the leader's backfill reservation.
+        self.backfill = backfill or BackfillCheck()
+        # MATCH_SORT_WINDOW: a waiting claim registers its slot; a claim gives way to
+        # a better waiting slot before it takes a job (off by default).
+        self.sorting = sorting or SlotSorting(store)
         self.default_lease_s = default_lease_s
         self.scan_batch = scan_batch
         self.activation = ActivationClaims(store)
         self.groups = GroupIndex(store)
         # Scheduling policy limits are set: scan the soft set when nothing else fits.
         self.soft_tier = soft_tier
+
+    @classmethod
+    def from_config(cls, store: Store, default_lease_s: float, config: Config,
+                    soft_tier: bool) -> Claimer:
+        """A claimer with the configured scan batch, backfill check and resource sorting."""
+        return cls(store, default_lease_s, max(1, config.get_int("BROKER_CLAIM_SCAN_BATCH")),
+                   soft_tier=soft_tier, backfill=BackfillCheck.from_config(config),
+                   sorting=SlotSorting(store, config.get_float("MATCH_SORT_WINDOW")))
 
     def claim(self, slot_ad: classad2.ClassAd | Mapping[str, Any],
               wait_s: float = 0.0) -> classad2.ClassAd | None:
@@ -73,14 +96,18 @@ class Claimer:
             return self._find(slot, name)[0]
         deadline = time.monotonic() + wait_s
         last_id = self.store.last_event_id()
-        while True:
-            job, final = self._find(slot, name)
-            if job is not None or final:
-                return job
-            next_id = self._wait_for_idle(last_id, deadline)
-            if next_id is None:
-                return None
-            last_id = next_id
+        try:
+            while True:
+                job, final = self._find(slot, name)
+                if job is not None or final:
+                    return job
+                self.sorting.register(slot, name, deadline)
+                next_id = self._wait_for_idle(last_id, deadline)
+                if next_id is None:
+                    return None
+                last_id = next_id
+        finally:
+            self.sorting.unregister(name)
 
     def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
         """The scan of the idle set; then, with the soft tier, of the soft set (with the
@@ -107,7 +134,8 @@ class Claimer:
             if not rows:
                 return None, False
             claimed = self._offer(rows, slot, name, view, prechecked=walk.prechecked)
-            if claimed != (None, False) or len(rows) < batch:
+            if claimed != (None, False) or len(rows) < batch \
+                    or self.backfill.all_held_back(rows[-1][1], view.backfill):
                 return claimed
             batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
             rows = walk.rows_after(rows[-1][1], batch)
@@ -146,12 +174,17 @@ class Claimer:
                ) -> tuple[classad2.ClassAd | None, bool]:
         """Offer the matching jobs among `rows` to claim.lua, a few at a time (jobs in
         `prechecked` matched through their autocluster)."""
+        reservation = self.backfill.reservation_of(view.backfill)
+        rows = self.backfill.offerable(rows, reservation, last_resort)
         scores = {codec.text(member): score for member, score in rows}
         now_ms = time.time() * 1000
         matched: list[str] = []
         for job_id, data in self.store.hashes(list(scores)):
             if view.quiet or may_offer(job_id, data, scores[job_id], view, name, now_ms):
-                if (prechecked and job_id in prechecked) or self._fits(job_id, data, slot):
+                if self.backfill.verdict(job_id, data, None if last_resort else scores[job_id],
+                                         name, reservation, now_ms / 1000).allowed \
+                        and ((prechecked and job_id in prechecked)
+                             or self._fits(job_id, data, slot)):
                     matched.append(job_id)
             if len(matched) == CLAIM_GROUP:
                 claimed = self._claim_first(matched, slot, name, view, last_resort)
@@ -176,6 +209,7 @@ class Claimer:
                      ) -> tuple[classad2.ClassAd | None, bool]:
         """claim.lua on matched candidates: the first one still idle is ours (or, with an
         activation chain, the leader's verdict on it decides, and ends the claim)."""
+        self.sorting.give_way(job_ids[0], slot, name)
         token = uuid.uuid4().hex
         keys = self.store.keys
         policy_keys = [keys.ps_ledger, keys.soft] if last_resort else [keys.ps_ledger]

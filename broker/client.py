@@ -49,11 +49,11 @@ class Broker:
         self.pool = pool
         self.keys = self.store.keys
         self.default_lease_s = config.get_duration_s("JOB_DEFAULT_LEASE_DURATION")
-        scan_batch = max(1, config.get_int("BROKER_CLAIM_SCAN_BATCH"))
         # Scheduling policy (broker/policy): None while every policy knob is 0.
         self.policy = policy_in_force(config)
-        self._claimer = Claimer(self.store, self.default_lease_s, scan_batch,
-                                soft_tier=self.policy is not None and self.policy.limits_on())
+        self._claimer = Claimer.from_config(
+            self.store, self.default_lease_s, config,
+            soft_tier=self.policy is not None and self.policy.limits_on())
         self._submitter = Submitter(self.store, self.default_lease_s, self.policy,
                                     config.get_bool("DEFAULT_JOB_EXCLUSIVE"))
 

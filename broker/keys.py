@@ -31,6 +31,8 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:ac:groups     zset: autoclusters with idle jobs, scored by their best idle score
     fw:{P}:ac:members    zset: idle jobs by autocluster then score, by lex (broker/groupindex.py)
     fw:{P}:ac:reps       hash: autocluster -> what a match reads of its jobs
+    fw:{P}:backfill      string: the leader's backfill reservation (msgpack, backfill/plan.py)
+    fw:{P}:sortslots     hash: slot name -> its ad while it waits for work (backfill/sorting.py)
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class PoolKeys:
 
     def dependents(self, job_id: str) -> str:
         return f"{self.prefix}dependents:{job_id}"
+    backfill = _named("backfill")
+    sortslots = _named("sortslots")
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

@@ -33,7 +33,7 @@ TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", 
                "release_due", "reservation_expire", "block", "unblock", "overrun",
                "policy_exit", "policy_act", "requeue", "depend", "reorder")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
-              "trim_history", "userlog_advance", "read_groups")
+              "trim_history", "userlog_advance", "read_groups", "bypass")
 
 Arg = str | bytes | int | float
 

@@ -18,6 +18,10 @@ A configuration the filters cannot use (DEFAULT_HOLD_DURATION out of range,
 a chain naming an undefined filter) stops `from_config`: the broker refuses
 to start.
 
+The leader also runs backfill passes (broker/backfill/leader.py) on a thread
+of their own, after every transition and at least every POLICY_INTERVAL: the
+reservation of the best idle job that cannot start, and its BypassCount.
+
 With scheduling policy knobs set, the leader also runs policy passes
 (broker/policing.py) on a thread of their own, after every transition and
 at least every POLICY_INTERVAL; with none set, a new leader releases any job
@@ -44,6 +48,8 @@ import redis
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 
+from .backfill.leader import BackfillLeader
+from .backfill.plan import Plan
 from .client import Broker
 from .dependencies import DependencyResolver
 from .filters.leader import POLL_S, FilterLeader
@@ -65,6 +71,7 @@ class PassResult:
     periodic: PeriodicResult | None = None
     # Jobs waiting on dependencies that a sweep decided.
     dependencies: int = 0
+    backfill: Plan | None = None
 
 
 def tick_interval_s(reaper_interval_s: float, leader_lease_s: float) -> float:
@@ -88,8 +95,14 @@ class BrokerService:
                  leader_lease_s: float = 15.0, replica: str | None = None,
                  history_max_jobs: int | None = None, filters: FilterLeader | None = None,
                  user_logs: bool = False, periodic_interval_s: float | None = None,
-                 dependency_sweep_s: float | None = None):
+                 dependency_sweep_s: float | None = None,
+                 backfill: BackfillLeader | None = None, backfill_interval_s: float = 5.0):
         self.broker = broker
+        # The backfill passes; None runs none (no reservation: nothing is held back).
+        self.backfill = backfill
+        self.backfill_interval_s = backfill_interval_s
+        if filters is not None and backfill is not None:
+            filters.is_backfill_start = backfill.is_backfill_start
         # The filter work of the leader; None runs none (no filters, no timed holds).
         self.filters = filters
         self.store = broker.store
@@ -120,7 +133,9 @@ class BrokerService:
                                         broker.default_lease_s),
                    user_logs=config.get_bool("BROKER_WRITE_USER_LOGS"),
                    periodic_interval_s=config.get_duration_s("PERIODIC_EXPR_INTERVAL"),
-                   dependency_sweep_s=config.get_duration_s("DEPENDENCY_SWEEP_INTERVAL"))
+                   dependency_sweep_s=config.get_duration_s("DEPENDENCY_SWEEP_INTERVAL"),
+                   backfill=BackfillLeader.from_config(broker.store, config),
+                   backfill_interval_s=config.get_duration_s("POLICY_INTERVAL"))
 
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""
@@ -145,8 +160,8 @@ class BrokerService:
                  policy_pass: bool = True, userlog_pass: bool = True) -> PassResult:
         """One pass: renew leadership, and reap when leading and due; with
         `filter_pass`, one pass of the filters too, waited for; with `policy_pass`,
-        a scheduling policy pass when one is due; with `userlog_pass`, every
-        pending user log event written."""
+        a scheduling policy pass when one is due, then a backfill pass; with
+        `userlog_pass`, every pending user log event written."""
         now_s = time.monotonic() if now_s is None else now_s
         if not self.try_lead():
             return PassResult(leader=False)
@@ -171,6 +186,8 @@ class BrokerService:
             self.userlog.drain()
         if self.periodic is not None and self.periodic.due(now_s):
             result.periodic = self.periodic.run_pass(monotonic_s=now_s)
+        if policy_pass and self.backfill is not None:
+            result.backfill = self.backfill.run_pass()
         return result
 
     def run(self, stop: threading.Event) -> None:
@@ -183,6 +200,12 @@ class BrokerService:
             filter_thread = threading.Thread(target=self._run_filters, args=(stop,),
                                              name="broker-filters", daemon=True)
             filter_thread.start()
+        backfill_thread = None
+        if self.backfill is not None:
+            backfill_thread = threading.Thread(
+                target=self.backfill.serve, name="broker-backfill", daemon=True,
+                args=(stop, lambda: self.is_leader, self.backfill_interval_s))
+            backfill_thread.start()
         policy_thread = None
         if self.policy is not None:
             policy_thread = threading.Thread(target=self._run_policy, args=(stop,),
@@ -213,6 +236,8 @@ class BrokerService:
             if userlog_thread is not None:
                 userlog_thread.join(timeout=5)
             deps_thread.join(timeout=5)
+            if backfill_thread is not None:
+                backfill_thread.join(timeout=5)
             try:
                 self.resign()
             except (redis.RedisError, FetchworkError) as exc:

@@ -116,6 +116,7 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     # A running job the user requeued (requeue.lua): IDLE at the head of its group when it stops.
     "FetchworkRequeue",
     "FetchworkAutocluster",  # the job's autocluster (broker/groupindex.py)
+    "BypassCount",  # lower jobs started ahead of it while reserved (backfill/leader.py)
 ))
 
 # JobPrio only orders the idle set; values beyond this bound sort as the bound

@@ -16,6 +16,8 @@ import classad2
 from rich import box
 from rich.table import Table
 
+from fetchwork.broker.backfill.analyze import reservation_lines
+from fetchwork.broker.backfill.claimside import BackfillCheck
 from fetchwork.broker.client import Broker
 from fetchwork.broker.policy.analyze import ClauseResult, MatchResults, analyze_text
 from fetchwork.broker.policy.dependencies import WAITING_ATTR
@@ -101,9 +103,14 @@ def analyze(broker: Broker, settings: PolicySettings, job_id: str) -> str:
     result = policy_pass(jobs, settings, now)
     idle = {one.job_id for one in jobs if one.state is State.IDLE}
     ahead = [one for one in result.order if one in idle]
-    return analyze_text(job, now, priority=result.priorities.get(job_id),
+    text = analyze_text(job, now, priority=result.priorities.get(job_id),
                         ahead=ahead.index(job_id) if job_id in idle else 0,
                         match=match_results(ad, broker.slots()))
+    if job.state is not State.IDLE:
+        return text
+    reservation = BackfillCheck.reservation_of(broker.client.get(broker.keys.backfill))
+    lines = reservation_lines(job_id, reservation, now, job.bypass_count)
+    return text + "".join(f"{line}\n" for line in lines)
 
 
 def priority_table(broker: Broker, settings: PolicySettings) -> Table:

@@ -2,7 +2,8 @@
 
 `first_read` is the claim's first read of the idle set, pipelined with what
 activation keeps for the slot (the filters summary, the slot's reservation,
-the lowest blocks), so a pool without filters pays no extra round trip.
+the lowest blocks) and the leader's backfill reservation, so a pool without
+filters pays no extra round trip.
 `await_verdict` waits, at most the summary's `wait_ms` plus a little, for the
 leader's verdict on a job claim.lua made ACTIVATING; a claim that waited its
 longest gives the job back (activate_abandon.lua), unless the verdict
@@ -56,16 +57,17 @@ class ActivationClaims:
             pipe.hmget(keys.filters, list(SUMMARY_FIELDS))
             pipe.hget(keys.reservations, slot_name)
             pipe.zrange(keys.blocks, 0, BLOCKS_READ - 1, withscores=True)
+            pipe.get(keys.backfill)
             if also is not None:
                 also(pipe)
             try:
-                rows, summary, reserved, blocks, *more = pipe.execute()
+                rows, summary, reserved, blocks, backfill, *more = pipe.execute()
             except NoScriptError:
                 if attempt == 2:
                     raise
                 self.store.scripts.forget()
                 continue
-            return rows, view_of(summary, reserved, blocks), more
+            return rows, view_of(summary, reserved, blocks, backfill), more
         raise AssertionError("unreachable")
 
     @staticmethod

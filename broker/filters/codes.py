@@ -7,7 +7,10 @@ the job fails with a RemoveReason naming the filter and the cause.
 Activation (queued jobs): 0 start on the candidate slot; 1 do not start and
 block the queue for equal or lower JobPrio; 2, any other code, a timeout or a
 missing program: do not start and reserve the asking slot; 3 hold until the
-job's HoldUntil (else now + DEFAULT_HOLD_DURATION); 4 fail.
+job's HoldUntil (else now + DEFAULT_HOLD_DURATION); 4 fail. A backfill start
+(FETCHWORK_BACKFILL=1) runs on code 0 only: 1, 2 and the codes that count as
+2 neither block the queue nor reserve the slot then, the job only waits for
+its next evaluation (`backfill_action`); 3 and 4 keep their meaning.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Activation(enum.StrEnum):
     RESERVE = "reserve"
     HOLD = "hold"
     FAIL = "fail"
+    # Not started in a backfill window; evaluated again later (no block, no reservation).
+    RETRY = "retry"
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,12 @@ def activation_code(run: FilterRun) -> Activation:
         return Activation.RESERVE
     return {0: Activation.START, 1: Activation.BLOCK, 3: Activation.HOLD,
             4: Activation.FAIL}.get(run.exit_code, Activation.RESERVE)
+
+
+def backfill_action(action: Activation) -> Activation:
+    """The action of a backfill start's answer: only 0 runs a job in a backfill window,
+    and a job there may not block the queue or keep a slot."""
+    return Activation.RETRY if action in (Activation.BLOCK, Activation.RESERVE) else action
 
 
 def activation_verdict(run: FilterRun, timeout_s: float, now_s: float,

@@ -104,6 +104,8 @@ class ClaimView:
     reserved_job: str | None = None
     # (job id, group), lowest groups first.
     blocks: tuple[tuple[str, int], ...] = ()
+    # The leader's backfill reservation, as stored (broker/backfill/claimside.py reads it).
+    backfill: bytes | None = None
 
     @property
     def quiet(self) -> bool:
@@ -114,12 +116,14 @@ class ClaimView:
 
 
 def view_of(summary_values: Sequence[bytes | str | None], reserved: bytes | str | None,
-            blocks: Sequence[tuple[bytes | str, float]]) -> ClaimView:
-    """A ClaimView from the raw replies of HMGET filters, HGET reservations, ZRANGE blocks."""
+            blocks: Sequence[tuple[bytes | str, float]], backfill: bytes | None = None
+            ) -> ClaimView:
+    """A ClaimView from the raw replies of HMGET filters, HGET reservations, ZRANGE blocks
+    (and GET backfill)."""
     reserved_text = reserved.decode() if isinstance(reserved, bytes) else reserved
     return ClaimView(Summary.from_fields(summary_values), reserved_text or None,
                      tuple((m.decode() if isinstance(m, bytes) else m, int(s))
-                           for m, s in blocks))
+                           for m, s in blocks), backfill)
 
 
 def blocked(job_id: str, order: float, view: ClaimView) -> bool:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from fetchwork.config.ads import from_dict
@@ -31,7 +32,7 @@ from ..states import State, clamp_prio, is_managed
 from ..store import Store
 from .admission import activate, admit
 from .chain import Call, revert
-from .codes import Activation
+from .codes import Activation, backfill_action
 from .gate import summary_of
 from .runner import Facts, FilterRun, FilterSpec, run_filter
 from .settings import FilterSettings
@@ -81,6 +82,9 @@ class FilterLeader:
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="filters")
         self._in_hand: set[str] = set()
         self._lock = threading.Lock()
+        # Whether a job's start would be a backfill start (the leader's backfill pass
+        # says; broker/backfill/leader.py): its chain sees FETCHWORK_BACKFILL=1.
+        self.is_backfill_start: Callable[[str], bool] = lambda job: False
 
     # -- passes ---------------------------------------------------------------
 
@@ -188,9 +192,12 @@ class FilterLeader:
         facts, deadline_s = request_facts(request)
         if time.time() >= deadline_s - VERDICT_MARGIN_S:
             return  # too late for the claim; it (or activation_expire) puts the job back
+        facts = replace(facts, backfill=self.is_backfill_start(job))
         result = activate(data, self.settings, bounded(self.call, deadline_s), facts, time.time())
-        applied = self._settle(job, token, result.action, result.verdict.reason,
-                               result.verdict.hold_until)
+        action, reason = result.action, result.verdict.reason
+        if facts.backfill and backfill_action(action) is not action:
+            action, reason = Activation.RETRY, f"{reason} (a backfill start needs code 0)"
+        applied = self._settle(job, token, action, reason, result.verdict.hold_until)
         undo = result.passed if (result.action is Activation.START and not applied) \
             else result.to_revert
         revert(undo, self.call, facts)
@@ -203,7 +210,7 @@ class FilterLeader:
         if action is Activation.START:
             args = [*head, str(self.default_lease_s), REPLY_TTL_MS]
             name = "activate_start"
-        elif action in (Activation.BLOCK, Activation.RESERVE):
+        elif action in (Activation.BLOCK, Activation.RESERVE, Activation.RETRY):
             interval_ms = int(self.settings.activation_interval_s * 1000)
             args = [*head, action.value, reason or "", interval_ms, REPLY_TTL_MS]
             name = "activate_defer"

@@ -1,13 +1,14 @@
 -- activate_defer.lua: ACTIVATING -> IDLE when the activation chain answered 1
 -- (block the queue: no job of equal or lower JobPrio is handed out while the
 -- block stands) or 2, another code, a timeout or a missing program (reserve
--- the slot that asked: it is handed no other job). Either way the job is not
+-- the slot that asked: it is handed no other job), or a backfill start
+-- answered other than 0, 3 or 4 ('retry': neither). Either way the job is not
 -- evaluated again before now + the interval.
 -- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY] the job's hash,
 --   KEYS[FIRST_JOB_KEY + 1] the claim's reply list, KEYS[FIRST_JOB_KEY + 2]
 --   its activation request hash (deleted).
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] claim
---   token, ARGV[5] 'block' or 'reserve', ARGV[6] the reason in words,
+--   token, ARGV[5] 'block', 'reserve' or 'retry', ARGV[6] the reason in words,
 --   ARGV[7] re-evaluation interval ms, ARGV[8] reply lifetime ms.
 -- The reply is 'no'. Returns 1, or 0 when the claim is gone.
 local key, id, token = KEYS[FIRST_JOB_KEY], ARGV[3], ARGV[4]
@@ -20,7 +21,7 @@ leave_activation(key, id)
 forget_activation(key, id)
 if ARGV[5] == 'block' then
   redis.call('ZADD', K_BLOCKS, group_of(getv(key, 'FetchworkOrder') or 0), id)
-else
+elseif ARGV[5] == 'reserve' then
   redis.call('HSET', K_RESERVATIONS, slot, id)
   setv(key, 'FetchworkReservedSlot', slot)
 end

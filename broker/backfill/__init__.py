@@ -1,0 +1,8 @@
+"""Backfill in a pull model: reservations for the head of the queue, and which lower
+jobs a slot may take without delaying them (scheduler.txt, Maui's backfill).
+
+`plan` holds the pure arithmetic (reservation, window, the per-candidate
+decision); `leader` computes and stores the reservation in the leader's pass
+and counts bypasses; `claimside` is the check a claim applies per candidate;
+`sorting` is the resource sorting of waiting slots (MATCH_SORT_WINDOW).
+"""

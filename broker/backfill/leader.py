@@ -1,0 +1,194 @@
+"""The leader's backfill pass: compute the reservation, store it, count bypasses.
+
+Each pass reads the published slot ads (the machines), the running jobs
+(what each machine has busy, until when) and the head of the idle set, best
+first, in growing batches until the job to reserve for is found (at most
+plan.DEPTH jobs). A job's machines are those with a slot whose ideal ad (as
+configured, nothing running) its Requirements and the slot's START accept.
+The reservation goes into the pool's `backfill` key (msgpack), where claims
+read it in their first round trip; no reservation, no key.
+
+Bypasses: the transition events since the previous pass are read first;
+every job that started meanwhile and was neither the reserved job nor one of
+the idle jobs ahead of it (or passed over, fitting no machine) is a lower job
+started ahead of the reserved one, which then gains as much `BypassCount`
+(bypass.lua) while it is still idle.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import classad2
+import redis
+
+from fetchwork.config.ads import from_dict
+from fetchwork.config.matching import matches
+from fetchwork.errors import AdError, FetchworkError
+
+from .. import codec
+from ..store import Store
+from .plan import DEPTH, Machine, Plan, Reservation, Running, Waiting, plan, to_record
+from .pool import ideal_slots_by_machine, machines_of, running_of, waiting_of
+
+log = logging.getLogger(__name__)
+
+FIRST_BATCH = 64
+EVENTS_READ = 1000
+# Longest single XREAD BLOCK while waiting (well inside a client's socket timeout).
+MAX_BLOCK_S = 1.0
+
+
+class BackfillLeader:
+    """Computes the reservation of one pool while this replica leads."""
+
+    def __init__(self, store: Store, default_walltime_s: float):
+        self.store = store
+        self.default_walltime_s = default_walltime_s
+        self._last_event: str | None = None
+        self._reservation: Reservation | None = None
+        self._not_bypass: frozenset[str] = frozenset()
+        self.last_plan: Plan | None = None
+
+    @classmethod
+    def from_config(cls, store: Store, config: Any) -> BackfillLeader:
+        return cls(store, config.get_duration_s("DEFAULT_JOB_WALLTIME"))
+
+    def is_backfill_start(self, job_id: str) -> bool:
+        """Whether starting `job_id` now starts a lower job ahead of the reserved one."""
+        reservation = self._reservation
+        return (reservation is not None and job_id != reservation.job_id
+                and job_id not in self._not_bypass)
+
+    def serve(self, stop: threading.Event, leading: Callable[[], bool], interval_s: float) -> None:
+        """Passes while `leading()`: after every transition event, at least every
+        `interval_s` (remaining walltimes shrink), until `stop`."""
+        last_id = "$"
+        while not stop.is_set():
+            try:
+                if last_id == "$":
+                    last_id = self.store.last_event_id()
+                if leading():
+                    self.run_pass()
+                deadline = time.monotonic() + interval_s
+                while not stop.is_set() and time.monotonic() < deadline:
+                    block_ms = max(1, int(min(deadline - time.monotonic(), MAX_BLOCK_S) * 1000))
+                    events = self.store.events(last_id, block_ms=block_ms, count=EVENTS_READ)
+                    if events:
+                        last_id = events[-1][0]
+                        break
+            except (redis.RedisError, FetchworkError):
+                log.exception("backfill pass failed; retrying in %ss", interval_s)
+                stop.wait(interval_s)
+
+    def run_pass(self, now: float | None = None) -> Plan:
+        """One pass: count the bypasses since the last one, then compute and store the
+        reservation; `now` is Unix time."""
+        now = time.time() if now is None else now
+        self._count_bypasses()
+        slots = self._slot_ads()
+        machines = machines_of(slots)
+        ideal = {machine: [ad for ad in (_ad(one) for one in ads) if ad is not None]
+                 for machine, ads in ideal_slots_by_machine(slots).items()}
+        running = self._running(now)
+        result = self._plan(machines, ideal, running, now)
+        self._store(result.reservation)
+        self._reservation = result.reservation
+        self._not_bypass = frozenset(result.ahead) | frozenset(result.unplaceable)
+        self.last_plan = result
+        return result
+
+    # -- reading ---------------------------------------------------------------
+
+    def _slot_ads(self) -> list[dict[str, Any]]:
+        client, keys = self.store.client, self.store.keys
+        names = self.store.ids(client.zrangebyscore(keys.slots, int(time.time() * 1000), "+inf"))
+        if not names:
+            return []
+        raws = client.mget([keys.slot(name) for name in sorted(names)])
+        return [codec.unpack(raw) for raw in raws if raw is not None]
+
+    def _running(self, now: float) -> list[Running]:
+        ids = self.store.ids(self.store.client.zrange(self.store.keys.running, 0, -1))
+        found = (running_of(job_id, data, self.default_walltime_s, now)
+                 for job_id, data in self.store.hashes(ids))
+        return [one for one in found if one is not None]
+
+    def _plan(self, machines: Sequence[Machine], ideal: Mapping[str, list[classad2.ClassAd]],
+              running: Sequence[Running], now: float) -> Plan:
+        """The plan over the idle head, read in growing batches."""
+        waiting: list[Waiting] = []
+        batch, offset = FIRST_BATCH, 0
+        while True:
+            rows = self.store.client.zrange(self.store.keys.idle, offset, offset + batch - 1,
+                                            withscores=True)
+            offset += len(rows)
+            scores = {codec.text(member): score for member, score in rows}
+            for job_id, data in self.store.hashes(list(scores)):
+                waiting.append(waiting_of(job_id, data, scores[job_id], self.default_walltime_s,
+                                          _machines_for(data, ideal)))
+            result = plan(waiting, machines, running, now)
+            if result.reservation is not None or len(rows) < batch or offset >= DEPTH:
+                return result
+            batch = min(batch * 4, DEPTH - offset)
+
+    # -- writing ---------------------------------------------------------------
+
+    def _store(self, reservation: Reservation | None) -> None:
+        key = self.store.keys.backfill
+        if reservation is None:
+            self.store.client.delete(key)
+            return
+        self.store.client.set(key, codec.pack(to_record(reservation)))
+        if reservation != self._reservation:
+            log.debug("job %s reserved on %s from %.0f", reservation.job_id,
+                      reservation.machine, reservation.start_at)
+
+    def _count_bypasses(self) -> None:
+        """Starts since the last pass of jobs below the reservation then in force."""
+        last = self._last_event
+        if last is None:
+            self._last_event = self.store.last_event_id()
+            return
+        started: list[str] = []
+        while True:
+            events = self.store.events(last, count=EVENTS_READ)
+            if not events:
+                break
+            last = events[-1][0]
+            started += [fields.get("job", "") for _id, fields in events
+                        if fields.get("type") == "claim" and fields.get("state") == "RUNNING"]
+        self._last_event = last
+        reservation = self._reservation
+        if reservation is None:
+            return
+        bypasses = sum(1 for job in started
+                       if job != reservation.job_id and job not in self._not_bypass)
+        if bypasses:
+            grown = self.store.scripts.call("bypass", [self.store.keys.job(reservation.job_id)],
+                                            [bypasses])
+            if grown:
+                log.info("%d job(s) started ahead of reserved job %s (BypassCount %s)",
+                         bypasses, reservation.job_id, grown)
+
+
+def _ad(data: Mapping[str, Any]) -> classad2.ClassAd | None:
+    try:
+        return from_dict(data)
+    except AdError as exc:
+        log.debug("unreadable slot ad left out of backfill: %s", exc)
+        return None
+
+
+def _machines_for(job: Mapping[str, Any], ideal: Mapping[str, list[classad2.ClassAd]]
+                  ) -> frozenset[str]:
+    """The machines with a slot that would take the job (nothing running there)."""
+    ad = _ad(job)
+    if ad is None:
+        return frozenset()
+    return frozenset(machine for machine, slots in ideal.items()
+                     if any(matches(ad, slot) for slot in slots))
