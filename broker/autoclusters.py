@@ -6,7 +6,8 @@ job. The significant attributes of a job are:
 
 - `SIGNIFICANT_ATTRS`: Requirements, Rank, RequestCpus, RequestMemory,
   RequestDisk and Owner (the attributes HTCondor's negotiator and the usual
-  slot policies read), plus the site's extra attributes (what its
+  slot policies read), Exclusive, MemoryUsage, ImageSize and DiskUsage (the
+  rest of what the match rule reads of a job), plus the site's extra attributes (what its
   slots' START expressions read of a job, e.g. AccountingGroup);
 - every attribute of the job that its Requirements or Rank read, through
   other attributes too (`Requirements = TARGET.Memory >= MY.Need * 2`,
@@ -52,7 +53,10 @@ import classad2
 from fetchwork.config.ads import EXPR_KEY
 
 SIGNIFICANT_ATTRS = ("Requirements", "Rank", "RequestCpus", "RequestMemory", "RequestDisk",
-                     "Owner")
+                     "Owner",
+                     # What the one match rule (config/matching.py) also reads of a job:
+                     # exclusivity, and the sizes that stand in for absent requests.
+                     "Exclusive", "MemoryUsage", "ImageSize", "DiskUsage")
 # Expressions whose references join the significant attributes.
 _REFERRING = ("requirements", "rank")
 # |FetchworkOrder| < 2^52 (priority within +-2^18, 2^34 positions each); shifted
