@@ -6,7 +6,8 @@ them through `redis+sentinel://`. Jobs are submitted with
 FETCHWORK_BROKER_WAIT_REPLICAS = 1, the master is killed while jobs run,
 the sentinel promotes the replica, more jobs are submitted, and every job
 must complete once as the queue sees it, none lost, no two runs of one job
-at once (the chaos run's checks, tests/chaoscheck.py). A completion the dead
+at once (the chaos run's checks, tests/chaoscheck.py), and the promoted
+replica, which starts without the Lua scripts, has them again. A completion the dead
 master had not yet passed to its replica may make that job run again after
 its lease lapses: Redis replicates asynchronously (see the README's Redis
 Sentinel section), so such reruns are counted and printed, not failed.
@@ -27,12 +28,13 @@ import redis
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.embedded import connect
+from fetchwork.broker.scripts import sha
 from fetchwork.config.loader import Config
 from fetchwork.errors import RedisUnavailableError
 from tests.chaos import JOB_SCRIPT
 from tests.chaoscheck import Kill, QueueView, Report, check, parse_runs
 from tests.poolprocs import Daemon, kill_leftovers, pool_config
-from tests.sentinels import SentinelSet, sentinel_binaries
+from tests.sentinels import HOST, SentinelSet, sentinel_binaries
 from tests.test_startd_harness import pool_root
 from tests.waiting import wait_until
 
@@ -69,6 +71,7 @@ class FailoverRun:
         self.warnings: list[str] = []
         self.master_before = self.master_after = 0
         self.running_at_kill = 0
+        self.scripts_on_new_master: list[bool] = []
         self.warned_before_kill: list[str] = []
         self._broker: Broker | None = None
 
@@ -125,6 +128,10 @@ class FailoverRun:
         self.submit(JOBS_AFTER)
         wait_until(lambda: self.count(4) == len(self.submitted), 180, interval_s=0.5,
                    fail_if=self.first_failure, what="every job completed after the failover")
+        # A promoted replica starts without the scripts (Redis does not replicate its
+        # script cache): the pool loaded them again on NOSCRIPT.
+        with redis.Redis(HOST, self.redis.replica_port, socket_timeout=5) as new_master:
+            self.scripts_on_new_master = new_master.script_exists(sha("claim"), sha("finish"))
 
     def submit(self, count: int) -> None:
         for _ in range(count):
@@ -200,6 +207,11 @@ def test_the_master_died_mid_run_and_the_replica_took_over(failover):
     run, _report = failover
     assert run.running_at_kill >= 1
     assert run.master_before != run.master_after == run.redis.replica_port
+
+
+def test_the_new_master_got_the_scripts_again(failover):
+    run, _report = failover
+    assert run.scripts_on_new_master == [True, True]
 
 
 def test_every_submission_waited_for_the_replica_before_the_kill(failover):
