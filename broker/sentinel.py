@@ -102,7 +102,8 @@ def sentinel_client(url: str, options: dict[str, Any], **kwargs: Any) -> redis.R
     tls: dict[str, Any] = {"ssl": True} if target.tls else {}
     to_sentinels = {**tls, **{key: value for key, value in options.items()
                               if key in _SENTINEL_OPTIONS}}
-    for key in ("socket_timeout", "socket_connect_timeout"):
+    for key in ("socket_timeout", "socket_connect_timeout", "driver_info", "lib_name",
+                "lib_version"):
         if key in kwargs:
             to_sentinels[key] = kwargs[key]
     sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=to_sentinels)

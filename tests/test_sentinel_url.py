@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+import redis
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.connection import check_url, client_options
 from fetchwork.broker.durability import ReplicaWait
-from fetchwork.broker.sentinel import SentinelTarget, parse_sentinel_url
+from fetchwork.broker.sentinel import SentinelTarget, parse_sentinel_url, sentinel_client
 from fetchwork.config.loader import Config
 from fetchwork.errors import RedisUnavailableError
 
@@ -97,3 +98,23 @@ def test_too_few_replicas_warn_but_the_submission_stands(redis_client, pool_name
     assert "only 0 of 1 replica(s) acknowledged it within 200 ms" in caplog.text
     assert "FETCHWORK_BROKER_WAIT_REPLICAS" in caplog.text
     assert broker.job_fields([job], ["JobStatus"])[0]["JobStatus"] == 1
+
+
+def test_credentials_go_to_the_master_and_tls_files_to_the_sentinels_too(tmp_path):
+    ca, secret = tmp_path / "ca.pem", tmp_path / "pw"
+    ca.write_text("x")
+    secret.write_text("hunter2\n")
+    url = "rediss+sentinel://bob@s1:5000,s2:5001/fw/2"
+    config = Config.load(environ={"FETCHWORK_BROKER_CA": str(ca),
+                                  "FETCHWORK_BROKER_PASSWORD_FILE": str(secret)})
+    client = sentinel_client(url, client_options(url, config), socket_timeout=7)
+    master = client.connection_pool.connection_kwargs
+    assert (master["username"], master["password"], master["db"]) == ("bob", "hunter2", 2)
+    assert master["ssl_ca_certs"] == str(ca) and client.connection_pool.service_name == "fw"
+    sentinels = client.connection_pool.sentinel_manager.sentinels
+    assert len(sentinels) == 2
+    asked = sentinels[0].connection_pool.connection_kwargs
+    assert asked["password"] is None and asked["username"] is None
+    assert asked["ssl_ca_certs"] == str(ca) and asked["socket_timeout"] == 7
+    assert issubclass(sentinels[0].connection_pool.connection_class, redis.SSLConnection)
+    assert issubclass(client.connection_pool.connection_class, redis.SSLConnection)
