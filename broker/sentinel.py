@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.sentinel import Sentinel
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from fetchwork.errors import RedisUnavailableError
 
@@ -43,6 +43,25 @@ class SentinelTarget:
     db: int
     tls: bool
     username: str | None
+
+
+class _Sentinels(Sentinel):
+    """redis-py's Sentinel, with a short message when no master can be found (its own
+    lists every sentinel client's options)."""
+
+    def __init__(self, asked: tuple[tuple[str, int], ...], **kwargs: Any):
+        super().__init__(list(asked), **kwargs)
+        self.asked = asked
+
+    def discover_master(self, service_name: str) -> Any:
+        try:
+            return super().discover_master(service_name)
+        except MasterNotFoundError:
+            hosts = ",".join(f"{host}:{port}" for host, port in self.asked)
+            raise MasterNotFoundError(
+                f"no sentinel at {hosts} answered with a master {service_name!r} that is up "
+                "(sentinels unreachable, the master set unknown to them, or a failover "
+                "under way)") from None
 
 
 def is_sentinel_url(url: str) -> bool:
@@ -106,7 +125,7 @@ def sentinel_client(url: str, options: dict[str, Any], **kwargs: Any) -> redis.R
                 "lib_version"):
         if key in kwargs:
             to_sentinels[key] = kwargs[key]
-    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=to_sentinels)
+    sentinel = _Sentinels(target.sentinels, sentinel_kwargs=to_sentinels)
     client: redis.Redis = sentinel.master_for(target.master, db=target.db,
                                               **{**tls, **options, **kwargs})
     return client

@@ -15,6 +15,7 @@ import redis
 from fetchwork.broker.client import Broker
 from fetchwork.broker.connection import check_url, client_options
 from fetchwork.broker.durability import ReplicaWait
+from fetchwork.broker.embedded import connect
 from fetchwork.broker.sentinel import SentinelTarget, parse_sentinel_url, sentinel_client
 from fetchwork.config.loader import Config
 from fetchwork.errors import RedisUnavailableError
@@ -118,3 +119,15 @@ def test_credentials_go_to_the_master_and_tls_files_to_the_sentinels_too(tmp_pat
     assert asked["ssl_ca_certs"] == str(ca) and asked["socket_timeout"] == 7
     assert issubclass(sentinels[0].connection_pool.connection_class, redis.SSLConnection)
     assert issubclass(client.connection_pool.connection_class, redis.SSLConnection)
+
+
+def test_no_sentinel_answering_is_one_clear_error(tmp_path):
+    config = Config.load(environ={"FETCHWORK_BROKER": "redis+sentinel://127.0.0.1:1/fw",
+                                  "FETCHWORK_STATE_DIR": str(tmp_path)})
+    with pytest.raises(RedisUnavailableError) as caught:
+        connect(config, start=False)
+    assert str(caught.value) == (
+        "cannot reach the broker at redis+sentinel://127.0.0.1:1/fw: no sentinel at "
+        "127.0.0.1:1 answered with a master 'fw' that is up (sentinels unreachable, the "
+        "master set unknown to them, or a failover under way); check FETCHWORK_BROKER, or "
+        "unset it to use the embedded Redis")
