@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import redis
 from redis.sentinel import MasterNotFoundError, Sentinel
@@ -96,7 +97,7 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
         raise _unclear(url, f"has {'/'.join(names[1:])!r} where a database number may follow")
     db = int(names[1]) if len(names) == 2 else 0
     return SentinelTarget(sentinels, names[0], db, scheme == "rediss+sentinel",
-                          userinfo or None)
+                          unquote(userinfo) or None)
 
 
 def _host_port(url: str, part: str) -> tuple[str, int]:

@@ -32,8 +32,9 @@ def test_several_sentinels_a_db_a_user_and_tls():
                                     "fw-1", 3, True, "bob")
 
 
-def test_a_trailing_slash_is_allowed():
+def test_a_trailing_slash_is_allowed_and_the_user_is_unquoted():
     assert parse_sentinel_url("redis+sentinel://s:1/m/").master == "m"
+    assert parse_sentinel_url("redis+sentinel://fw%2Dadmin@s:1/m").username == "fw-admin"
 
 
 @pytest.mark.parametrize(("url", "says"), [
