@@ -44,8 +44,9 @@ SCRIPTS = {
     "execute": ("claim", "reject", "renew", "finish", "activate_abandon", "read_ads",
                 "read_fields", "read_ids", "policy_exit", "read_groups"),
 }
-# Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers).
-OWN = {"submitter": ("incr", "incrby", "sadd"), "execute": ()}
+# Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers;
+# WAIT: FETCHWORK_BROKER_WAIT_REPLICAS, broker/durability.py).
+OWN = {"submitter": ("incr", "incrby", "sadd", "wait"), "execute": ()}
 # Kept from the admin too: commands whose reach is the whole server, not one pool.
 SERVER_WIDE = ("keys", "scan", "randomkey", "flushall", "flushdb", "swapdb", "config", "debug",
                "shutdown", "monitor", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",

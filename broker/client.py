@@ -24,6 +24,7 @@ from fetchwork.errors import AdError, BrokerError
 
 from . import codec
 from .claiming import Claimer
+from .durability import ReplicaWait
 from .jobads import caller_attrs
 from .jobpolicy import Action
 from .policy.settings import policy_in_force
@@ -55,7 +56,8 @@ class Broker:
             self.store, self.default_lease_s, config,
             soft_tier=self.policy is not None and self.policy.limits_on())
         self._submitter = Submitter(self.store, self.default_lease_s, self.policy,
-                                    config.get_bool("DEFAULT_JOB_EXCLUSIVE"))
+                                    config.get_bool("DEFAULT_JOB_EXCLUSIVE"),
+                                    ReplicaWait.from_config(config))
 
     @classmethod
     def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:

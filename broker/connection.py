@@ -8,6 +8,9 @@ asks for one. `FETCHWORK_BROKER_USERNAME` (or the user part of the URL) is the
 Redis ACL user, whose password is the first line of
 `FETCHWORK_BROKER_PASSWORD_FILE`. A password is never taken from the URL or a
 command line, and never appears in a log line or an error message.
+
+`redis+sentinel://host:port[,host:port...]/mastername[/db]` (`rediss+sentinel://`
+for TLS) names a master set watched by Redis Sentinel (broker/sentinel.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from fetchwork.config.loader import Config
 from fetchwork.errors import RedisUnavailableError
 
+from .sentinel import check_sentinel_url, is_sentinel_url, parse_sentinel_url
+
 SCHEMES = ("redis://", "rediss://", "unix://")
 TLS_FILES = {"FETCHWORK_BROKER_CA": "ssl_ca_certs", "FETCHWORK_BROKER_CERT": "ssl_certfile",
              "FETCHWORK_BROKER_KEY": "ssl_keyfile"}
@@ -26,9 +31,12 @@ TLS_FILES = {"FETCHWORK_BROKER_CA": "ssl_ca_certs", "FETCHWORK_BROKER_CERT": "ss
 
 def check_url(url: str) -> str:
     """`url` when it is a Redis URL without a password in it; else a clear error."""
+    if is_sentinel_url(url):  # Redis Sentinel: its own rules
+        return check_sentinel_url(url)
     if not url.startswith(SCHEMES):
         raise RedisUnavailableError(
-            f"FETCHWORK_BROKER={redacted(url)!r} is not a redis://, rediss:// or unix:// URL")
+            f"FETCHWORK_BROKER={redacted(url)!r} is not a redis://, rediss://, unix:// "
+            "or redis+sentinel:// URL")
     if urlsplit(url).password is not None:
         raise RedisUnavailableError(
             f"FETCHWORK_BROKER={redacted(url)!r} carries a password; put the password in the "
@@ -66,7 +74,7 @@ def read_password(path: str) -> str:
 def client_options(url: str, config: Config) -> dict[str, Any]:
     """The redis-py keyword arguments `url` needs beyond itself: TLS files and credentials."""
     options: dict[str, Any] = {}
-    tls = url.startswith("rediss://")
+    tls = url.startswith(("rediss://", "rediss+sentinel://"))
     for knob, option in TLS_FILES.items():
         path = (config.get(knob) or "").strip()
         if not path:
@@ -80,7 +88,10 @@ def client_options(url: str, config: Config) -> dict[str, Any]:
     if tls:
         options["ssl_cert_reqs"] = "required"  # without FETCHWORK_BROKER_CA: the system's CAs
     username = (config.get("FETCHWORK_BROKER_USERNAME") or "").strip()
-    url_user = urlsplit(url).username if not url.startswith("unix://") else None
+    if is_sentinel_url(url):
+        url_user = parse_sentinel_url(url).username
+    else:
+        url_user = urlsplit(url).username if not url.startswith("unix://") else None
     if username:
         options["username"] = username
     elif url_user:

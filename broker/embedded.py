@@ -37,6 +37,7 @@ from fetchwork.config.loader import Config, get_config
 from fetchwork.errors import RedisUnavailableError
 
 from .connection import check_url, client_options, redacted
+from .sentinel import is_sentinel_url, sentinel_client
 
 log = logging.getLogger(__name__)
 
@@ -316,8 +317,12 @@ def connect(config: Config | None = None, start: bool = True, **kwargs: object) 
     TLS files and credentials come from the knobs connection.py reads."""
     config = config or get_config()
     url = broker_url(config, start=start)
-    client = redis.Redis.from_url(
-        url, **{**_quiet_connection(), **client_options(url, config), **kwargs})
+    if is_sentinel_url(url):  # Redis Sentinel: a client that follows failovers
+        client = sentinel_client(url, client_options(url, config),
+                                 **{**_quiet_connection(), **kwargs})
+    else:
+        client = redis.Redis.from_url(
+            url, **{**_quiet_connection(), **client_options(url, config), **kwargs})
     try:
         client.ping()
     except redis.RedisError as exc:

@@ -34,6 +34,7 @@ from fetchwork.errors import SubmitError
 from . import codec
 from .autoclusters import AUTOCLUSTER_ATTR
 from .dependencies import plan_dependencies, register_waiting
+from .durability import ReplicaWait
 from .groupindex import SubmitGroups
 from .jobads import PreparedJob, identity, place
 from .periodic import index_entries
@@ -64,8 +65,10 @@ class Submitter:
     """Submits clusters to one pool; jobs without JobLeaseDuration get `default_lease_s`."""
 
     def __init__(self, store: Store, default_lease_s: float,
-                 policy: PolicySettings | None = None, default_exclusive: bool = False):
+                 policy: PolicySettings | None = None, default_exclusive: bool = False,
+                 replica_wait: ReplicaWait | None = None):
         self.store = store
+        self.replica_wait = replica_wait  # FETCHWORK_BROKER_WAIT_REPLICAS
         self.default_lease_s = default_lease_s
         self.default_exclusive = default_exclusive  # DEFAULT_JOB_EXCLUSIVE
         # Scheduling policy: MAX_WALLTIME refuses; with limits, jobs start BLOCKED.
@@ -102,6 +105,9 @@ class Submitter:
             self._unstage(cluster, nonce, placed)
             raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
         self._retrying(lambda: self._queue(placed, validating, shape.groups))
+        if self.replica_wait is not None:  # durable across a failover: broker/durability.py
+            self.replica_wait.after(store.client, store.keys.seq_counter,
+                                    f"the submission of cluster {cluster}")
         log.info("submitted %d job(s) to cluster %s", len(placed), cluster)
         return Submitted([job.job_id for job, _seq in placed], any(validating))
 

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from fetchwork.broker.acl import ROLES, role_rules
 from fetchwork.broker.client import Broker
+from fetchwork.broker.durability import ReplicaWait
 from fetchwork.broker.embedded import connect
 from fetchwork.broker.keys import PoolKeys
 from fetchwork.broker.service import BrokerService
@@ -216,3 +217,10 @@ def test_submitter_queues_dependent_jobs_and_requeues(as_role: Callable[[str], B
     assert waiting is not None and waiting["FetchworkState"] == "BLOCKED"
     assert submitter.requeue([first]) == [], "an idle job is left as it is"
     assert sorted(submitter.remove([first, second])) == sorted([first, second])
+
+
+def test_submitter_may_wait_for_replicas(as_role: Callable[[str], Broker]) -> None:
+    # FETCHWORK_BROKER_WAIT_REPLICAS: the WAIT after a submission is allowed (no replica here).
+    submitter = as_role("submitter")
+    waited = ReplicaWait(1, 50).after(submitter.client, submitter.keys.seq_counter, "test")
+    assert waited == 0
