@@ -311,13 +311,22 @@ def _quiet_connection() -> dict[str, object]:
     return {}
 
 
-def connect(config: Config | None = None, start: bool = True, **kwargs: object) -> redis.Redis:
+def connect(config: Config | None = None, start: bool = True, pool: str | None = None,
+            **kwargs: object) -> redis.Redis:
     """A Redis client for the configured broker (bytes responses unless asked otherwise);
-    TLS files and credentials come from the knobs connection.py reads."""
+    TLS files and credentials come from the knobs connection.py reads. On a Redis
+    Cluster (FETCHWORK_BROKER_CLUSTER) it is a client of the master serving `pool`
+    (default FETCHWORK_POOL)."""
     config = config or get_config()
     url = broker_url(config, start=start)
-    client = redis.Redis.from_url(
-        url, **{**_quiet_connection(), **client_options(url, config), **kwargs})
+    options = {**_quiet_connection(), **client_options(url, config), **kwargs}
+    if config.get_bool("FETCHWORK_BROKER_CLUSTER"):
+        from .clusternode import pool_node_client
+
+        pool = pool or config.require("FETCHWORK_POOL").strip()
+        client: redis.Redis = pool_node_client(url, pool, options)
+    else:
+        client = redis.Redis.from_url(url, **options)
     try:
         client.ping()
     except redis.RedisError as exc:

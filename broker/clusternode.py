@@ -1,0 +1,112 @@
+"""A pool on Redis Cluster: a plain client on the master that serves the pool's slot.
+
+With `FETCHWORK_BROKER_CLUSTER = True`, `FETCHWORK_BROKER` names any node of
+a Redis Cluster (`redis://host:port`, `rediss://` for TLS). Every key of pool
+P carries the hash tag `{P}` (keys.py), so the whole pool lives in one slot
+on one master. The broker talks to that master with an ordinary client rather
+than a cluster client: Lua scripts by SHA, MULTI/EXEC transactions, pipelines
+and the blocking XREAD of the event stream all run unchanged, because each of
+them touches only the pool's slot. Pools are spread over the masters by their
+names' slots.
+
+When the slot moves (resharding, a replica promoted by the cluster), the old
+node answers MOVED; the client then points at the node the answer names and
+sends the command again. When the node cannot be reached at all, the client
+asks the cluster once where the slot lives now and follows it if it moved.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import MovedError
+
+from fetchwork.errors import RedisUnavailableError
+
+from .connection import redacted
+from .keys import PoolKeys
+
+log = logging.getLogger(__name__)
+
+# Redirections one command follows before its error reaches the caller.
+MAX_REDIRECTS = 3
+
+
+def pool_slot(pool: str) -> int:
+    """The Redis Cluster hash slot of every key of `pool`."""
+    return key_slot(PoolKeys(pool).queue.encode())
+
+
+class PoolNodeClient(redis.Redis):
+    """A client of the master serving one pool's slot; follows the slot when it moves."""
+
+    def __init__(self, topology: RedisCluster, pool: str, options: dict[str, Any]):
+        self._topology = topology
+        self._slot = pool_slot(pool)
+        self._options = options
+        host, port = self._owner()
+        super().__init__(host=host, port=port, **options)
+
+    def _owner(self) -> tuple[str, int]:
+        node = self._topology.nodes_manager.get_node_from_slot(self._slot)
+        return node.host, int(node.port)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) this client sends its commands to."""
+        kwargs = self.connection_pool.connection_kwargs
+        return kwargs["host"], int(kwargs["port"])
+
+    def _move_to(self, host: str, port: int) -> None:
+        if (host, port) == self.address:
+            return
+        log.warning("pool slot %s moved from %s:%s to %s:%s", self._slot, *self.address,
+                    host, port)
+        old = self.connection_pool
+        self.connection_pool = redis.ConnectionPool(
+            **{**old.connection_kwargs, "host": host, "port": port})
+        old.disconnect()
+
+    def _rediscover(self) -> bool:
+        """Ask the cluster where the slot lives; True when it moved to another node."""
+        try:
+            self._topology.nodes_manager.initialize()
+            host, port = self._owner()
+        except redis.RedisError as exc:
+            log.debug("cannot refresh the cluster's slot map: %s", exc)
+            return False
+        moved = (host, port) != self.address
+        self._move_to(host, port)
+        return moved
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        for _ in range(MAX_REDIRECTS):
+            try:
+                return super().execute_command(*args, **options)
+            except MovedError as exc:
+                self._move_to(exc.host, exc.port)
+            except redis.ConnectionError:
+                if not self._rediscover():
+                    raise
+        return super().execute_command(*args, **options)
+
+
+def pool_node_client(url: str, pool: str, options: dict[str, Any]) -> PoolNodeClient:
+    """A client for `pool` on the Redis Cluster that `url` names one node of."""
+    if url.startswith("unix://"):
+        raise RedisUnavailableError(
+            "FETCHWORK_BROKER_CLUSTER needs FETCHWORK_BROKER to name a cluster node as "
+            "redis://host:port or rediss://host:port, not a unix socket")
+    try:
+        topology = RedisCluster.from_url(url, **options)
+    except redis.RedisError as exc:
+        raise RedisUnavailableError(
+            f"cannot read the Redis Cluster's slot map from {redacted(url)}: {exc}; check "
+            "FETCHWORK_BROKER, or set FETCHWORK_BROKER_CLUSTER = False for a single "
+            "Redis") from exc
+    tls = {"ssl": True} if url.startswith("rediss://") else {}
+    return PoolNodeClient(topology, pool, {**options, **tls})
