@@ -23,7 +23,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import MovedError
+from redis.exceptions import ClusterDownError, MovedError, TryAgainError
 
 from fetchwork.errors import RedisUnavailableError
 
@@ -34,6 +34,13 @@ log = logging.getLogger(__name__)
 
 # Redirections one command follows before its error reaches the caller.
 MAX_REDIRECTS = 3
+# Answers of a node that cannot serve the slot just now (a master rejoining,
+# a failover under way): callers see them as an unreachable Redis and retry.
+NOT_NOW = (ClusterDownError, TryAgainError)
+
+
+def _unavailable(exc: Exception) -> redis.ConnectionError:
+    return redis.ConnectionError(f"the pool's Redis Cluster slot cannot be served now: {exc}")
 
 
 def pool_slot(pool: str) -> int:
@@ -92,7 +99,32 @@ class PoolNodeClient(redis.Redis):
             except redis.ConnectionError:
                 if not self._rediscover():
                     raise
+            except NOT_NOW as exc:
+                raise _unavailable(exc) from exc
         return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> PoolNodePipeline:
+        pipe = PoolNodePipeline(self.connection_pool, self.response_callbacks, transaction,
+                                shard_hint)
+        pipe.owner = self
+        return pipe
+
+
+class PoolNodePipeline(redis.client.Pipeline):
+    """A pipeline of a PoolNodeClient: a MOVED answer re-points the client for the next
+    call; it and a cluster answering "not now" reach the caller as a ConnectionError."""
+
+    owner: PoolNodeClient | None = None
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        try:
+            return super().execute(raise_on_error)
+        except MovedError as exc:
+            if self.owner is not None:
+                self.owner._move_to(exc.host, exc.port)
+            raise _unavailable(exc) from exc
+        except NOT_NOW as exc:
+            raise _unavailable(exc) from exc
 
 
 def pool_node_client(url: str, pool: str, options: dict[str, Any]) -> PoolNodeClient:

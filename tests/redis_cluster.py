@@ -133,12 +133,22 @@ class LocalCluster:
         raise AssertionError(f"slot {slot} of pool {pool} is not served")
 
     def restart(self, port: int) -> None:
-        """Crash one master (SIGKILL) and start it again on its port and folder (AOF, nodes.conf)."""
+        """Crash one master (SIGKILL); start it again on its port and folder (AOF, nodes.conf)."""
         process = self.processes[port]
         process.kill()
         process.wait(timeout=30)
         self.start_node(port)
         wait_until(self._all_ok, timeout_s=60, what="the cluster healthy after the restart")
+
+    def node_id(self, port: int) -> str:
+        answer = self.node(port).execute_command("CLUSTER", "MYID")
+        return answer.decode() if isinstance(answer, bytes) else str(answer)
+
+    def move_empty_slot(self, slot: int, to_port: int) -> None:
+        """Give `slot` (holding no keys) to the master on `to_port`, as a resharding would."""
+        target = self.node_id(to_port)
+        for port in sorted(self.ports, key=lambda p: p != to_port):
+            self.node(port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target)
 
     def stop(self) -> None:
         for process in self.processes.values():

@@ -11,10 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from redis.crc import key_slot
 
-from fetchwork.broker.clusternode import pool_slot
+from fetchwork.broker.clusternode import PoolNodeClient, pool_slot
+from fetchwork.broker.embedded import connect
 from fetchwork.broker.keys import PoolKeys
+from fetchwork.config.loader import Config
 from fetchwork.errors import RedisUnavailableError
 from tests.redis_cluster import ClusterUnavailable, LocalCluster, pools_on_different_masters
 from tests.test_pool import Up, _env, fw, history_json, q_json
@@ -50,6 +53,49 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     local.stop()
 
 
+def _config(tmp_path: Path, url: str) -> Config:
+    path = tmp_path / "fetchwork.conf"
+    path.write_text(f"FETCHWORK_BROKER = {url}\nFETCHWORK_BROKER_CLUSTER = true\n")
+    return Config.load(environ={"HOME": str(tmp_path)}, config_file=str(path))
+
+
+def test_the_client_follows_its_pool_slot_when_it_moves(cluster, tmp_path):
+    pool = "moving"
+    keys = PoolKeys(pool)
+    client = connect(_config(tmp_path, cluster.url), start=False, pool=pool)
+    assert isinstance(client, PoolNodeClient)
+    home = cluster.master_of(pool)
+    assert client.address == ("127.0.0.1", home)
+    other = next(port for port in cluster.ports if port != home)
+    cluster.move_empty_slot(pool_slot(pool), other)
+    try:
+        # The old master answers MOVED; the command goes on to the new one.
+        client.set(keys.leader, b"here")
+        assert client.address == ("127.0.0.1", other)
+        assert cluster.node(other).get(keys.leader) == b"here"
+        client.delete(keys.leader)
+        cluster.move_empty_slot(pool_slot(pool), home)
+        # A transaction is not sent again; the caller sees an unreachable Redis
+        # (and retries it), and the client already points at the slot's master.
+        pipe = client.pipeline(transaction=True)
+        pipe.set(keys.leader, b"back")
+        with pytest.raises(redis.ConnectionError, match="MOVED|moved|slot"):
+            pipe.execute()
+        assert client.address == ("127.0.0.1", home)
+        assert client.set(keys.leader, b"back")
+        assert cluster.node(home).get(keys.leader) == b"back"
+    finally:
+        client.delete(keys.leader)
+        if cluster.master_of(pool) != home:
+            cluster.move_empty_slot(pool_slot(pool), home)
+        client.close()
+
+
+def test_a_cluster_broker_needs_a_tcp_url(tmp_path):
+    with pytest.raises(RedisUnavailableError, match="not a unix socket"):
+        connect(_config(tmp_path, "unix:///nowhere.sock"), start=False, pool="p")
+
+
 class ClusterPool:
     """One pool on the cluster: its name, environment, `fetchwork up` and job folder."""
 
@@ -65,14 +111,17 @@ class ClusterPool:
         self.runs.chmod(0o777)
         self.up = Up(self.env, 2, root / "up.log")
 
-    def submit(self, count: int, tag: str) -> None:
+    def submit(self, count: int, tag: str, gate: Path) -> None:
+        """`count` jobs that leave a file each, then wait for `gate` to exist."""
         (self.root / f"{tag}.sub").write_text(
             "executable = /bin/sh\n"
-            f"arguments = \"-c 'sleep 1; touch {self.runs}/{tag}.$(Process).$$'\"\n"
+            f"arguments = \"-c 'touch {self.runs}/{tag}.$(Process).$$; "
+            f"while [ ! -e {gate} ]; do sleep 0.1; done'\"\n"
             f"queue {count}\n")
         fw(self.env, "submit", f"{tag}.sub", cwd=self.root)
 
     def run_names(self) -> list[str]:
+        """One `<tag>.<proc>` per run of a job (a job run twice shows twice)."""
         return sorted(".".join(p.name.split(".")[:2]) for p in self.runs.iterdir())
 
 
@@ -101,18 +150,21 @@ def pools(cluster: LocalCluster) -> Iterator[tuple[ClusterPool, ClusterPool]]:
 @pytest.fixture(scope="module")
 def ran(cluster: LocalCluster, pools: tuple[ClusterPool, ClusterPool]
         ) -> tuple[ClusterPool, ClusterPool]:
-    """Both pools run jobs; the first pool's master is killed and restarted mid-run;
-    more jobs are submitted after it; every job of both pools completes."""
+    """Both pools run jobs; the first pool's master is killed and restarted while
+    two jobs of each pool run; more jobs are submitted after it; every job of both
+    pools completes."""
+    gate = pools[0].root.parent / "restarted"
     for pool in pools:
-        pool.submit(JOBS_BEFORE, "before")
+        pool.submit(JOBS_BEFORE, "before", gate)
     wait_until(lambda: all(len(pool.run_names()) >= 2 for pool in pools), timeout_s=120,
                fail_if=lambda: pools[0].up.died() or pools[1].up.died(),
-               what="both pools running jobs")
+               what="two jobs of each pool running")
     cluster.restart(cluster.master_of(pools[0].name))
+    gate.touch()
     for pool in pools:
         wait_until(lambda pool=pool: fw(pool.env, "q", check=False).returncode == 0,
                    timeout_s=60, what=f"pool {pool.name} answering after the restart")
-        pool.submit(JOBS_AFTER, "after")
+        pool.submit(JOBS_AFTER, "after", gate)
     for pool in pools:
         wait_until(lambda pool=pool: q_json(pool.env) == [], timeout_s=180,
                    fail_if=pool.up.died, what=f"every job of pool {pool.name} to complete")
@@ -131,7 +183,8 @@ def test_every_job_of_both_pools_completed(ran):
         assert all(ad["JobStatus"] == 4 and ad["ExitCode"] == 0 for ad in history)
         expected = [f"before.{n}" for n in range(JOBS_BEFORE)]
         expected += [f"after.{n}" for n in range(JOBS_AFTER)]
-        assert set(pool.run_names()) == set(expected), pool.name
+        # Each job ran once: the runs that spanned the restart were not run again.
+        assert pool.run_names() == sorted(expected), pool.name
 
 
 def test_each_pool_data_is_on_its_own_master(cluster, ran):
