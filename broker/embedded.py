@@ -320,7 +320,8 @@ def connect(config: Config | None = None, start: bool = True, pool: str | None =
     config = config or get_config()
     url = broker_url(config, start=start)
     options = {**_quiet_connection(), **client_options(url, config), **kwargs}
-    if config.get_bool("FETCHWORK_BROKER_CLUSTER"):
+    if (config.get("FETCHWORK_BROKER_CLUSTER") or "").strip() \
+            and config.get_bool("FETCHWORK_BROKER_CLUSTER"):
         from .clusternode import pool_node_client
 
         pool = pool or config.require("FETCHWORK_POOL").strip()
