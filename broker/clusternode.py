@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
-from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, MovedError, TryAgainError
 
@@ -32,6 +32,9 @@ from .keys import PoolKeys
 
 log = logging.getLogger(__name__)
 
+DEFAULT_PORT = 6379
+# Seconds a node may take to connect and answer CLUSTER SLOTS.
+SLOT_MAP_TIMEOUT_S = 5.0
 # Redirections one command follows before its error reaches the caller.
 MAX_REDIRECTS = 3
 # Answers of a node that cannot serve the slot just now (a master rejoining,
@@ -48,19 +51,56 @@ def pool_slot(pool: str) -> int:
     return key_slot(PoolKeys(pool).queue.encode())
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def slot_master(client: redis.Redis, slot: int) -> tuple[str, int] | None:
+    """(host, port) of the master serving `slot` by the CLUSTER SLOTS answer of `client`'s
+    node; None when no master serves it."""
+    for start, end, master, *_replicas in client.execute_command("CLUSTER", "SLOTS"):
+        if int(start) <= slot <= int(end):
+            host = _text(master[0])
+            if not host or host == "?":  # the node does not know its own address
+                host = client.connection_pool.connection_kwargs["host"]
+            return host, int(master[1])
+    return None
+
+
 class PoolNodeClient(redis.Redis):
     """A client of the master serving one pool's slot; follows the slot when it moves."""
 
-    def __init__(self, topology: RedisCluster, pool: str, options: dict[str, Any]):
-        self._topology = topology
+    def __init__(self, seed: tuple[str, int], pool: str, options: dict[str, Any]):
+        self._seeds = [seed]
         self._slot = pool_slot(pool)
         self._options = options
-        host, port = self._owner()
-        super().__init__(host=host, port=port, **options)
+        owner = self._ask_cluster()
+        if owner is None:
+            raise RedisUnavailableError(
+                f"no master of the Redis Cluster at {seed[0]}:{seed[1]} serves slot "
+                f"{self._slot} of pool {pool}; check the cluster (redis-cli --cluster check)")
+        super().__init__(host=owner[0], port=owner[1], **options)
 
-    def _owner(self) -> tuple[str, int]:
-        node = self._topology.nodes_manager.get_node_from_slot(self._slot)
-        return node.host, int(node.port)
+    def _ask_cluster(self) -> tuple[str, int] | None:
+        """The slot's master by the first node (of the seed and those seen) that answers."""
+        failure: redis.RedisError | None = None
+        for host, port in list(self._seeds):
+            node = redis.Redis(host=host, port=port, **{
+                **self._options, "socket_connect_timeout": SLOT_MAP_TIMEOUT_S,
+                "socket_timeout": SLOT_MAP_TIMEOUT_S})
+            try:
+                owner = slot_master(node, self._slot)
+            except redis.RedisError as exc:
+                failure = exc
+                continue
+            finally:
+                node.close()
+            if owner is not None and owner not in self._seeds:
+                self._seeds.append(owner)
+            return owner
+        if failure is not None:
+            raise failure
+        return None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -75,20 +115,23 @@ class PoolNodeClient(redis.Redis):
                     host, port)
         old = self.connection_pool
         self.connection_pool = redis.ConnectionPool(
+            connection_class=old.connection_class,
             **{**old.connection_kwargs, "host": host, "port": port})
         old.disconnect()
+        if (host, port) not in self._seeds:
+            self._seeds.append((host, port))
 
     def _rediscover(self) -> bool:
         """Ask the cluster where the slot lives; True when it moved to another node."""
         try:
-            self._topology.nodes_manager.initialize()
-            host, port = self._owner()
+            owner = self._ask_cluster()
         except redis.RedisError as exc:
-            log.debug("cannot refresh the cluster's slot map: %s", exc)
+            log.debug("cannot read the cluster's slot map: %s", exc)
             return False
-        moved = (host, port) != self.address
-        self._move_to(host, port)
-        return moved
+        if owner is None or owner == self.address:
+            return False
+        self._move_to(*owner)
+        return True
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         for _ in range(MAX_REDIRECTS):
@@ -133,12 +176,13 @@ def pool_node_client(url: str, pool: str, options: dict[str, Any]) -> PoolNodeCl
         raise RedisUnavailableError(
             "FETCHWORK_BROKER_CLUSTER needs FETCHWORK_BROKER to name a cluster node as "
             "redis://host:port or rediss://host:port, not a unix socket")
+    parts = urlsplit(url)
+    tls = {"ssl": True} if url.startswith("rediss://") else {}
     try:
-        topology = RedisCluster.from_url(url, **options)
+        return PoolNodeClient((parts.hostname or "localhost", parts.port or DEFAULT_PORT), pool,
+                              {**options, **tls})
     except redis.RedisError as exc:
         raise RedisUnavailableError(
             f"cannot read the Redis Cluster's slot map from {redacted(url)}: {exc}; check "
             "FETCHWORK_BROKER, or set FETCHWORK_BROKER_CLUSTER = False for a single "
             "Redis") from exc
-    tls = {"ssl": True} if url.startswith("rediss://") else {}
-    return PoolNodeClient(topology, pool, {**options, **tls})

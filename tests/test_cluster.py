@@ -14,6 +14,8 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from fetchwork.broker.acl import user_line
+from fetchwork.broker.client import Broker
 from fetchwork.broker.clusternode import PoolNodeClient, pool_slot
 from fetchwork.broker.embedded import connect
 from fetchwork.broker.keys import PoolKeys
@@ -89,6 +91,29 @@ def test_the_client_follows_its_pool_slot_when_it_moves(cluster, tmp_path):
         if cluster.master_of(pool) != home:
             cluster.move_empty_slot(pool_slot(pool), home)
         client.close()
+
+
+def test_a_pool_role_user_reaches_its_master(cluster, tmp_path):
+    pool = "roles"
+    for port in cluster.ports:  # ACL users are per node
+        cluster.node(port).execute_command(
+            *user_line("fw-roles-submitter", "submitter", pool, "pw-s", as_command=True).split())
+    (tmp_path / "pw").write_text("pw-s\n")
+    (tmp_path / "fetchwork.conf").write_text(
+        f"FETCHWORK_BROKER = {cluster.url}\nFETCHWORK_BROKER_CLUSTER = true\n"
+        f"FETCHWORK_BROKER_USERNAME = fw-roles-submitter\n"
+        f"FETCHWORK_BROKER_PASSWORD_FILE = {tmp_path / 'pw'}\n")
+    config = Config.load(environ={"HOME": str(tmp_path)},
+                         config_file=str(tmp_path / "fetchwork.conf"))
+    broker = Broker(connect(config, start=False, pool=pool), pool, config)
+    try:
+        assert broker.client.address == ("127.0.0.1", cluster.master_of(pool))
+        assert broker.next_cluster() == 1
+        assert broker.queued_ids() == []
+    finally:
+        broker.client.close()
+        for port in cluster.ports:
+            cluster.node(port).execute_command("ACL", "DELUSER", "fw-roles-submitter")
 
 
 def test_a_cluster_broker_needs_a_tcp_url(tmp_path):
