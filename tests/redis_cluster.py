@@ -2,7 +2,7 @@
 
 `LocalCluster` starts the nodes on free TCP ports (cluster mode, appendonly),
 joins them with `redis-cli --cluster create` when redis-cli exists, else by
-CLUSTER MEET and ADDSLOTSRANGE from Python, and can restart one master on its
+CLUSTER ADDSLOTS and MEET from Python, and can restart one master on its
 port and folder so it comes back with its data and its slots.
 """
 
@@ -18,7 +18,7 @@ import redis
 
 from fetchwork.broker.clusternode import pool_slot
 from fetchwork.broker.embedded import find_server
-from tests.waiting import wait_until
+from tests.waiting import WaitTimeout, wait_until
 
 SLOTS = 16384
 
@@ -58,11 +58,15 @@ class LocalCluster:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.ports[0]}"
 
-    def start(self) -> None:
-        for port in self.ports:
-            self.start_node(port)
-        self._join()
-        wait_until(self._all_ok, timeout_s=30, what="cluster_state:ok on every node")
+    def start(self, use_cli: bool = True) -> None:
+        try:
+            for port in self.ports:
+                self.start_node(port)
+            self._join(shutil.which("redis-cli") if use_cli else None)
+            wait_until(self._all_ok, timeout_s=30, what="cluster_state:ok on every node")
+        except (WaitTimeout, redis.RedisError) as exc:
+            self.stop()
+            raise ClusterUnavailable(str(exc)) from exc
 
     def start_node(self, port: int) -> None:
         folder = self.root / str(port)
@@ -93,8 +97,7 @@ class LocalCluster:
         except redis.RedisError:
             return False
 
-    def _join(self) -> None:
-        cli = shutil.which("redis-cli")
+    def _join(self, cli: str | None) -> None:
         if cli:
             done = subprocess.run(
                 [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
@@ -107,7 +110,7 @@ class LocalCluster:
         step = SLOTS // len(self.ports)
         for index, port in enumerate(self.ports):
             last = SLOTS - 1 if index == len(self.ports) - 1 else (index + 1) * step - 1
-            self.node(port).execute_command("CLUSTER", "ADDSLOTSRANGE", index * step, last)
+            self.node(port).execute_command("CLUSTER", "ADDSLOTS", *range(index * step, last + 1))
             if index:
                 self.node(port).execute_command("CLUSTER", "MEET", "127.0.0.1", self.ports[0])
 
