@@ -74,6 +74,7 @@ class PoolNodeClient(redis.Redis):
         self._seeds = [seed]
         self._slot = pool_slot(pool)
         self._options = options
+        self.moves = 0  # times the slot was followed to another node
         owner = self._ask_cluster()
         if owner is None:
             raise RedisUnavailableError(
@@ -113,6 +114,7 @@ class PoolNodeClient(redis.Redis):
             return
         log.warning("pool slot %s moved from %s:%s to %s:%s", self._slot, *self.address,
                     host, port)
+        self.moves += 1
         old = self.connection_pool
         self.connection_pool = redis.ConnectionPool(
             connection_class=old.connection_class,
@@ -138,6 +140,8 @@ class PoolNodeClient(redis.Redis):
             try:
                 return super().execute_command(*args, **options)
             except MovedError as exc:
+                if exc.slot_id != self._slot:  # a key outside the pool: not ours to follow
+                    raise
                 self._move_to(exc.host, exc.port)
             except redis.ConnectionError:
                 if not self._rediscover():
@@ -163,8 +167,9 @@ class PoolNodePipeline(redis.client.Pipeline):
         try:
             return super().execute(raise_on_error)
         except MovedError as exc:
-            if self.owner is not None:
-                self.owner._move_to(exc.host, exc.port)
+            if self.owner is None or exc.slot_id != self.owner._slot:
+                raise
+            self.owner._move_to(exc.host, exc.port)
             raise _unavailable(exc) from exc
         except NOT_NOW as exc:
             raise _unavailable(exc) from exc

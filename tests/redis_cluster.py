@@ -12,12 +12,16 @@ import random
 import shutil
 import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import redis
 
 from fetchwork.broker.clusternode import pool_slot
 from fetchwork.broker.embedded import find_server
+from fetchwork.errors import RedisUnavailableError
 from tests.waiting import WaitTimeout, wait_until
 
 SLOTS = 16384
@@ -163,6 +167,21 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+
+@contextmanager
+def local_cluster_or_skip(root: Path) -> Iterator[LocalCluster]:
+    """A started LocalCluster under `root`, stopped on leaving; the test is skipped with
+    the reason when no cluster forms here."""
+    try:
+        local = LocalCluster(root)
+        local.start()
+    except (ClusterUnavailable, RedisUnavailableError, OSError) as exc:
+        pytest.skip(f"cannot form a local Redis Cluster: {exc}")
+    try:
+        yield local
+    finally:
+        local.stop()
 
 
 def pools_on_different_masters(cluster: LocalCluster, prefix: str) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from fetchwork.broker.embedded import connect
 from fetchwork.broker.keys import PoolKeys
 from fetchwork.config.loader import Config
 from fetchwork.errors import RedisUnavailableError
-from tests.redis_cluster import ClusterUnavailable, LocalCluster, pools_on_different_masters
+from tests.redis_cluster import LocalCluster, local_cluster_or_skip, pools_on_different_masters
 from tests.test_pool import Up, _env, fw, history_json, q_json
 from tests.waiting import wait_until
 
@@ -43,16 +43,8 @@ def test_every_key_of_a_pool_is_in_the_pool_slot():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = None
-    try:
-        local = LocalCluster(tmp_path_factory.mktemp("cluster"))
-        local.start()
-    except (ClusterUnavailable, RedisUnavailableError, OSError) as exc:
-        if local is not None:
-            local.stop()
-        pytest.skip(f"cannot form a local Redis Cluster: {exc}")
-    yield local
-    local.stop()
+    with local_cluster_or_skip(tmp_path_factory.mktemp("cluster")) as local:
+        yield local
 
 
 def _config(tmp_path: Path, url: str) -> Config:
@@ -74,6 +66,7 @@ def test_the_client_follows_its_pool_slot_when_it_moves(cluster, tmp_path):
         # The old master answers MOVED; the command goes on to the new one.
         client.set(keys.leader, b"here")
         assert client.address == ("127.0.0.1", other)
+        assert client.moves == 1
         assert cluster.node(other).get(keys.leader) == b"here"
         client.delete(keys.leader)
         cluster.move_empty_slot(pool_slot(pool), home)
