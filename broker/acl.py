@@ -35,6 +35,8 @@ COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|
           "zrange", "zrangebyscore", "zrevrange", "zrevrangebyscore", "zscore", "zmscore",
           "zrank", "zcard", "zrangebylex",
           "zcount", "xread", "xrange", "xrevrange", "xlen")
+# On Redis Cluster (FETCHWORK_BROKER_CLUSTER): reading the slot map to find the pool's master.
+CLUSTER_MAP = ("cluster|slots",)
 # Commands the bodies of the job transition scripts run (lib.lua and each script).
 SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zadd", "zrem", "xadd", "hsetnx")
 
@@ -65,11 +67,12 @@ def role_rules(role: str, pool: str) -> list[str]:
     keys = f"~{pool_pattern(pool)}"
     if role == "admin":
         return ["resetkeys", keys, "resetchannels", "+@all",
-                *(f"-{command}" for command in SERVER_WIDE)]
+                *(f"-{command}" for command in SERVER_WIDE),
+                *(f"+{command}" for command in CLUSTER_MAP)]
     if role not in SCRIPTS:
         raise ValueError(f"unknown role {role!r} (roles: {', '.join(ROLES)})")
     rules = ["resetkeys", keys, "resetchannels", "-@all"]
-    rules += [f"+{command}" for command in (*COMMON, *SCRIPT_BODIES, *OWN[role])]
+    rules += [f"+{command}" for command in (*COMMON, *CLUSTER_MAP, *SCRIPT_BODIES, *OWN[role])]
     rules += [f"+evalsha|{sha(name)}" for name in SCRIPTS[role]]
     if role == "execute":
         # Publishing slot ads: SET and the expiry sweep only on the slot keys

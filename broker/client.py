@@ -66,7 +66,7 @@ class Broker:
 
         config = config if config is not None else get_config()
         pool = config.require("FETCHWORK_POOL").strip()
-        return cls(connect(config, start=start), pool, config)
+        return cls(connect(config, start=start, pool=pool), pool, config)
 
     # -- reading helpers -----------------------------------------------------
 

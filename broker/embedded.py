@@ -312,17 +312,27 @@ def _quiet_connection() -> dict[str, object]:
     return {}
 
 
-def connect(config: Config | None = None, start: bool = True, **kwargs: object) -> redis.Redis:
+def connect(config: Config | None = None, start: bool = True, pool: str | None = None,
+            **kwargs: object) -> redis.Redis:
     """A Redis client for the configured broker (bytes responses unless asked otherwise);
-    TLS files and credentials come from the knobs connection.py reads."""
+    TLS files and credentials come from the knobs connection.py reads. On a Redis
+    Cluster (FETCHWORK_BROKER_CLUSTER) it is a client of the master serving `pool`
+    (default FETCHWORK_POOL)."""
     config = config or get_config()
     url = broker_url(config, start=start)
+    options = {**_quiet_connection(), **client_options(url, config), **kwargs}
+    client: redis.Redis
     if is_sentinel_url(url):  # Redis Sentinel: a client that follows failovers
         client = sentinel_client(url, client_options(url, config),
                                  **{**_quiet_connection(), **kwargs})
+    elif (config.get("FETCHWORK_BROKER_CLUSTER") or "").strip() \
+            and config.get_bool("FETCHWORK_BROKER_CLUSTER"):
+        from .clusternode import pool_node_client
+
+        pool = pool or config.require("FETCHWORK_POOL").strip()
+        client = pool_node_client(url, pool, options)
     else:
-        client = redis.Redis.from_url(
-            url, **{**_quiet_connection(), **client_options(url, config), **kwargs})
+        client = redis.Redis.from_url(url, **options)
     try:
         client.ping()
     except redis.RedisError as exc:
