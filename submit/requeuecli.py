@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import click
 
-from fetchwork.errors import FetchworkError
 from fetchwork.submit.options import CondorCommand
-from fetchwork.submit.usercli import connect_broker
+from fetchwork.submit.usercli import select_jobs
 
 
 @click.command("requeue", cls=CondorCommand)
@@ -30,12 +29,7 @@ def requeue_command(ids: tuple[str, ...], constraint: str | None, all_jobs: bool
     of its priority group, so it runs next (Rerunnable = false does not keep it
     from being requeued). An idle, held or blocked job is unchanged.
     """
-    if not ids and not constraint and not all_jobs:
-        raise click.UsageError("name jobs (C.P), clusters (C), -constraint EXPR or -all")
-    broker = connect_broker()
-    selected = broker.select(list(ids), constraint=constraint, all_jobs=all_jobs or not ids)
-    if not selected:
-        raise FetchworkError("no matching jobs")
+    broker, selected = select_jobs(ids, constraint, all_jobs)
     done = set(broker.requeue(selected))
     states = {f"{row['ClusterId']}.{row['ProcId']}": row["FetchworkState"]
               for row in broker.job_fields(selected, ["ProcId", "FetchworkState"])}

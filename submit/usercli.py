@@ -241,8 +241,9 @@ def _order(ad: Any) -> tuple[int, int]:
 
 # -- rm, hold, release -----------------------------------------------------------------
 
-def _act(action: str, ids: Sequence[str], constraint: str | None, all_jobs: bool,
-         reason: str | None, hold_until: int | None = None) -> None:
+def select_jobs(ids: Sequence[str], constraint: str | None,
+                all_jobs: bool) -> tuple[Broker, list[str]]:
+    """The broker and the queued jobs a user command names (IDS, -constraint, -all)."""
     if not ids and not constraint and not all_jobs:
         raise click.UsageError("name jobs (C.P), clusters (C), -constraint EXPR or -all")
     broker = connect_broker()
@@ -250,6 +251,12 @@ def _act(action: str, ids: Sequence[str], constraint: str | None, all_jobs: bool
     selected = broker.select(list(ids), constraint=constraint, all_jobs=all_jobs or not ids)
     if not selected:
         raise FetchworkError("no matching jobs")
+    return broker, selected
+
+
+def _act(action: str, ids: Sequence[str], constraint: str | None, all_jobs: bool,
+         reason: str | None, hold_until: int | None = None) -> None:
+    broker, selected = select_jobs(ids, constraint, all_jobs)
     done = broker.apply(action, selected, reason, hold_until)
     verb = {"remove": "marked for removal", "hold": "held", "release": "released"}[action]
     until = f" until {format_hold_until(hold_until)}" if hold_until is not None else ""

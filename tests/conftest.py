@@ -19,6 +19,7 @@ import redis
 
 from fetchwork.broker.embedded import EmbeddedRedis
 from fetchwork.config.loader import Config
+from tests.folders import open_folder
 from tests.starter_bench import Bench
 
 
@@ -58,12 +59,8 @@ def job_tmp(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0:
         yield tmp_path
         return
-    folder = Path(tempfile.mkdtemp(prefix="fw-test-"))
-    folder.chmod(0o755)
-    try:
+    with open_folder("fw-test-") as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

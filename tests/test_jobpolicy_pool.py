@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import pytest
 from fetchwork.broker.client import Broker
 from fetchwork.config.loader import Config
 from fetchwork.submit import tables
+from tests.folders import open_folder
 from tests.test_pool import Up, _env, fw, history_json, q_json
 from tests.waiting import wait_until
 
@@ -64,12 +63,8 @@ SUBMIT = {
 @pytest.fixture(scope="module")
 def work() -> Iterator[Path]:
     """A folder the jobs (run as nobody under root) can write to."""
-    folder = Path(tempfile.mkdtemp(prefix="fw-policy-"))
-    folder.chmod(0o777)
-    try:
+    with open_folder("fw-policy-", 0o777) as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def job_id(ad: dict[str, Any]) -> str:

@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.folders import open_folder
 from tests.test_pool import Up, _env, fw, history_json, q_json
 from tests.waiting import wait_until
 
@@ -51,15 +50,9 @@ class SlotsPool:
         fw(self.env, "submit", "job.sub", cwd=work)
 
 
-@contextmanager
-def _root() -> Iterator[Path]:
+def _root() -> AbstractContextManager[Path]:
     # Jobs run as nobody under a root test run: a folder open to all, outside pytest's.
-    folder = Path(tempfile.mkdtemp(prefix="fw-slots-"))
-    folder.chmod(0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    return open_folder("fw-slots-")
 
 
 @pytest.fixture(scope="module")

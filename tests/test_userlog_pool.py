@@ -10,10 +10,8 @@ The pool is stood up once; the tests assert on what the scenario left.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 import htcondor2
 import pytest
 
+from tests.folders import open_folder
 from tests.test_pool import Up, _env, fw
 from tests.waiting import wait_until
 
@@ -100,12 +99,8 @@ def job_root(tmp_path_factory):
     if os.geteuid() != 0:
         yield tmp_path_factory.mktemp("userlog")
         return
-    folder = Path(tempfile.mkdtemp(prefix="fw-userlog-"))
-    folder.chmod(0o755)
-    try:
+    with open_folder("fw-userlog-") as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
