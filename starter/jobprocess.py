@@ -25,7 +25,6 @@ from typing import Any
 
 import psutil
 
-from fetchwork.errors import StarterError
 from fetchwork.starter.jobspec import (
     STANDARD_ERROR,
     STANDARD_INPUT,
@@ -357,22 +356,3 @@ def _file_identity(user: tuple[int, int] | None) -> Iterator[None]:
         libc.setfsuid(0)
         libc.setfsgid(0)
 
-
-def resolve_user(slot_user: str | None) -> tuple[int, int] | None:
-    """The (uid, gid) jobs and hooks run as: None unless this process is root.
-
-    A job never runs as root: a root starter uses `SLOT_USER` (a name or a
-    number), else `nobody`.
-    """
-    if os.geteuid() != 0:
-        return None
-    import pwd
-
-    name = (slot_user or "").strip() or "nobody"
-    try:
-        entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
-    except (KeyError, ValueError) as exc:
-        raise StarterError(f"SLOT_USER {name!r} is not a user on this machine") from exc
-    if entry.pw_uid == 0:
-        raise StarterError("SLOT_USER must not be root: jobs never run as root")
-    return entry.pw_uid, entry.pw_gid
