@@ -188,8 +188,14 @@ def test_with_backfill_off_lower_jobs_wait_for_the_reserved_one_everywhere():
 
 def test_an_exclusive_job_drains_the_machine_whose_jobs_end_soonest():
     with _pool(beta=True, head=False) as pool:
-        # Alpha runs a job for up to 10 minutes, beta one for up to 1 minute.
-        pool.submit("on_alpha", 1, 600, gate="release.alpha")
+        # Alpha runs a job for up to 10 minutes, beta one for up to 1 minute (each
+        # pinned to its machine: an empty machine would take the exclusive job at once).
+        (pool.work / "alpha.sub").write_text(
+            "executable = /bin/sh\n"
+            f"arguments = \"-c '{SCRIPT.format(tag='on_alpha', gate='release.alpha')}'\"\n"
+            "requirements = TARGET.Machine == \"alpha\"\nrequest_cpus = 1\n"
+            "allowed_job_duration = 600\n+Tag = \"on_alpha\"\nqueue\n")
+        fw(pool.env, "submit", "alpha.sub", cwd=pool.work)
         wait_until(lambda: pool.state("on_alpha") == [2], timeout_s=60, fail_if=pool.died,
                    what="a job running on alpha")
         (pool.work / "beta.sub").write_text(
