@@ -24,7 +24,7 @@ from typing import TypeVar
 import classad2
 import psutil
 
-from fetchwork.config import convert
+from fetchwork.config import convert, memo
 from fetchwork.config.language import Definition, define, expand, lookup, parse
 from fetchwork.errors import ConfigError, UndefinedKnobError
 
@@ -80,30 +80,40 @@ def _read_file(path: str, required: bool) -> tuple[str, str] | None:
                           "files must be UTF-8", path, line) from exc
 
 
-def _parse_file(path: str, defined: dict[str, Definition]) -> None:
-    found = _read_file(path, True)
+def _noting(sources: memo.Sources) -> Callable[[str, bool], tuple[str, str] | None]:
+    """`_read_file` that records each path it looks at in `sources`."""
+    def read(path: str, required: bool) -> tuple[str, str] | None:
+        sources.note(path)
+        return _read_file(path, required)
+    return read
+
+
+def _parse_file(path: str, defined: dict[str, Definition], sources: memo.Sources) -> None:
+    read = _noting(sources)
+    found = read(path, True)
     assert found is not None
-    parse(found[0], found[1], defined, _read_file)
+    parse(found[0], found[1], defined, read)
 
 
 def _merge(detected: list[Definition], env: Mapping[str, str], config_file: str | None,
-           use_defaults: bool, pool_file: str | None) -> dict[str, Definition]:
+           use_defaults: bool, pool_file: str | None,
+           sources: memo.Sources) -> dict[str, Definition]:
     defined: dict[str, Definition] = {}
     for definition in detected:
         define(defined, definition)
     if use_defaults:
-        _parse_file(DEFAULTS_FILE, defined)
+        _parse_file(DEFAULTS_FILE, defined, sources)
     if pool_file is not None:
-        _parse_file(pool_file, defined)
+        _parse_file(pool_file, defined, sources)
     path = config_file if config_file is not None else env.get(CONFIG_ENV) or None
     if path is not None:
         try:
-            _parse_file(path, defined)
+            _parse_file(path, defined, sources)
         except OSError as exc:
             raise ConfigError(f"cannot read the configuration file: {exc.strerror} "
                               f"(set {CONFIG_ENV} to a readable file)", path) from exc
-    elif os.path.exists(SYSTEM_CONFIG):
-        _parse_file(SYSTEM_CONFIG, defined)
+    elif sources.note(SYSTEM_CONFIG) is not None:
+        _parse_file(SYSTEM_CONFIG, defined, sources)
     for name, value in sorted(env.items()):
         if name.startswith("FETCHWORK_") and name != CONFIG_ENV:
             define(defined, Definition(name, value, f"{ENVIRONMENT} {name}", None))
@@ -132,16 +142,29 @@ class Config:
         When the state directory holds a pool file (written by `fetchwork up`),
         it is read right after the defaults, so a local pool is found with no
         configuration while the admin's file and the environment still win.
+        The merge is remembered (memo.py) and reused while no file it read changed.
         """
         env = dict(os.environ if environ is None else environ)
+        key = memo.inputs_key(env, config_file, use_defaults, DEFAULTS_FILE, SYSTEM_CONFIG,
+                              socket.gethostname())
+        defined = memo.remembered(key)
+        if defined is None:
+            sources = memo.Sources()
+            defined = cls._merge_all(env, config_file, use_defaults, sources)
+            memo.remember(key, sources, defined)
+        return cls(defined, env)
+
+    @classmethod
+    def _merge_all(cls, env: dict[str, str], config_file: str | None, use_defaults: bool,
+                   sources: memo.Sources) -> dict[str, Definition]:
         detected = detected_definitions()  # once: the resolver can be slow
-        defined = _merge(detected, env, config_file, use_defaults, pool_file=None)
+        defined = _merge(detected, env, config_file, use_defaults, None, sources)
         if use_defaults:
             state_dir = cls(defined, env).get("FETCHWORK_STATE_DIR")
             pool_file = os.path.join(state_dir, POOL_FILE) if state_dir else None
-            if pool_file and os.path.isfile(pool_file):
-                defined = _merge(detected, env, config_file, use_defaults, pool_file=pool_file)
-        return cls(defined, env)
+            if pool_file and sources.note(pool_file) is not None and os.path.isfile(pool_file):
+                defined = _merge(detected, env, config_file, use_defaults, pool_file, sources)
+        return defined
 
     @classmethod
     def from_text(cls, text: str, source: str = "<text>",
