@@ -171,3 +171,15 @@ def test_plain_literals_are_written_as_classad_writes_them():
         assert ads.parse_ad(f"X = {written}")["X"] == ad[name]
         if not isinstance(ad[name], float):
             assert written == ads.unparse(ad.lookup(name))
+
+
+@pytest.mark.parametrize("text", ["0", "7", "-12", "123456789012345678", "-0",
+                                  "99999999999999999999", '"plain text"', '"with \\"quote\\""',
+                                  '""', "true", "false", "TRUE", "1.5", "undefined", "{1, 2}",
+                                  "MY.A + 1"])
+def test_literals_read_directly_are_what_the_classad_parser_reads(text):
+    read = ads.parse_ad(f"A = {text}")
+    expected = classad2.ClassAd()
+    expected["A"] = ads.parse_expr(text)
+    assert str(read) == str(expected)
+    assert type(read["A"]) is type(expected["A"])
