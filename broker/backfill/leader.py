@@ -31,13 +31,14 @@ from fetchwork.config.matching import matches
 from fetchwork.errors import AdError, FetchworkError
 
 from .. import codec
+from ..autoclusters import signature, start_job_reads
 from ..store import Store
 from .plan import DEPTH, Machine, Plan, Reservation, Running, Waiting, plan, to_record
 from .pool import ideal_slots_by_machine, machines_of, running_of, waiting_of
 
 log = logging.getLogger(__name__)
 
-FIRST_BATCH = 64
+FIRST_BATCH = 16
 EVENTS_READ = 1000
 # Longest single XREAD BLOCK while waiting (well inside a client's socket timeout).
 MAX_BLOCK_S = 1.0
@@ -95,7 +96,7 @@ class BackfillLeader:
         ideal = {machine: [ad for ad in (_ad(one) for one in ads) if ad is not None]
                  for machine, ads in ideal_slots_by_machine(slots).items()}
         running = self._running(now)
-        result = self._plan(machines, ideal, running, now)
+        result = self._plan(machines, ideal, running, now, _MachineMemo(ideal))
         self._store(result.reservation)
         self._reservation = result.reservation
         self._not_bypass = frozenset(result.ahead) | frozenset(result.unplaceable)
@@ -119,7 +120,7 @@ class BackfillLeader:
         return [one for one in found if one is not None]
 
     def _plan(self, machines: Sequence[Machine], ideal: Mapping[str, list[classad2.ClassAd]],
-              running: Sequence[Running], now: float) -> Plan:
+              running: Sequence[Running], now: float, memo: _MachineMemo) -> Plan:
         """The plan over the idle head, read in growing batches."""
         waiting: list[Waiting] = []
         batch, offset = FIRST_BATCH, 0
@@ -130,7 +131,7 @@ class BackfillLeader:
             scores = {codec.text(member): score for member, score in rows}
             for job_id, data in self.store.hashes(list(scores)):
                 waiting.append(waiting_of(job_id, data, scores[job_id], self.default_walltime_s,
-                                          _machines_for(data, ideal)))
+                                          memo.machines_for(data)))
             result = plan(waiting, machines, running, now)
             if result.reservation is not None or len(rows) < batch or offset >= DEPTH:
                 return result
@@ -174,6 +175,29 @@ class BackfillLeader:
             if grown:
                 log.info("%d job(s) started ahead of reserved job %s (BypassCount %s)",
                          bypasses, reservation.job_id, grown)
+
+
+class _MachineMemo:
+    """`_machines_for` over one pass, once per shape of job: jobs whose significant
+    attributes (autoclusters.py, with what the slots' START reads) are equal match the
+    same slots. Where a START's reads cannot be told, each job is matched."""
+
+    def __init__(self, ideal: Mapping[str, list[classad2.ClassAd]]):
+        self.ideal = ideal
+        reads = [start_job_reads(slot) for slots in ideal.values() for slot in slots]
+        self.extra: tuple[str, ...] | None = None
+        if all(one is not None for one in reads):
+            self.extra = tuple(sorted(set().union(*(one for one in reads if one is not None))))
+        self.known: dict[tuple[Any, ...], frozenset[str]] = {}
+
+    def machines_for(self, job: Mapping[str, Any]) -> frozenset[str]:
+        if self.extra is None:
+            return _machines_for(job, self.ideal)
+        key = signature(job, self.extra)
+        found = self.known.get(key)
+        if found is None:
+            found = self.known[key] = _machines_for(job, self.ideal)
+        return found
 
 
 def _ad(data: Mapping[str, Any]) -> classad2.ClassAd | None:
