@@ -51,6 +51,8 @@ REPORTED_ATTRS = (
     "HoldReason", "HoldReasonCode", "HoldReasonSubCode", "MemoryUsage", "MemoryExceeded",
 )
 CLAIM_ATTR = "FetchworkClaim"
+# Seconds from a job's start to its lease keeper's first check of the claim.
+FIRST_CHECK_S = 1.0
 
 _broker_lock = threading.Lock()
 _broker: Any = None
@@ -142,8 +144,8 @@ def reply_fetch(args: Sequence[str], stdin_text: str) -> None:
     decision = args[-1] if args else ""
     if decision not in (ACCEPT, REJECT):
         raise HookUsageError(f"reply_fetch expects 'accept' or 'reject', got {decision!r}")
-    job_ad = _job_ad_of(stdin_text)
-    if decision == REJECT:
+    if decision == REJECT:  # an accepted job needs nothing: its ad is not even read
+        job_ad = _job_ad_of(stdin_text)
         job_id = job_id_of(job_ad)
         if broker().reject(job_id, _token_of(job_ad)):
             log.info("job %s rejected by the slot; back at the head of its group", job_id)
@@ -203,9 +205,8 @@ def _give_back(job_ad: classad2.ClassAd) -> None:
 def prepare_job(args: Sequence[str], stdin_text: str) -> tuple[int, str] | None:
     """Check the claim is still ours; in-process, keep its lease alive.
 
-    In-process the check runs in the lease keeper, off the job's start path
-    (connecting to the broker costs a fresh starter a few hundred ms); a
-    claim found gone there stops the job at once. A program checks before
+    In-process the check runs in the lease keeper, off the job's start path,
+    FIRST_CHECK_S after the start; a claim found gone there stops the job. A program checks before
     answering, as it cannot outlive the hook.
     """
     job_ad = _job_ad_of(stdin_text)
@@ -292,9 +293,11 @@ class LeaseKeeper(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        first = True
-        while first or not self._stop_event.wait(self.interval_s):
-            first = False
+        # The first check a moment after the start: a job that ends sooner (the claim
+        # is only milliseconds old) costs no renewal at all.
+        wait_s = min(self.interval_s, FIRST_CHECK_S)
+        while not self._stop_event.wait(wait_s):
+            wait_s = self.interval_s
             try:
                 status = broker().renew(self.job_id, self.token)
             except FetchworkError as exc:

@@ -14,6 +14,7 @@ not wait for an interpreter to start.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -33,7 +34,9 @@ log = logging.getLogger("fetchwork.starter")
 _STARTER_HOOKS = ("_HOOK_PREPARE_JOB", "_HOOK_UPDATE_JOB_INFO", "_HOOK_JOB_EXIT")
 
 
-def _arguments(argv: list[str] | None) -> argparse.Namespace:
+@functools.cache
+def argument_parser() -> argparse.ArgumentParser:
+    """Built once (milliseconds): a zygote builds it before it forks starters."""
     parser = argparse.ArgumentParser(prog="python -m fetchwork.starter",
                                      description="Run one job through its hooks.")
     parser.add_argument("--job-ad", required=True, help="file with the job ad (old format)")
@@ -41,7 +44,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slot", required=True, type=int, help="slot number N (slotN)")
     parser.add_argument("--sandbox", required=True, help="the job's scratch directory")
     parser.add_argument("--keyword", default=None, help="hook keyword (else from config/ad)")
-    return parser.parse_args(argv)
+    return parser
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    return argument_parser().parse_args(argv)
 
 
 def _read_ad(path: str) -> object:

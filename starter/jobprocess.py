@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import signal
@@ -41,11 +42,16 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
 
 
+@functools.cache
+def c_library() -> ctypes.CDLL:
+    """The C library (loaded once: a zygote loads it before its forks)."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def become_subreaper() -> bool:
     """Make orphaned descendants re-parent to this process (Linux); False if unavailable."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return c_library().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         return False
 
@@ -315,7 +321,7 @@ def _die_with(starter_pid: int, cores: tuple[int, ...] | None = None) -> Any:
     the tree is found and killed by a starter that is still alive.
     """
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl = c_library().prctl
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         return None
 
@@ -347,7 +353,7 @@ def _file_identity(user: tuple[int, int] | None) -> Iterator[None]:
     if user is None or os.geteuid() != 0:
         yield
         return
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = c_library()
     libc.setfsgid(user[1])
     libc.setfsuid(user[0])
     try:

@@ -107,3 +107,12 @@ def job_user(config: Config, job_ad: Any, slot: int) -> tuple[int, int] | None:
     log.info("the job runs as %s (uid %s): %s", choice.account.name, choice.account.uid,
              choice.why)
     return choice.account.uid, choice.account.gid
+
+
+def give_tree(path: str, user: tuple[int, int] | None) -> None:
+    """Make the job's user the owner of `path` and everything in it (None: nobody new)."""
+    if user is None:
+        return
+    for root, dirs, files in os.walk(path):
+        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+            os.lchown(name, *user)

@@ -27,13 +27,12 @@ from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks import control
-from fetchwork.hooks.runner import HookResult, resolve_hook, start_hook
+from fetchwork.hooks.runner import HookResult, HookSpec, resolve_hook, start_hook
 from fetchwork.starter import keepslot, lifecycle, limits
 from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper
 from fetchwork.starter.jobspec import (
     JOB_AD_FILE,
-    MACHINE_AD_FILE,
     exit_attributes,
     hold_attributes,
     hook_env,
@@ -42,7 +41,7 @@ from fetchwork.starter.jobspec import (
 )
 from fetchwork.starter.lifecycle import Phase, Status
 from fetchwork.starter.outcomes import new_outcome, report_exit
-from fetchwork.starter.runas import job_user
+from fetchwork.starter.runas import give_tree, job_user
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +84,7 @@ class Starter:
                                      config.get_duration_s("STARTER_UPDATE_INTERVAL"))
         self.vacate_time_s = self._vacate_time_s()
         self.memory_policy = limits.memory_policy(config)
+        self._written: str | None = None  # the last text written to .job.ad by this starter
 
     def _vacate_time_s(self) -> float:
         # HTCondor evaluates MachineMaxVacateTime in the slot ad; else the configuration decides.
@@ -98,7 +98,7 @@ class Starter:
     def run(self) -> str:
         """Prepare, run and report the job; returns how it ended."""
         become_subreaper()
-        self._own_sandbox()
+        give_tree(self.sandbox, self.user)
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         control.install(wake_write)
@@ -157,30 +157,27 @@ class Starter:
 
     # -- before the job ----------------------------------------------------
 
-    def _own_sandbox(self) -> None:
-        if self.user is None:
-            return
-        uid, gid = self.user
-        for root, dirs, files in os.walk(self.sandbox):
-            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
-                os.lchown(name, uid, gid)
-
     def _hook_env(self) -> dict[str, str]:
         return hook_env(os.environ, self.sandbox, self.slot,
                         job_directory(self.ad, self.sandbox))
 
-    def _write_ads(self) -> None:
-        """Keep `.job.ad` (what `_CONDOR_JOB_AD` names) equal to the current ad."""
-        for name, ad in ((JOB_AD_FILE, self.ad), (MACHINE_AD_FILE, self.slot_ad)):
-            path = os.path.join(self.sandbox, name)
-            # The job owns the sandbox: a fresh name, never following a link.
-            temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(format_ad(ad))
-                if self.user is not None:
-                    os.fchown(handle.fileno(), *self.user)
-            os.replace(temporary, path)
+    def _write_ads(self, spec: HookSpec | None = None) -> None:
+        """Keep `.job.ad` (what `_CONDOR_JOB_AD` names) equal to the current ad, for the
+        job and for program hooks (an in-process `spec` has the ad on stdin). The startd
+        wrote both files; the machine ad does not change here."""
+        text = format_ad(self.ad) if spec is None or not spec.in_process else self._written
+        if text == self._written:
+            return
+        path = os.path.join(self.sandbox, JOB_AD_FILE)
+        # The job owns the sandbox: a fresh name, never following a link.
+        temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text or "")
+            if self.user is not None:
+                os.fchown(handle.fileno(), *self.user)
+        os.replace(temporary, path)
+        self._written = text
 
     def _prepare(self) -> str | None:
         """Run the prepare hook and merge its output; the failure reason or None.
@@ -192,7 +189,7 @@ class Starter:
         if spec is None:
             self.events.emit("prepared")
             return None
-        self._write_ads()
+        self._write_ads(spec)
         done_read, done_write = os.pipe()
         cancel = threading.Event()
         box: list[HookResult] = []
@@ -225,7 +222,7 @@ class Starter:
                 self.ad.update(parse_ad(result.stdout, "prepare hook output"))
             except AdError as exc:
                 return f"the prepare hook printed bad output: {exc}"
-        self._write_ads()
+            self._write_ads()
         self.events.emit("prepared")
         return None
 
@@ -365,7 +362,7 @@ class Starter:
         if self._update_running.is_set():
             log.info("the previous update hook still runs; skipping this update")
             return
-        self._write_ads()
+        self._write_ads(spec)
         self._update_running.set()
         start_hook(spec, format_ad(self.ad), env=self._hook_env(), cwd=self.sandbox,
                    user=self.user, on_done=lambda _result: self._update_running.clear())
@@ -382,7 +379,7 @@ class Starter:
         log.info("job ended (%s): %s", how, self.ad["ExitReason"])
         spec = resolve_hook(self.config, self.keyword, keywords.JOB_EXIT)
         if spec is not None:
-            self._write_ads()
+            self._write_ads(spec)
             outcome = new_outcome(self.ad, how, self.keyword or "", self.slot, self.user)
             report_exit(self.config, spec, outcome, env=self._hook_env(), cwd=self.sandbox)
 

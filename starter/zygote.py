@@ -252,11 +252,14 @@ def _preload() -> None:
     from fetchwork.config.pyref import is_python_ref, module_of
     from fetchwork.errors import FetchworkError
     from fetchwork.hooks import inprocess
-    from fetchwork.starter import __main__ as entry  # noqa: F401 - imported ahead on purpose
+    from fetchwork.starter import __main__ as entry
     from fetchwork.starter import starter  # noqa: F401 - imported ahead on purpose
+    from fetchwork.starter.jobprocess import c_library
 
+    entry.argument_parser()
+    c_library()
     try:
-        config = Config.load()
+        config = Config.load()  # remembered: a starter's own load is then a few stats
         values = [value for definition, value in config.items()
                   if definition.name.upper().endswith(_STARTER_HOOKS)]
     except FetchworkError:
