@@ -77,6 +77,7 @@ class Startd:
         self._withdrawer = Withdrawer(self, self._wake_w)
         self.starters = StarterSupervisor(self, self._selector)
         self._delay_problem: dict[int, str | None] = {}
+        self._due: dict[int, float | None] = {}  # each slot's next fetch, as this round found it
         self._next_policy_at = 0.0
         self.metrics = serve_startd_metrics(self, config)
         self.outcomes = OutcomeReporter(config, self.settings.execute_dir)
@@ -116,7 +117,6 @@ class Startd:
             else:
                 log.info("%s: keyword %s, fetch hook %s", slot.label, slot.hooks.keyword,
                          slot.hooks.fetch.value)
-
         if all(slot.hooks.fetch is None for slot in self.slots):
             log.warning("no slot has a fetch hook, so this startd will run nothing: set "
                         "STARTD_JOB_HOOK_KEYWORD (FETCHWORK for the reference hooks) and "
@@ -137,7 +137,8 @@ class Startd:
     def _next_wake(self, now: float) -> float:
         wake = min(now + self.settings.polling_interval_s, self._next_policy_at)
         for slot in self.slots:
-            due = self._fetch_due_at(slot) if self._shutdown is None else None
+            # As `_tick` found it this round (a fetch it started is outstanding: None).
+            due = self._due.get(slot.slot_id) if self._shutdown is None else None
             for when in (due, slot.deadlines.next_at()):
                 if when is not None:
                     wake = min(wake, when)
@@ -164,9 +165,10 @@ class Startd:
             if slot.starter is not None and slot.starter.pidfd is None:
                 self.starters.reap(slot)
             if self._shutdown is None:
-                due = self._fetch_due_at(slot)
+                due = self._due[slot.slot_id] = self._fetch_due_at(slot)
                 if due is not None and due <= now:
                     self._start_fetch(slot)
+                    self._due[slot.slot_id] = None
 
     # -- slot ads and START ------------------------------------------------
 

@@ -42,6 +42,9 @@ FIRST_BATCH = 16
 EVENTS_READ = 1000
 # Longest single XREAD BLOCK while waiting (well inside a client's socket timeout).
 MAX_BLOCK_S = 1.0
+# An unchanged reservation is written again after this many seconds (another leader
+# may have written its own meanwhile).
+RESTORE_S = 1.0
 
 
 class BackfillLeader:
@@ -51,6 +54,8 @@ class BackfillLeader:
         self.store = store
         self.default_walltime_s = default_walltime_s
         self._last_event: str | None = None
+        self._started: list[str] = []  # jobs started since the last pass (read, not counted)
+        self._stored_at = -RESTORE_S  # monotonic time the reservation was last written
         self._reservation: Reservation | None = None
         self._not_bypass: frozenset[str] = frozenset()
         self.last_plan: Plan | None = None
@@ -67,20 +72,21 @@ class BackfillLeader:
 
     def serve(self, stop: threading.Event, leading: Callable[[], bool], interval_s: float) -> None:
         """Passes while `leading()`: after every transition event, at least every
-        `interval_s` (remaining walltimes shrink), until `stop`."""
-        last_id = "$"
+        `interval_s` (remaining walltimes shrink), until `stop`. The events that wake
+        it are the ones the next pass counts bypasses from (read once)."""
         while not stop.is_set():
             try:
-                if last_id == "$":
-                    last_id = self.store.last_event_id()
+                if self._last_event is None:
+                    self._last_event = self.store.last_event_id()
                 if leading():
                     self.run_pass()
                 deadline = time.monotonic() + interval_s
                 while not stop.is_set() and time.monotonic() < deadline:
                     block_ms = max(1, int(min(deadline - time.monotonic(), MAX_BLOCK_S) * 1000))
-                    events = self.store.events(last_id, block_ms=block_ms, count=EVENTS_READ)
+                    events = self.store.events(self._last_event, block_ms=block_ms,
+                                               count=EVENTS_READ)
                     if events:
-                        last_id = events[-1][0]
+                        self._take(events)
                         break
             except (redis.RedisError, FetchworkError):
                 log.exception("backfill pass failed; retrying in %ss", interval_s)
@@ -141,6 +147,10 @@ class BackfillLeader:
 
     def _store(self, reservation: Reservation | None) -> None:
         key = self.store.keys.backfill
+        now = time.monotonic()
+        if reservation == self._reservation and now - self._stored_at < RESTORE_S:
+            return  # unchanged, and written a moment ago
+        self._stored_at = now
         if reservation is None:
             self.store.client.delete(key)
             return
@@ -149,21 +159,25 @@ class BackfillLeader:
             log.debug("job %s reserved on %s from %.0f", reservation.job_id,
                       reservation.machine, reservation.start_at)
 
+    def _take(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """Move past `events`, keeping the starts a reservation in force may count."""
+        self._last_event = events[-1][0]
+        if self._reservation is not None:
+            self._started += [fields.get("job", "") for _id, fields in events
+                              if fields.get("type") == "claim"
+                              and fields.get("state") == "RUNNING"]
+
     def _count_bypasses(self) -> None:
         """Starts since the last pass of jobs below the reservation then in force."""
-        last = self._last_event
-        if last is None:
+        if self._last_event is None:
             self._last_event = self.store.last_event_id()
             return
-        started: list[str] = []
         while True:
-            events = self.store.events(last, count=EVENTS_READ)
+            events = self.store.events(self._last_event, count=EVENTS_READ)
             if not events:
                 break
-            last = events[-1][0]
-            started += [fields.get("job", "") for _id, fields in events
-                        if fields.get("type") == "claim" and fields.get("state") == "RUNNING"]
-        self._last_event = last
+            self._take(events)
+        started, self._started = self._started, []
         reservation = self._reservation
         if reservation is None:
             return
