@@ -8,6 +8,7 @@ values and anything else stays an expression: `{"$expr": "<text>"}`.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +30,9 @@ _LITERALS = (bool, int, float, str)
 _INT_RE = re.compile(r"-?(?:0|[1-9][0-9]{0,17})\Z")
 _PLAIN_QUOTED_RE = re.compile(r'"([ !#-\[\]-~]*)"\Z')
 _BOOLEANS = {"true": True, "false": False}
+# Distinct expression texts whose parse is kept (parse_expr).
+PARSED_KEPT = 8192
+_ABSENT = object()
 
 
 def parse_ad(text: str, source: str | None = None) -> classad2.ClassAd:
@@ -79,11 +83,25 @@ def _parse_new(text: str, source: str | None) -> classad2.ClassAd:
 
 
 def parse_expr(text: str, line: int | None = None, source: str | None = None) -> Any:
-    """Parse one expression; literals come back as Python values, the rest as ExprTree."""
+    """Parse one expression; literals come back as Python values, the rest as ExprTree.
+
+    Each text is parsed once per process (the same few expressions come back in
+    every job and slot ad): classad2 keeps a little memory for every ExprTree and
+    ClassAd object it makes and never gives it back, so a daemon that parsed each
+    ad's expressions anew would grow with every job.
+    """
+    try:
+        return _parsed(text)
+    except ValueError as exc:
+        raise AdError(f"not a ClassAd expression: {clip(text)!r}", line, source) from exc
+
+
+@functools.lru_cache(maxsize=PARSED_KEPT)
+def _parsed(text: str) -> Any:
     try:
         expr = classad2.ExprTree(text)
     except Exception as exc:
-        raise AdError(f"not a ClassAd expression: {clip(text)!r}", line, source) from exc
+        raise ValueError(str(exc)) from exc
     holder = classad2.ClassAd()
     holder["x"] = expr
     value = holder["x"]
@@ -126,7 +144,7 @@ def attr_text(ad: classad2.ClassAd, name: str) -> str:
         return str(value)
     if isinstance(value, str) and _PLAIN_STRING_RE.match(value):
         return f'"{value}"'
-    return unparse(ad.lookup(name))
+    return unparse(value if isinstance(value, classad2.ExprTree) else ad.lookup(name))
 
 
 def _real_text(value: float) -> str:
@@ -179,11 +197,22 @@ def evaluate(expr: str | classad2.ExprTree, my: classad2.ClassAd | None = None,
 
 
 def evaluate_attr(ad: classad2.ClassAd, name: str,
-                  target: classad2.ClassAd | None = None) -> Any:
-    """Evaluate attribute `name` of `ad` (MY = ad); Value.Undefined when absent."""
-    if name not in ad:
-        return classad2.Value.Undefined
-    return evaluate(ad.lookup(name), ad, target)
+                  target: classad2.ClassAd | None = None,
+                  absent: Any = classad2.Value.Undefined) -> Any:
+    """Evaluate attribute `name` of `ad` (MY = ad); `absent` when it is not there.
+
+    A literal comes back as the Python value it is stored as: no ExprTree object is
+    made for it (classad2 keeps a little memory for each one; `in` makes one too).
+    """
+    value = ad.get(name, _ABSENT)
+    if value is _ABSENT:
+        return absent
+    if not isinstance(value, classad2.ExprTree):
+        return value
+    try:
+        return value.eval(ad, target)
+    except Exception as exc:
+        raise AdError(f"cannot evaluate {unparse(value)}: {exc}") from exc
 
 
 def as_bool(value: Any, default: bool = False) -> bool:

@@ -38,13 +38,12 @@ RUNNING_JOBS, EXCLUSIVE_RUNNING = "FetchworkRunningJobs", "FetchworkExclusive"
 
 
 def _refusal(ad: Any, name: str, target: Any, who: str) -> str | None:
-    if name not in ad:
-        return None
     try:
-        if as_bool(evaluate_attr(ad, name, target)):
-            return None
+        value = evaluate_attr(ad, name, target, absent=None)
     except AdError as exc:
         return f"cannot evaluate {who}: {exc}"
+    if value is None or as_bool(value):
+        return None
     return f"{who} is not true"
 
 
@@ -79,7 +78,7 @@ def requested(job_ad: Any, slot_ad: Any = None) -> tuple[int, int, int]:
 def is_exclusive(job_ad: Any) -> bool:
     """The job's Exclusive attribute is true (it runs alone on its machine)."""
     try:
-        return "Exclusive" in job_ad and as_bool(evaluate_attr(job_ad, "Exclusive"))
+        return as_bool(evaluate_attr(job_ad, "Exclusive"))
     except AdError:
         return False
 

@@ -183,3 +183,21 @@ def test_literals_read_directly_are_what_the_classad_parser_reads(text):
     expected["A"] = ads.parse_expr(text)
     assert str(read) == str(expected)
     assert type(read["A"]) is type(expected["A"])
+
+
+def test_an_expression_text_is_parsed_once_per_process():
+    # classad2 never gives back what each ExprTree it makes costs: daemons reuse them.
+    assert ads.parse_expr("MY.A + 1 > TARGET.B") is ads.parse_expr("MY.A + 1 > TARGET.B")
+    with pytest.raises(AdError, match="line 3"):
+        ads.parse_expr("A +", line=3)
+
+
+def test_evaluate_attr_tells_absent_from_undefined():
+    ad = ads.parse_ad("A = 2\nB = undefined\nC = MY.A * 3\nD = TARGET.X > 1\n")
+    target = ads.parse_ad("X = 5\n")
+    assert ads.evaluate_attr(ad, "A") == 2
+    assert ads.evaluate_attr(ad, "C") == 6
+    assert ads.evaluate_attr(ad, "D", target) is True
+    assert ads.evaluate_attr(ad, "B", absent=None) is classad2.Value.Undefined
+    assert ads.evaluate_attr(ad, "Missing", absent=None) is None
+    assert ads.evaluate_attr(ad, "Missing") is classad2.Value.Undefined
