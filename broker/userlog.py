@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # How far back (bytes) a file is searched for events a former leader already wrote.
 REPLAY_TAIL_BYTES = 1 << 20
+# Longest the stored position lags the events read while nothing is written (seconds).
+ADVANCE_S = 1.0
 
 
 def stream_id(text: str) -> tuple[int, int]:
@@ -76,6 +79,10 @@ class UserLogWriter:
         self._fresh = True
         # False when the last pass found another replica leading (it wrote nothing).
         self.leads = True
+        # Where the next pass reads from; the position last stored (and when).
+        self._read_from: str | None = None
+        self._stored: str | None = None
+        self._stored_at = -ADVANCE_S
 
     def reset(self) -> None:
         """Forget the lead (the next batch may be one a former leader half wrote)."""
@@ -87,24 +94,38 @@ class UserLogWriter:
 
     def write_pass(self, block_ms: int = 0) -> int:
         """Write the next batch of events; the number of stream entries handled
-        (0: none new, or this replica does not lead)."""
-        position = self.position()
+        (0: none new, or this replica does not lead).
+
+        While it leads, the writer reads on from where it stopped and stores its
+        position only with a batch that wrote something (or after ADVANCE_S): a
+        batch of events no job logs needs no write to Redis, and a new leader that
+        reads those events again writes nothing for them either.
+        """
+        if self._fresh:
+            self._stored = self._read_from = self.position()
+        position = self._read_from
         events = self.store.events(position or "0-0", block_ms=block_ms, count=self.batch)
         keys = self.store.keys
         self.leads = codec.text(self.store.client.get(keys.leader) or b"") == self.replica
         if not events or not self.leads:
             self._fresh = self._fresh or not self.leads
             return 0
-        if position is not None:
+        if self._fresh and position is not None:
             self._warn_if_trimmed(position)
+        written = 0
         for path, texts in self._texts(events).items():
-            self._append(path, texts)
-        moved = self.store.scripts.call("userlog_advance", [keys.userlog, keys.leader],
-                                        [self.replica, position or "", events[-1][0]])
-        if not moved:
-            log.info("user log writer %s no longer leads; stopped at %s", self.replica, position)
-            self._fresh, self.leads = True, False
-            return 0
+            written += self._append(path, texts)
+        newest, now = events[-1][0], time.monotonic()
+        if written or now - self._stored_at >= ADVANCE_S:
+            moved = self.store.scripts.call("userlog_advance", [keys.userlog, keys.leader],
+                                            [self.replica, self._stored or "", newest])
+            if not moved:
+                log.info("user log writer %s no longer leads; stopped at %s", self.replica,
+                         self._stored)
+                self._fresh, self.leads = True, False
+                return 0
+            self._stored, self._stored_at = newest, now
+        self._read_from = newest
         self._fresh = False
         return len(events)
 
@@ -139,18 +160,20 @@ class UserLogWriter:
                 out[path].append(text)
         return out
 
-    def _append(self, path: str, texts: list[str]) -> None:
+    def _append(self, path: str, texts: list[str]) -> int:
+        """Append `texts` (less what a former leader wrote); how many were new."""
         if self._fresh:
             tail = _tail(path)
             texts = [text for text in texts if text not in tail]
         if not texts:
-            return
+            return 0
         try:
             with open(path, "a", encoding="utf-8") as handle:
                 handle.write("".join(texts))
         except OSError as exc:
             log.warning("cannot write the user log %s (%d event(s) lost): %s", path,
                         len(texts), exc)
+        return len(texts)
 
     def _warn_if_trimmed(self, position: str) -> None:
         """Warn when the stream no longer holds the entry after `position`."""
