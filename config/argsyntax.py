@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import classad2
+
 from fetchwork.errors import ArgSyntaxError
 
 _SPACE = " \t\r\n"
@@ -184,6 +186,8 @@ def format_environment_raw(env: Mapping[str, str]) -> str:
 
 def _lookup(ad: Any, name: str) -> Any:
     """An attribute of a ClassAd or mapping, case-insensitively; None when absent."""
+    if isinstance(ad, classad2.ClassAd):
+        return ad.get(name)  # a ClassAd's names are case-insensitive already
     if name in ad:
         return ad[name]
     if isinstance(ad, Mapping):

@@ -131,6 +131,7 @@ class Config:
                  environ: Mapping[str, str] | None = None):
         self._defined = dict(definitions)
         self._environ = dict(os.environ if environ is None else environ)
+        self._expanded: dict[str, str] = {}
 
     # -- building ---------------------------------------------------------
 
@@ -193,13 +194,17 @@ class Config:
     def get(self, name: str, default: str | None = None) -> str | None:
         """The expanded value, or `default` when nothing defines `name`."""
         try:
-            return lookup(name, self._defined, self._environ)
+            return self.require(name)
         except UndefinedKnobError:
             return default
 
     def require(self, name: str) -> str:
         """The expanded value; UndefinedKnobError when nothing defines `name`."""
-        return lookup(name, self._defined, self._environ)
+        # A configuration never changes: each knob is expanded once.
+        found = self._expanded.get(name)
+        if found is None:
+            found = self._expanded[name] = lookup(name, self._defined, self._environ)
+        return found
 
     def expand(self, text: str) -> str:
         """Expand macros in arbitrary text against this configuration."""
