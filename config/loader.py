@@ -148,12 +148,21 @@ class Config:
         env = dict(os.environ if environ is None else environ)
         key = memo.inputs_key(env, config_file, use_defaults, DEFAULTS_FILE, SYSTEM_CONFIG,
                               socket.gethostname())
-        defined = memo.remembered(key)
-        if defined is None:
+        kept = memo.remembered(key)
+        if kept is None:
             sources = memo.Sources()
-            defined = cls._merge_all(env, config_file, use_defaults, sources)
-            memo.remember(key, sources, defined)
-        return cls(defined, env)
+            kept = (cls._merge_all(env, config_file, use_defaults, sources), {})
+            memo.remember(key, sources, kept)
+        # The same definitions in the same environment: the same (immutable) Config,
+        # with the knobs it has expanded so far.
+        defined, by_environ = kept
+        environ_key = tuple(sorted(env.items()))
+        config = by_environ.get(environ_key)
+        if config is None:
+            if len(by_environ) >= memo.MAX_ENTRIES:
+                by_environ.clear()
+            config = by_environ[environ_key] = cls(defined, env)
+        return config
 
     @classmethod
     def _merge_all(cls, env: dict[str, str], config_file: str | None, use_defaults: bool,
@@ -215,7 +224,7 @@ class Config:
         for key in sorted(self._defined):
             definition = self._defined[key]
             try:
-                value = lookup(key, self._defined, self._environ)
+                value = self.require(key)
             except ConfigError as exc:
                 value = f"<error: {exc}>"
             yield definition, value
