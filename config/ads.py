@@ -186,14 +186,17 @@ def evaluate(expr: str | classad2.ExprTree, my: classad2.ClassAd | None = None,
     """
     if isinstance(expr, str):
         expr = parse_expr(expr)
-        if not isinstance(expr, classad2.ExprTree):
-            return expr
-    if not isinstance(expr, classad2.ExprTree):
-        return expr
+    return _value_of(expr, my, target)
+
+
+def _value_of(value: Any, my: classad2.ClassAd | None, target: classad2.ClassAd | None) -> Any:
+    """An expression's value with MY = `my` and TARGET = `target`; a literal as it is."""
+    if not isinstance(value, classad2.ExprTree):
+        return value
     try:
-        return expr.eval(my, target)
+        return value.eval(my, target)
     except Exception as exc:
-        raise AdError(f"cannot evaluate {unparse(expr)}: {exc}") from exc
+        raise AdError(f"cannot evaluate {unparse(value)}: {exc}") from exc
 
 
 def evaluate_attr(ad: classad2.ClassAd, name: str,
@@ -205,14 +208,7 @@ def evaluate_attr(ad: classad2.ClassAd, name: str,
     made for it (classad2 keeps a little memory for each one; `in` makes one too).
     """
     value = ad.get(name, _ABSENT)
-    if value is _ABSENT:
-        return absent
-    if not isinstance(value, classad2.ExprTree):
-        return value
-    try:
-        return value.eval(ad, target)
-    except Exception as exc:
-        raise AdError(f"cannot evaluate {unparse(value)}: {exc}") from exc
+    return absent if value is _ABSENT else _value_of(value, ad, target)
 
 
 def as_bool(value: Any, default: bool = False) -> bool:
