@@ -154,3 +154,32 @@ def test_q_analyze_shows_the_reserved_machine_and_the_expected_start(pool, redis
     assert "1 lower job has started ahead of it (BypassCount)." in result.output
     other = CliRunner().invoke(cli, ["q", "-analyze", pool.ids["long"]], env=env)
     assert f"Job {pool.ids['head']} holds the reservation on big" in other.output
+
+
+def _stored(pool: Pool):
+    return BackfillCheck.reservation_of(pool.broker.client.get(pool.broker.keys.backfill))
+
+
+def test_the_reservation_stands_until_its_job_has_started(pool):
+    pool.broker.finish(pool.busy, pool.broker.get(pool.busy)["FetchworkClaim"], "exit")
+    result = pool.leader.run_pass()
+    assert result.reservation is not None and result.reservation.job_id == pool.ids["window"]
+    # The plan has the head start at once; until it has, claims still see its reservation
+    # (its slots may not have asked yet, and "window" must not take them first).
+    stored = _stored(pool)
+    assert stored is not None and stored.job_id == pool.ids["head"]
+    assert tag(pool.broker.claim(slot("big", 16, 16))) == "head"
+    pool.leader.run_pass()
+    stored = _stored(pool)
+    assert stored is None or stored.job_id != pool.ids["head"]
+
+
+def test_a_reservation_whose_job_does_not_start_lapses(pool, monkeypatch):
+    from fetchwork.broker.backfill import leader
+
+    pool.broker.finish(pool.busy, pool.broker.get(pool.busy)["FetchworkClaim"], "exit")
+    pool.leader.run_pass()
+    assert _stored(pool).job_id == pool.ids["head"]
+    monkeypatch.setattr(leader, "STICKY_S", 0.0)
+    pool.leader.run_pass()
+    assert _stored(pool).job_id == pool.ids["window"]

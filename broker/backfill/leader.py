@@ -45,6 +45,8 @@ MAX_BLOCK_S = 1.0
 # An unchanged reservation is written again after this many seconds (another leader
 # may have written its own meanwhile).
 RESTORE_S = 1.0
+# Longest a reservation outlives the moment its job could start (seconds).
+STICKY_S = 2.0
 
 
 class BackfillLeader:
@@ -56,6 +58,7 @@ class BackfillLeader:
         self._last_event: str | None = None
         self._started: list[str] = []  # jobs started since the last pass (read, not counted)
         self._stored_at = -RESTORE_S  # monotonic time the reservation was last written
+        self._startable_since: float | None = None  # the reserved job could start since
         self._reservation: Reservation | None = None
         self._not_bypass: frozenset[str] = frozenset()
         self.last_plan: Plan | None = None
@@ -97,17 +100,37 @@ class BackfillLeader:
         reservation; `now` is Unix time."""
         now = time.time() if now is None else now
         self._count_bypasses()
-        slots = self._slot_ads()
-        machines = machines_of(slots)
-        ideal = {machine: [ad for ad in (_ad(one) for one in ads) if ad is not None]
-                 for machine, ads in ideal_slots_by_machine(slots).items()}
-        running = self._running(now)
-        result = self._plan(machines, ideal, running, now, _MachineMemo(ideal))
-        self._store(result.reservation)
-        self._reservation = result.reservation
-        self._not_bypass = frozenset(result.ahead) | frozenset(result.unplaceable)
+        if self.store.client.zcard(self.store.keys.idle):
+            slots = self._slot_ads()
+            machines = machines_of(slots)
+            ideal = {machine: [ad for ad in (_ad(one) for one in ads) if ad is not None]
+                     for machine, ads in ideal_slots_by_machine(slots).items()}
+            running = self._running(now)
+            result = self._plan(machines, ideal, running, now, _MachineMemo(ideal))
+        else:
+            result = Plan(None)  # no job waits: nothing to reserve, nothing to read
+        # What claims see: the plan, or a reservation kept while its job has yet to start.
+        standing = self._sticky(result, time.monotonic())
+        self._store(standing.reservation)
+        self._reservation = standing.reservation
+        self._not_bypass = frozenset(standing.ahead) | frozenset(standing.unplaceable)
         self.last_plan = result
         return result
+
+    def _sticky(self, result: Plan, now_mono: float) -> Plan:
+        """A reserved job the new plan would start at once keeps its reservation until
+        it starts, for at most STICKY_S: the slots that freed for it may not have asked
+        yet, and a lower job (reserved next, behind it) must not take them first."""
+        old = self._reservation
+        if old is None or old.job_id not in result.ahead:
+            self._startable_since = None
+            return result
+        if self._startable_since is None:
+            self._startable_since = now_mono
+        if now_mono - self._startable_since >= STICKY_S:
+            return result
+        before = result.ahead[:result.ahead.index(old.job_id)]
+        return Plan(old, before, result.unplaceable)
 
     # -- reading ---------------------------------------------------------------
 
