@@ -45,19 +45,33 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-def fetchwork_throughput(broker: Broker, jobs: int, cluster_size: int) -> float:
+def fetchwork_throughput(broker: Broker, jobs: int, cluster_size: int
+                         ) -> tuple[float, list[str]]:
     ad = {"Cmd": "/bin/true", "Iwd": "/tmp", "Owner": "bench"}
     started = time.perf_counter()
     left = jobs
+    job_ids: list[str] = []
     while left > 0:
         batch = min(cluster_size, left)
-        broker.submit([ad] * batch, owner="bench")
+        job_ids += broker.submit([ad] * batch, owner="bench")
         left -= batch
-    return jobs / (time.perf_counter() - started)
+    return jobs / (time.perf_counter() - started), job_ids
 
 
 def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
+
+
+def where_bytes_go(broker: Broker, job_ids: list[str]) -> str:
+    """Bytes per queued job by structure (MEMORY USAGE; the job hashes sampled)."""
+    client, keys = broker.client, broker.keys
+    sample = job_ids[:: max(1, len(job_ids) // 200)]
+    hashes = sum(int(client.memory_usage(keys.job(job), samples=0) or 0) for job in sample)
+    parts = {"job hash": hashes / len(sample)}
+    for name, key in (("queue", keys.queue), ("idle", keys.idle),
+                      ("autocluster index", keys.ac_members), ("events", keys.events)):
+        parts[name] = int(client.memory_usage(key, samples=0) or 0) / len(job_ids)
+    return ", ".join(f"{name} {size:.0f}" for name, size in parts.items())
 
 
 def rss_report(pool: Pool) -> None:
@@ -188,10 +202,11 @@ def main() -> None:
         print(f"submit throughput, {options.jobs} jobs "
               f"(batches of {options.cluster_size}):")
         before = used_memory(client)
-        rate = fetchwork_throughput(broker, options.jobs, options.cluster_size)
+        rate, job_ids = fetchwork_throughput(broker, options.jobs, options.cluster_size)
         per_job = (used_memory(client) - before) / options.jobs
         print(f"  fetchwork submit             {rate:10.0f} jobs/s   "
               f"{per_job:6.0f} bytes of Redis per queued job")
+        print(f"    of which (bytes/job): {where_bytes_go(broker, job_ids)}")
         if have_rq:
             before = used_memory(client)
             rate, stored = rq_throughput(client, options.jobs, options.cluster_size)

@@ -8,7 +8,7 @@ reads and writes the same encoding).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import classad2
@@ -88,6 +88,11 @@ def fields_of(ad: Mapping[str, Any]) -> list[bytes | str]:
         flat.append(name)
         flat.append(pack(value))
     return flat
+
+
+def unique_packer() -> Callable[[Any], bytes]:
+    """`pack` for many values, each packed once (one msgpack Packer, no cache)."""
+    return msgpack.Packer(use_bin_type=True).pack
 
 
 class FieldPacker:

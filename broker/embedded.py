@@ -42,6 +42,12 @@ from .sentinel import is_sentinel_url, sentinel_client
 log = logging.getLogger(__name__)
 
 MIN_VERSION = (6, 2)
+# Job hash values up to this many bytes keep a hash in the compact listpack
+# encoding (Redis' default, 64, turns a job with one long Requirements,
+# Environment or Arguments into a hash table about twice the size). A lookup
+# walks the entries, whose number keeps Redis' default cap (128), so longer
+# values cost memory moves on a write only. The 6.2 name, which 7 still reads.
+HASH_VALUE_BYTES = 512
 # Unix socket paths are limited to 107 bytes on Linux; longer state
 # directories get their socket in a short folder under the temp dir.
 MAX_SOCKET_PATH = 100
@@ -196,6 +202,7 @@ class EmbeddedRedis:
             "--dir", str(self.folder), "--pidfile", str(self.pid_file),
             "--logfile", str(self.log_file), "--daemonize", "yes",
             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+            "--hash-max-ziplist-value", str(HASH_VALUE_BYTES),
         ]
         log.info("starting embedded redis-server: %s", " ".join(argv))
         # redis-server daemonizes itself (forks, writes the pid file, and the

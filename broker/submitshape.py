@@ -19,11 +19,14 @@ from . import codec
 from .autoclusters import AUTOCLUSTER_ATTR, significant_names
 from .groupindex import SubmitGroups
 from .jobads import PreparedJob, prepare_submitted
+from .jobpolicy import has_periodic
+from .policy.dependencies import DEPENDS_ATTR
 
 # What differs between two jobs of one submission made from equal ads
 # (jobads.identity: the rest of identity and place is the same for them).
-PER_JOB = ("ProcId", "GlobalJobId", "FetchworkOrder")
+PROC, GLOBAL, ORDER = PER_JOB = ("ProcId", "GlobalJobId", "FetchworkOrder")
 _PER_JOB_LOWER = frozenset(name.lower() for name in PER_JOB)
+_DEPENDS_LOWER = DEPENDS_ATTR.lower()
 
 
 class SubmissionShape:
@@ -35,6 +38,21 @@ class SubmissionShape:
         self.groups = SubmitGroups()
         # Index of the first job of each run of equal ads.
         self._run_starts: list[int] = []
+
+    def any_depends(self, jobs: Sequence[PreparedJob]) -> bool:
+        """Whether any job names Depends (asked of one job per run of equal ads)."""
+        return any(name.lower() == _DEPENDS_LOWER
+                   for start in self._run_starts for name in jobs[start].attrs)
+
+    def periodic(self, jobs: Sequence[PreparedJob]) -> list[bool]:
+        """jobpolicy.has_periodic of each job, asked of one job per run of equal ads
+        (what a run's jobs do not share, PER_JOB and Depends, holds no periodic
+        expression)."""
+        flags: list[bool] = []
+        bounds = [*self._run_starts, len(jobs)]
+        for start, stop in zip(bounds, bounds[1:], strict=False):
+            flags += [has_periodic(jobs[start].attrs)] * (stop - start)
+        return flags
 
     def prepare(self, ads: Sequence[classad2.ClassAd | Mapping[str, Any]],
                 qdate_s: int) -> list[PreparedJob]:
@@ -62,6 +80,7 @@ class SubmissionShape:
     def fields(self, jobs: Sequence[PreparedJob]) -> PackedJobs:
         """After jobads.place: each job's autocluster set, and its packed fields."""
         packer = codec.FieldPacker()
+        own = codec.unique_packer()
         packed = PackedJobs()
         starts = set(self._run_starts)
         shared_gid: str | None = None
@@ -77,10 +96,10 @@ class SubmissionShape:
                 self.groups.assign(attrs)
             else:
                 attrs[AUTOCLUSTER_ATTR] = shared_gid
-            flat: list[bytes | str] = []
-            for name in (*PER_JOB, AUTOCLUSTER_ATTR):
-                flat += [name, packer.pack(attrs[name])]
-            packed.own.append(flat)
+            # Unique per job: packed without the packer's cache of shared values.
+            packed.own.append([PROC, own(attrs[PROC]), GLOBAL, own(attrs[GLOBAL]),
+                               ORDER, own(attrs[ORDER]),
+                               AUTOCLUSTER_ATTR, own(attrs[AUTOCLUSTER_ATTR])])
             packed.run_of.append(len(packed.commons) - 1)
         return packed
 

@@ -37,7 +37,6 @@ from .dependencies import plan_dependencies, register_waiting
 from .durability import ReplicaWait
 from .groupindex import SubmitGroups
 from .jobads import PreparedJob, identity, place
-from .periodic import index_entries
 from .policy.limits import admission
 from .policy.settings import PolicySettings
 from .states import State
@@ -95,7 +94,8 @@ class Submitter:
                    first_seq + proc)
                   for proc, job in enumerate(jobs)]
         # Depends: refused when missing or cyclic; dependent jobs wait BLOCKED.
-        plan_dependencies(store, cluster, jobs)
+        if shape.any_depends(jobs):
+            plan_dependencies(store, cluster, jobs)
         fields = shape.fields([job for job, _seq in placed])
         nonce = uuid.uuid4().hex
         validating: list[bool] = []
@@ -104,7 +104,8 @@ class Submitter:
         except redis.RedisError as exc:
             self._unstage(cluster, nonce, placed)
             raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
-        self._retrying(lambda: self._queue(placed, validating, shape.groups))
+        periodic = shape.periodic(jobs)
+        self._retrying(lambda: self._queue(placed, validating, shape.groups, periodic))
         if self.replica_wait is not None:  # durable across a failover: broker/durability.py
             self.replica_wait.after(store.client, store.keys.seq_counter,
                                     f"the submission of cluster {cluster}")
@@ -152,7 +153,7 @@ class Submitter:
                         cluster, exc)
 
     def _queue(self, placed: list[tuple[PreparedJob, int]], validating: list[bool],
-               groups: SubmitGroups) -> None:
+               groups: SubmitGroups, periodic: list[bool]) -> None:
         store = self.store
         store.scripts.ensure_loaded(["submit"])
         head = store.head_args()
@@ -170,9 +171,10 @@ class Submitter:
                 store.scripts.queue(pipe, "submit", store.pool_keys(),
                                     [*head, blob, flag, reps])
                 # Jobs with periodic policy expressions, for the leader's periodic pass.
-                periodic = index_entries([(job.job_id, job.attrs, seq) for job, seq in batch])
-                if periodic:
-                    pipe.zadd(store.keys.periodic, periodic)
+                due = {job.job_id: seq for (job, seq), flag
+                       in zip(batch, periodic[start:start + BATCH], strict=True) if flag}
+                if due:
+                    pipe.zadd(store.keys.periodic, due)
             register_waiting(pipe, store, (job for job, _seq in placed[first:first + TRANSACTION]))
             pipe.execute()
 

@@ -79,9 +79,9 @@ end
 
 -- The autocluster index of the idle set (broker/groupindex.py): every change
 -- of the idle set goes through idle_add and idle_remove, in the same script.
+local AC_ORDER_FORMAT = '%0' .. AC_ORDER_WIDTH .. '.0f'
 local function ac_member(gid, order, id)
-  return gid .. '|' .. string.format('%0' .. AC_ORDER_WIDTH .. '.0f', order + AC_ORDER_OFFSET)
-    .. '|' .. id
+  return gid .. '|' .. string.format(AC_ORDER_FORMAT, order + AC_ORDER_OFFSET) .. '|' .. id
 end
 
 local function ac_gid(key)

@@ -27,12 +27,19 @@ local runs = cmsgpack.unpack(ARGV[5])
 local validate = redis.call('HGET', K_FILTERS, 'submit') == '1'
 local written = 0
 for r = 1, #runs do
-  local shared, jobs = runs[r][1], runs[r][2]
+  -- One table per run: the shared fields, then each job's own in turn.
+  local fields, jobs = runs[r][1], runs[r][2]
+  local base = #fields
   for j = 1, #jobs do
     local key = KEYS[FIRST_JOB_KEY + written]
-    local fields = {unpack(shared)}
-    for _, value in ipairs(jobs[j]) do fields[#fields + 1] = value end
-    hset_chunked(key, fields, 1, #fields)
+    local own = jobs[j]
+    for i = 1, #own do fields[base + i] = own[i] end
+    for i = base + #own + 1, #fields do fields[i] = nil end
+    if #fields <= 200 then
+      redis.call('HSET', key, unpack(fields))
+    else
+      hset_chunked(key, fields, 1, #fields)
+    end
     if validate then set_state(key, 'VALIDATING', STATUS_IDLE) end
     written = written + 1
   end
