@@ -56,12 +56,19 @@ class QuietClaim:
         self.groups = groups
         self.default_lease_s = default_lease_s
         self._slots: dict[str, SlotVerdicts] = {}
+        # The autoclusters claim.lua last named (best first): a new slot ad judges
+        # them before its first call, which then usually needs no second one.
+        self._named: list[str] = []
         self._lock = threading.Lock()
 
     def claim(self, slot: classad2.ClassAd, name: str) -> tuple[bool, classad2.ClassAd | None]:
         """(whether the quiet claim decided, the job claimed); not decided: the full
         claim must."""
         verdicts = self._verdicts(slot)
+        if not any(verdicts.args) and self._named:
+            fresh = self.groups.judge(slot, self._named)
+            with self._lock:
+                verdicts.learn(fresh)
         keys = self.store.keys
         for _round in range(JUDGING_ROUNDS):
             token = uuid.uuid4().hex
@@ -76,7 +83,7 @@ class QuietClaim:
             if reply[0] == b"job":
                 _job_id, flat = msgpack.unpackb(reply[1], raw=True)
                 return True, from_dict(codec.decode_flat(flat))
-            unknown = [codec.text(gid) for gid in reply[1:]]
+            unknown = self._named = [codec.text(gid) for gid in reply[1:]]
             known = set(verdicts.matching) | set(verdicts.refusing) | set(verdicts.judged)
             fresh = self.groups.judge(slot, [gid for gid in unknown if gid not in known])
             if not fresh:
