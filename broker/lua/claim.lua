@@ -133,7 +133,7 @@ end
 local function quiet_claim()
   local backfill_key = K_SOFT
   if summary[1] == '1' or (summary[2] and summary[2] ~= '') or reserved or #blocks > 0
-      or redis.call('EXISTS', backfill_key) == 1
+      or redis.call('EXISTS', backfill_key) > 0
       or redis.call('ZCARD', K_IDLE) ~= redis.call('ZCARD', K_AC_MEMBERS) then
     return 'slow'
   end
