@@ -14,6 +14,7 @@ reservation, jobs to judge one by one, a head the checks hold back.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import uuid
 
@@ -26,8 +27,9 @@ from . import codec
 from .groupindex import GroupIndex
 from .store import Store
 
-# Slot ads whose autocluster verdicts the claimer keeps (cleared when full).
-SLOTS_KEPT = 20_000
+# Slot ads whose autocluster verdicts the claimer keeps, by a digest of their text
+# (cleared when full): a few MB at most, in a startd too.
+SLOTS_KEPT = 4096
 # Rounds of judging newly met autoclusters before the full claim takes over.
 JUDGING_ROUNDS = 4
 
@@ -55,7 +57,7 @@ class QuietClaim:
         self.store = store
         self.groups = groups
         self.default_lease_s = default_lease_s
-        self._slots: dict[str, SlotVerdicts] = {}
+        self._slots: dict[bytes, SlotVerdicts] = {}
         # The autoclusters claim.lua last named (best first): a new slot ad judges
         # them before its first call, which then usually needs no second one.
         self._named: list[str] = []
@@ -93,7 +95,7 @@ class QuietClaim:
         return False, None
 
     def _verdicts(self, slot: classad2.ClassAd) -> SlotVerdicts:
-        text = str(slot)
+        text = hashlib.blake2b(str(slot).encode(), digest_size=16).digest()
         with self._lock:
             verdicts = self._slots.get(text)
             if verdicts is None:
