@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import redis.connection
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.embedded import EmbeddedRedis
@@ -43,6 +44,8 @@ from fetchwork.config.ads import from_dict, parse_expr
 from fetchwork.config.loader import Config
 
 MEMORY_REQUIREMENT = {"$expr": "TARGET.Memory >= MY.RequestMemory"}
+# The issue's target: each slot holds a new job this long after asking.
+TARGET_MS = 100
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -74,32 +77,55 @@ def slot_ads(first: int, count: int, memory_mb: list[int]) -> list[Any]:
 
 def run_slots(setup: Setup, first: int, count: int, memory_mb: list[int], seconds: float,
               results: Any) -> None:
-    """One process's share of the slots: ask, hold, finish, ask again, for `seconds`."""
+    """One process's share of the slots: ask, hold, finish, ask again, for `seconds`.
+    Each slot asks again the moment its job ended; its wait runs from then until it
+    holds its next job (the first ask: the start)."""
     logging.disable(logging.CRITICAL)
     broker = setup.broker()
     ads = slot_ads(first, count, memory_mb)
-    latencies: list[float] = []
+    sent = count_round_trips()
+    calls: list[float] = []
+    waits: list[float] = []
     empty = 0
+    cpu_before = sum(os.times()[:2])
+    start = time.perf_counter()
+    asked_at = [start] * count
     deadline = time.monotonic() + seconds
     index = 0
     while time.monotonic() < deadline and empty < count:
-        slot = ads[index % count]
+        number = index % count
         index += 1
         asked = time.perf_counter()
-        job = broker.claim(slot)
+        job = broker.claim(ads[number])
         if job is None:
             empty += 1
             continue
-        latencies.append(time.perf_counter() - asked)
+        held = time.perf_counter()
+        calls.append(held - asked)
+        waits.append(held - asked_at[number])
         empty = 0
         job_id = f"{job['ClusterId']}.{job['ProcId']}"
         broker.finish(job_id, str(job["FetchworkClaim"]), "exit")
-    results.put(latencies)
+        asked_at[number] = time.perf_counter()
+    results.put((calls, waits, sum(os.times()[:2]) - cpu_before, sent[0]))
 
 
 def redis_cpu_s(client: redis.Redis) -> float:
     info = client.info("cpu")
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def count_round_trips() -> list[int]:
+    """Count what this process sends to Redis (one send per command or pipeline)."""
+    sent = [0]
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        sent[0] += 1
+        send(self, command, check_health)
+
+    redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+    return sent
 
 
 def scenario(setup: Setup, name: str, jobs: list[dict[str, Any]], memory_mb: list[int],
@@ -121,26 +147,47 @@ def scenario(setup: Setup, name: str, jobs: list[dict[str, Any]], memory_mb: lis
                for n in range(processes)]
     for worker in workers:
         worker.start()
-    latencies: list[float] = []
+    calls: list[float] = []
+    waits: list[float] = []
+    slots_cpu_s, round_trips = 0.0, 0
     for _worker in workers:
-        latencies += results.get()
+        more_calls, more_waits, cpu_s, sent = results.get()
+        calls += more_calls
+        waits += more_waits
+        slots_cpu_s += cpu_s
+        round_trips += sent
     for worker in workers:
         worker.join()
     wall_s = time.perf_counter() - wall_before
     redis_share = (redis_cpu_s(client) - cpu_before) / wall_s * 100
-    ms = [value * 1000 for value in latencies]
-    print(f"{name}: {slots} slots in {processes} processes, {len(jobs)} jobs queued "
-          f"({len(jobs) / submit_s:.0f} jobs/s submitted)")
-    rate = len(ms) / wall_s
-    print(f"  claims/s                  {rate:10.0f}   ({len(ms)} claims in {wall_s:.1f} s)")
-    if rate > 0:
-        print(f"  every slot served once in {slots / rate:10.1f} s (slots / claims/s)")
-    if ms:
-        print(f"  claim latency             p50 {statistics.median(ms):7.2f} ms   "
-              f"p99 {percentile(ms, 0.99):7.2f} ms")
-    print(f"  Redis CPU                 {redis_share:10.0f} % of a core")
+    report(name, slots, processes, len(jobs), submit_s, wall_s,
+           [value * 1000 for value in calls], [value * 1000 for value in waits])
+    print(f"  Redis round trips         {round_trips / max(1, len(calls)):10.2f}   "
+          f"per claim + finish (empty claims included)")
+    print(f"  CPU                       {redis_share:10.0f} % of a core in Redis, "
+          f"{slots_cpu_s / wall_s * 100:.0f} % in the slots' {processes} processes")
     print(f"  Redis memory              {client.info('memory')['used_memory'] / 2**20:10.1f} MB "
           f"({queued_bytes / max(1, len(jobs)):.0f} bytes per queued job)")
+
+
+def report(name: str, slots: int, processes: int, jobs: int, submit_s: float, wall_s: float,
+           calls_ms: list[float], waits_ms: list[float]) -> None:
+    """Claims/s, the claim call's latency and the slots' waits (the issue's target)."""
+    print(f"{name}: {slots} slots in {processes} processes, {jobs} jobs queued "
+          f"({jobs / submit_s:.0f} jobs/s submitted)")
+    rate = len(calls_ms) / wall_s
+    print(f"  claims/s                  {rate:10.0f}   ({len(calls_ms)} claims in {wall_s:.1f} s)")
+    if not calls_ms:
+        return
+    print(f"  claim call latency        p50 {statistics.median(calls_ms):7.2f} ms   "
+          f"p99 {percentile(calls_ms, 0.99):7.2f} ms")
+    within = sum(1 for value in waits_ms if value <= TARGET_MS) / len(waits_ms) * 100
+    print(f"  ask-to-job wait           p50 {statistics.median(waits_ms):7.0f} ms   "
+          f"p99 {percentile(waits_ms, 0.99):7.0f} ms   "
+          f"(all {slots} slots asking at once)")
+    print(f"  target: a job within {TARGET_MS} ms of asking, every slot: "
+          f"{'met' if within >= 99.999 else 'not met'} ({within:.1f} % of asks; needs "
+          f"{slots / (TARGET_MS / 1000):.0f} claims/s)")
 
 
 def head_of_line(setup: Setup, ahead: int, tries: int) -> list[float]:

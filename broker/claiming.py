@@ -46,6 +46,7 @@ from .filters.claimside import ActivationClaims, is_activation
 from .filters.gate import ClaimView, block_floor, group_of, may_offer
 from .groupindex import GroupIndex, GroupWalk, IdleWalk
 from .matching import job_matches_slot, slot_name
+from .quietclaim import QuietClaim
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class Claimer:
         self.scan_batch = scan_batch
         self.activation = ActivationClaims(store)
         self.groups = GroupIndex(store)
+        self.quiet = QuietClaim(store, self.groups, default_lease_s)
         # Scheduling policy limits are set: scan the soft set when nothing else fits.
         self.soft_tier = soft_tier
 
@@ -111,7 +113,11 @@ class Claimer:
 
     def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
         """The scan of the idle set; then, with the soft tier, of the soft set (with the
-        activation view the first read brought)."""
+        activation view the first read brought). The quiet claim first, in one call."""
+        if not self.sorting.on:
+            decided, job = self.quiet.claim(slot, name)
+            if decided and (job is not None or not self.soft_tier):
+                return job, False
         rows, view, groups = self.activation.first_read(name, FIRST_BATCH, self.groups.read)
         walk = self.groups.walk(slot, rows, groups[0])
         claimed = self._scan(slot, name, walk.rows_after(None, FIRST_BATCH), view, walk)

@@ -28,7 +28,7 @@ from .durability import ReplicaWait
 from .jobads import caller_attrs
 from .jobpolicy import Action
 from .policy.settings import policy_in_force
-from .policyexit import judge_exit
+from .policyexit import POLICY, exit_args, finished, judge_exit
 from .store import READ_BATCH, Store
 from .submitting import Submitted, Submitter
 
@@ -263,21 +263,20 @@ class Broker:
             raise BrokerError(f"finish: how must be one of {', '.join(EXIT_HOWS)}, not {how!r}")
         given = self._attrs_given(attrs)
         fields = codec.fields_of(given) if attrs is not None else []
-        if how == EXIT:
-            verdict = judge_exit(self.store, job_id, given)
-            if verdict is not None:
-                return self._finish_by_policy(job_id, token, verdict, fields)
         if reason is None and attrs is not None:
             reason = _reason_in(attrs, "HoldReason" if how == HOLD else "RemoveReason")
+        if how == EXIT:
+            state = self.store.run("finish", [job_id], exit_args(job_id, token, reason, fields))
+            verdict = judge_exit(self.store, job_id, given) if state == POLICY else None
+            if verdict is not None:
+                return self._finish_by_policy(job_id, token, verdict, fields)
+            if state != POLICY:
+                return finished(job_id, how, state)
         codes = ["", ""]
         if how == HOLD and attrs is not None:
             codes = [_code_in(attrs, "HoldReasonCode"), _code_in(attrs, "HoldReasonSubCode")]
         args = [job_id, token, how, reason or "", *codes, *fields]
-        state = self.store.run("finish", [job_id], args)
-        if state is None:
-            return False
-        log.info("job %s finished (%s) -> %s", job_id, how, codec.text(state))
-        return True
+        return finished(job_id, how, self.store.run("finish", [job_id], args))
 
     def _finish_by_policy(self, job_id: str, token: str, verdict: Action,
                           fields: list[bytes | str]) -> bool:

@@ -217,6 +217,21 @@ class GroupIndex:
 
         return GroupWalk(self.store, gids, bests, judge, dict(zip(gids, heads, strict=False)))
 
+    def judge(self, slot: classad2.ClassAd, gids: list[str]
+              ) -> list[tuple[str, bool, bool]]:
+        """(id, the representative decides, the autocluster may match) of `gids`, in
+        order up to the first that may match (the quiet claim's lazy judging)."""
+        self._load([gid for gid in gids if gid and gid not in self._reps])
+        reads = start_job_reads(slot)
+        judged = []
+        for gid in gids:
+            rep = self._reps.get(gid) if gid else None
+            alone, fits = (False, True) if rep is None else _verdict(rep, slot, reads)
+            judged.append((gid, alone, fits))
+            if fits:
+                break
+        return judged
+
     def _verdicts_for(self, slot: classad2.ClassAd) -> dict[str, tuple[bool, bool]]:
         """The verdicts per autocluster kept for this slot ad's text (str() of an ad
         costs classad2 no memory; evaluations do)."""

@@ -1,7 +1,7 @@
 """The job policy at a job's exit: read what it needs, let jobpolicy.py decide.
 
-Called by Broker.finish for how=exit. One cheap read tells whether the job
-has any exit-time expression (most jobs have none and finish as before);
+Called by Broker.finish for how=exit when finish.lua found that the job has
+an exit-time expression (most jobs have none and finish in that one call);
 only then is its whole ad read, the execute side's final attributes laid
 over it and NumJobCompletions counted up for this exit, and `exit_action`
 judges it. The claim's owner is the only writer of a running job's
@@ -11,12 +11,14 @@ policy_exit.lua, so deciding before the transition is safe.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from fetchwork.config.ads import from_dict
 
+from . import codec
 from .jobpolicy import (
     COMPLETE,
     COMPLETIONS,
@@ -26,6 +28,27 @@ from .jobpolicy import (
     has_exit_policy,
 )
 from .store import Store
+
+log = logging.getLogger(__name__)
+
+
+# finish.lua's reply when the job has an exit policy to judge.
+POLICY = b"policy"
+
+
+def exit_args(job_id: str, token: str, reason: str | None, fields: list[bytes | str]
+              ) -> list[bytes | str]:
+    """finish.lua's arguments for an exit that finish.lua completes unless the job has
+    an exit policy (then it answers POLICY and changes nothing)."""
+    return [job_id, token, "exit?", reason or "", " ".join(EXIT_POLICY_ATTRS), "", *fields]
+
+
+def finished(job_id: str, how: str, state: Any) -> bool:
+    """Whether finish.lua ended the claim (its reply `state`: the new state, or None)."""
+    if state is None:
+        return False
+    log.info("job %s finished (%s) -> %s", job_id, how, codec.text(state))
+    return True
 
 
 def judge_exit(store: Store, job_id: str, final: Mapping[str, Any],

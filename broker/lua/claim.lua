@@ -28,9 +28,24 @@
 -- ms) and puts the job in the activating set until that deadline.
 -- Returns cmsgpack of {job id, flat HGETALL of its hash}, or of {job id,
 -- 'activate'}, or nil when no candidate can be claimed.
+-- The quiet claim (broker/quietclaim.py), one call for the common case:
+-- ARGV[7] '*groups', ARGV[8] the job hash key prefix, ARGV[9] the
+-- autoclusters whose representative matches the slot for all their jobs,
+-- ARGV[10] those that cannot match, ARGV[11] those whose jobs must be
+-- judged one by one (space-separated ids); KEYS after the pool keys: the
+-- activation request hash, the PS ledger, the backfill reservation key.
+-- It walks ac:groups best first and claims the head of the first matching
+-- autocluster; returns {'job', cmsgpack {job id, flat HGETALL}}, 'none' when
+-- no autocluster with idle jobs matches, {'groups', ids...} (ac:groups from
+-- the first one the caller has not judged on) when it must judge more, or
+-- 'slow' when the full claim must decide (activation configured, a
+-- reservation, a block, a backfill reservation, an index that does not cover
+-- the idle set, a job to judge alone, or a head the checks hold back).
 local token, slot, slot_ad = ARGV[3], ARGV[4], ARGV[6]
-local request = KEYS[FIRST_JOB_KEY + #ARGV - 6]
-local K_LEDGER, K_SOFT = KEYS[FIRST_JOB_KEY + #ARGV - 5], KEYS[FIRST_JOB_KEY + #ARGV - 4]
+local quiet_mode = ARGV[7] == '*groups'
+local job_count = quiet_mode and 0 or #ARGV - 6
+local request = KEYS[FIRST_JOB_KEY + job_count]
+local K_LEDGER, K_SOFT = KEYS[FIRST_JOB_KEY + job_count + 1], KEYS[FIRST_JOB_KEY + job_count + 2]
 local reserved = redis.call('HGET', K_RESERVATIONS, slot)
 local blocks = redis.call('ZRANGE', K_BLOCKS, 0, 15, 'WITHSCORES')
 local summary = redis.call('HMGET', K_FILTERS, 'activate', 'templates', 'wait_ms')
@@ -107,6 +122,52 @@ local function soft_blocked(key, id)
   return K_SOFT ~= nil and redis.call('ZSCORE', K_SOFT, id) ~= false
     and getv(key, 'FetchworkState') == 'BLOCKED'
 end
+
+local function id_set(text)
+  local set = {}
+  for gid in string.gmatch(text, '%S+') do set[gid] = true end
+  return set
+end
+
+-- The quiet claim: see the header.
+local function quiet_claim()
+  local backfill_key = K_SOFT
+  if summary[1] == '1' or (summary[2] and summary[2] ~= '') or reserved or #blocks > 0
+      or redis.call('EXISTS', backfill_key) > 0
+      or redis.call('ZCARD', K_IDLE) ~= redis.call('ZCARD', K_AC_MEMBERS) then
+    return 'slow'
+  end
+  local matching, refusing, judged = id_set(ARGV[9]), id_set(ARGV[10]), id_set(ARGV[11])
+  local first, page = 0, 64
+  while true do
+    local gids = redis.call('ZRANGE', K_AC_GROUPS, first, first + page - 1)
+    if #gids == 0 then return 'none' end
+    for i, gid in ipairs(gids) do
+      if matching[gid] then
+        local head = redis.call('ZRANGEBYLEX', K_AC_MEMBERS, '[' .. gid .. '|', '(' .. gid .. '}',
+                                'LIMIT', '0', '1')[1]
+        local id = head and string.match(head, '^[^|]*|[^|]*|(.*)$')
+        if not id then return 'slow' end
+        local key = ARGV[8] .. id
+        local order = redis.call('ZSCORE', K_IDLE, id)
+        if order and allowed(key, id, tonumber(order)) and not needs_activation(key)
+            and policy_allows(key, id) then
+          return {'job', start_claim(key, id, token, slot, ARGV[5])}
+        end
+        return 'slow'
+      elseif judged[gid] or gid == '' then
+        return 'slow'
+      elseif not refusing[gid] then
+        local unknown = {'groups'}
+        for rest = i, #gids do unknown[#unknown + 1] = gids[rest] end
+        return unknown
+      end
+    end
+    first = first + page
+  end
+end
+
+if quiet_mode then return quiet_claim() end
 
 for i = 7, #ARGV do
   local key, id = KEYS[FIRST_JOB_KEY + i - 7], ARGV[i]
