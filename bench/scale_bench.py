@@ -79,19 +79,24 @@ def slot_ads(first: int, count: int, memory_mb: list[int]) -> list[Any]:
     return ads
 
 
+def _slot_process(setup: Setup, first: int, count: int, memory_mb: list[int]
+                  ) -> tuple[Broker, list[Any], list[int], float]:
+    """In a slots' process: its broker client, its slot ads, its round-trip counter and
+    the CPU it had spent."""
+    logging.disable(logging.CRITICAL)
+    return (setup.broker(), slot_ads(first, count, memory_mb), count_round_trips(),
+            sum(os.times()[:2]))
+
+
 def run_slots(setup: Setup, first: int, count: int, memory_mb: list[int], seconds: float,
               results: Any) -> None:
     """One process's share of the slots: ask, hold, finish, ask again, for `seconds`.
     Each slot asks again the moment its job ended; its wait runs from then until it
     holds its next job (the first ask: the start)."""
-    logging.disable(logging.CRITICAL)
-    broker = setup.broker()
-    ads = slot_ads(first, count, memory_mb)
-    sent = count_round_trips()
+    broker, ads, sent, cpu_before = _slot_process(setup, first, count, memory_mb)
     calls: list[float] = []
     waits: list[float] = []
     empty = 0
-    cpu_before = sum(os.times()[:2])
     start = time.perf_counter()
     asked_at = [start] * count
     deadline = time.monotonic() + seconds
@@ -120,13 +125,9 @@ def run_timed_slots(setup: Setup, first: int, count: int, memory_mb: list[int],
     the slot asks again; the slots first ask spread over the first `job_s` seconds, as
     in a pool whose jobs end at any time. A wait counts from the moment a slot asks
     until it holds its next job."""
-    logging.disable(logging.CRITICAL)
-    broker = setup.broker()
-    ads = slot_ads(first, count, memory_mb)
-    sent = count_round_trips()
+    broker, ads, sent, cpu_before = _slot_process(setup, first, count, memory_mb)
     calls: list[float] = []
     waits: list[float] = []
-    cpu_before = sum(os.times()[:2])
     now = time.perf_counter()
     end = now + seconds
     due: list[tuple[float, int, Any]] = [(now + job_s * number / count, number, None)
