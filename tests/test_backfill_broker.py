@@ -183,3 +183,25 @@ def test_a_reservation_whose_job_does_not_start_lapses(pool, monkeypatch):
     monkeypatch.setattr(leader, "STICKY_S", 0.0)
     pool.leader.run_pass()
     assert _stored(pool).job_id == pool.ids["window"]
+
+
+def test_a_running_job_is_read_once_while_it_runs(pool, monkeypatch):
+    asked: list[str] = []
+    real = pool.leader.store.hashes
+
+    def counting(ids):
+        asked.extend(ids)
+        return real(ids)
+
+    monkeypatch.setattr(pool.leader.store, "hashes", counting)
+    pool.leader.run_pass()
+    pool.leader.run_pass()
+    assert pool.busy not in asked  # read by the fixture's pass, not again
+    got = pool.broker.claim(slot("small", 4, 4))
+    started = f"{got['ClusterId']}.{got['ProcId']}"
+    asked.clear()
+    pool.leader.run_pass()
+    pool.leader.run_pass()
+    assert asked.count(started) == 1  # a new start: read once, then known
+    reservation = _stored(pool)
+    assert reservation is not None and reservation.job_id == pool.ids["head"]

@@ -47,6 +47,8 @@ MAX_BLOCK_S = 1.0
 RESTORE_S = 1.0
 # Longest a reservation outlives the moment its job could start (seconds).
 STICKY_S = 2.0
+# Seconds between full reads of the running jobs (between them, only new ones are read).
+RUNNING_REFRESH_S = 10.0
 
 
 class BackfillLeader:
@@ -59,6 +61,8 @@ class BackfillLeader:
         self._started: list[str] = []  # jobs started since the last pass (read, not counted)
         self._stored_at = -RESTORE_S  # monotonic time the reservation was last written
         self._startable_since: float | None = None  # the reserved job could start since
+        self._running_known: dict[str, Running | None] = {}
+        self._running_read_at = -RUNNING_REFRESH_S
         self._reservation: Reservation | None = None
         self._not_bypass: frozenset[str] = frozenset()
         self.last_plan: Plan | None = None
@@ -143,10 +147,18 @@ class BackfillLeader:
         return [codec.unpack(raw) for raw in raws if raw is not None]
 
     def _running(self, now: float) -> list[Running]:
+        """The running jobs: each read once when it starts (its machine, start and
+        walltime hold while it runs), all read again every RUNNING_REFRESH_S."""
         ids = self.store.ids(self.store.client.zrange(self.store.keys.running, 0, -1))
-        found = (running_of(job_id, data, self.default_walltime_s, now)
-                 for job_id, data in self.store.hashes(ids))
-        return [one for one in found if one is not None]
+        known, mono = self._running_known, time.monotonic()
+        if mono - self._running_read_at >= RUNNING_REFRESH_S:
+            known.clear()
+            self._running_read_at = mono
+        for gone in set(known) - set(ids):
+            del known[gone]
+        for job_id, data in self.store.hashes([job for job in ids if job not in known]):
+            known[job_id] = running_of(job_id, data, self.default_walltime_s, now)
+        return [one for one in (known.get(job) for job in ids) if one is not None]
 
     def _plan(self, machines: Sequence[Machine], ideal: Mapping[str, list[classad2.ClassAd]],
               running: Sequence[Running], now: float, memo: _MachineMemo) -> Plan:
@@ -185,6 +197,9 @@ class BackfillLeader:
     def _take(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         """Move past `events`, keeping the starts a reservation in force may count."""
         self._last_event = events[-1][0]
+        for _id, fields in events:  # a job that started again is read again
+            if fields.get("state") == "RUNNING":
+                self._running_known.pop(fields.get("job", ""), None)
         if self._reservation is not None:
             self._started += [fields.get("job", "") for _id, fields in events
                               if fields.get("type") == "claim"
