@@ -143,25 +143,17 @@ class Config:
         When the state directory holds a pool file (written by `fetchwork up`),
         it is read right after the defaults, so a local pool is found with no
         configuration while the admin's file and the environment still win.
-        The merge is remembered (memo.py) and reused while no file it read changed.
+        The configuration (immutable, with the knobs it has expanded) is remembered
+        (memo.py) and given back while no file it read changed.
         """
         env = dict(os.environ if environ is None else environ)
         key = memo.inputs_key(env, config_file, use_defaults, DEFAULTS_FILE, SYSTEM_CONFIG,
                               socket.gethostname())
-        kept = memo.remembered(key)
-        if kept is None:
-            sources = memo.Sources()
-            kept = (cls._merge_all(env, config_file, use_defaults, sources), {})
-            memo.remember(key, sources, kept)
-        # The same definitions in the same environment: the same (immutable) Config,
-        # with the knobs it has expanded so far.
-        defined, by_environ = kept
-        environ_key = tuple(sorted(env.items()))
-        config = by_environ.get(environ_key)
+        config = memo.remembered(key)
         if config is None:
-            if len(by_environ) >= memo.MAX_ENTRIES:
-                by_environ.clear()
-            config = by_environ[environ_key] = cls(defined, env)
+            sources = memo.Sources()
+            config = cls(cls._merge_all(env, config_file, use_defaults, sources), env)
+            memo.remember(key, sources, config)
         return config
 
     @classmethod

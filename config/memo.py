@@ -4,9 +4,9 @@ A configuration is read on every job's path (the starter, the hooks it runs
 in-process), and parsing defaults.conf costs milliseconds. `Sources` records
 what one load looked at: every file it read and every file whose presence or
 absence it relied on, each with its identity (device, inode, size, change
-and modification times). `remembered` gives back the definitions of an
-earlier load with the same inputs (the configuration environment, the file
-named explicitly) when a stat of each recorded path shows nothing changed.
+and modification times). `remembered` gives back what an
+earlier load made with the same inputs (the environment, the file named
+explicitly) when a stat of each recorded path shows nothing changed.
 A process forked from one that loaded (a starter forked by its zygote)
 starts with the memo warm, so its own load costs a few stats.
 """
@@ -51,9 +51,8 @@ _memo: dict[Hashable, tuple[Sources, Any]] = {}
 
 
 def inputs_key(env: Mapping[str, str], *more: Hashable) -> Hashable:
-    """The part of the environment a load reads (FETCHWORK_*, _FETCHWORK_*), and `more`."""
-    return (tuple(sorted((name, value) for name, value in env.items()
-                         if name.startswith(("FETCHWORK_", "_FETCHWORK_")))), *more)
+    """The environment a load sees (its knobs, and what `$ENV()` expands), and `more`."""
+    return (tuple(sorted(env.items())), *more)
 
 
 def remembered(key: Hashable) -> Any | None:

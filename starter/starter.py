@@ -165,7 +165,9 @@ class Starter:
         """Keep `.job.ad` (what `_CONDOR_JOB_AD` names) equal to the current ad, for the
         job and for program hooks (an in-process `spec` has the ad on stdin). The startd
         wrote both files; the machine ad does not change here."""
-        text = format_ad(self.ad) if spec is None or not spec.in_process else self._written
+        if spec is not None and spec.in_process:
+            return
+        text = format_ad(self.ad)
         if text == self._written:
             return
         path = os.path.join(self.sandbox, JOB_AD_FILE)
@@ -173,7 +175,7 @@ class Starter:
         temporary = f"{path}.{uuid.uuid4().hex}.tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text or "")
+            handle.write(text)
             if self.user is not None:
                 os.fchown(handle.fileno(), *self.user)
         os.replace(temporary, path)

@@ -25,7 +25,7 @@ from fetchwork.config.loader import Config
 from fetchwork.errors import RedisUnavailableError
 from tests.chaoscheck import Kill, QueueView, Report, check, parse_runs
 from tests.poolprocs import Daemon, RedisProcess, kill_leftovers, pool_config, starters_of
-from tests.waiting import WaitTimeout, wait_until
+from tests.waiting import WaitTimeout, retrying, wait_until
 
 T = TypeVar("T")
 
@@ -41,6 +41,10 @@ echo "start $1 $tok $PPID $startd $(date +%s.%N)" >> "$3"
 sleep "$2"
 echo "end $1 $tok $PPID $startd $(date +%s.%N)" >> "$3"
 """
+
+
+# What a harness call meets while Redis restarts or fails over.
+OUTAGE = (redis.ConnectionError, redis.TimeoutError, RedisUnavailableError)
 
 
 @dataclass(frozen=True)
@@ -96,14 +100,7 @@ class ChaosPool:
 
     def _retry(self, call: Callable[[], T]) -> T:
         """A call of the harness's own through a Redis just restarted (its old connection)."""
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                return call()
-            except (redis.ConnectionError, redis.TimeoutError, RedisUnavailableError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        return retrying(call, OUTAGE, timeout_s=30, interval_s=0.1)
 
     @property
     def broker(self) -> Broker:

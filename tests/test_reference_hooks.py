@@ -12,9 +12,10 @@ import pytest
 
 from fetchwork.broker.client import Broker
 from fetchwork.config import ads
-from fetchwork.config.loader import environ_without_config, reload_config
+from fetchwork.config.loader import reload_config
 from fetchwork.errors import FetchworkError
 from fetchwork.hooks import reference
+from tests.hookenv import hook_environment
 from tests.waiting import wait_until
 
 SLOT_AD = """\
@@ -33,21 +34,11 @@ FORMS = ["in-process", "program"]
 
 @pytest.fixture
 def hook_env(redis_url, pool_name, monkeypatch, tmp_path):
-    env = environ_without_config()
-    env.update({"FETCHWORK_BROKER": redis_url, "FETCHWORK_POOL": pool_name,
-                "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path),
-                "_FETCHWORK_FETCHWORK_FETCH_LONG_POLL": "0.2"})
-    for name in list(os.environ):
-        if name.startswith(("FETCHWORK_", "_FETCHWORK_")):
-            monkeypatch.delenv(name)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    reload_config()
-    reference.reset_broker()
-    yield env
-    reference.reset_broker()
-    monkeypatch.undo()
-    reload_config()
+    with hook_environment(monkeypatch, {
+            "FETCHWORK_BROKER": redis_url, "FETCHWORK_POOL": pool_name,
+            "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path),
+            "_FETCHWORK_FETCHWORK_FETCH_LONG_POLL": "0.2"}) as env:
+        yield env
 
 
 @pytest.fixture

@@ -16,10 +16,11 @@ import redis
 
 from fetchwork.broker.client import Broker
 from fetchwork.config import ads
-from fetchwork.config.loader import Config, environ_without_config, reload_config
+from fetchwork.config.loader import Config
 from fetchwork.errors import RedisUnavailableError
 from fetchwork.hooks import reference
 from fetchwork.hooks.retrying import delays_s, through_outage
+from tests.hookenv import hook_environment
 from tests.poolprocs import RedisProcess
 
 pytestmark = pytest.mark.timeout(60)
@@ -39,21 +40,11 @@ def test_the_waits_back_off_within_the_budget():
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisProcess]:
     server = RedisProcess(tmp_path / "redis")
     server.start()
-    env = environ_without_config()
-    env.update({"FETCHWORK_BROKER": server.url, "FETCHWORK_POOL": "retry",
-                "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path),
-                "_FETCHWORK_FETCHWORK_REPORT_RETRY_TIME": "1"})
-    for name in list(os.environ):
-        if name.startswith(("FETCHWORK_", "_FETCHWORK_")):
-            monkeypatch.delenv(name)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    reload_config()
-    reference.reset_broker()
-    yield server
-    reference.reset_broker()
-    monkeypatch.undo()
-    reload_config()
+    with hook_environment(monkeypatch, {
+            "FETCHWORK_BROKER": server.url, "FETCHWORK_POOL": "retry",
+            "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path),
+            "_FETCHWORK_FETCHWORK_REPORT_RETRY_TIME": "1"}):
+        yield server
     server.stop()
 
 

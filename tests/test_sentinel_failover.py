@@ -30,13 +30,12 @@ from fetchwork.broker.client import Broker
 from fetchwork.broker.embedded import connect
 from fetchwork.broker.scripts import sha
 from fetchwork.config.loader import Config
-from fetchwork.errors import RedisUnavailableError
-from tests.chaos import JOB_SCRIPT
+from tests.chaos import JOB_SCRIPT, OUTAGE
 from tests.chaoscheck import Kill, QueueView, Report, check, parse_runs
 from tests.poolprocs import Daemon, kill_leftovers, pool_config
 from tests.sentinels import HOST, SentinelSet, sentinel_binaries
 from tests.test_startd_harness import pool_root
-from tests.waiting import wait_until
+from tests.waiting import retrying, wait_until
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -95,14 +94,7 @@ class FailoverRun:
 
     def retry(self, call: Callable[[], T]) -> T:
         """A call of the harness's own, ridden through the failover."""
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                return call()
-            except (redis.ConnectionError, redis.TimeoutError, RedisUnavailableError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        return retrying(call, OUTAGE, timeout_s=60, interval_s=0.2)
 
     def first_failure(self) -> str | None:
         return self.redis.died() or next(

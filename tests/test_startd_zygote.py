@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import redis
 
 from fetchwork.broker.client import Broker
 from fetchwork.config.loader import Config, environ_without_config
+from tests.poolprocs import pool_config
 from tests.test_startd_harness import pool_root
 from tests.waiting import wait_until
 
@@ -46,23 +46,7 @@ class Startd:
 
     def __init__(self, root: Path, redis_url: str, pool: str, fail_fork: bool = False):
         self.root = root
-        self.config_path = root / "fetchwork.conf"
-        self.config_path.write_text(textwrap.dedent(f"""\
-            FETCHWORK_STATE_DIR = {root / 'state'}
-            LOG = {root / 'log'}
-            EXECUTE = {root / 'execute'}
-            FETCHWORK_BROKER = {redis_url}
-            FETCHWORK_POOL = {pool}
-            NUM_SLOTS = 1
-            STARTD_JOB_HOOK_KEYWORD = FETCHWORK
-            FetchWorkDelay = ifThenElse(State == "Claimed" && Activity == "Busy", 300, 0)
-            FETCH_WORK_MIN_INTERVAL = 0.2
-            FETCHWORK_FETCH_LONG_POLL = 1
-            FETCHWORK_RENEW_INTERVAL = 0.5
-            POLLING_INTERVAL = 1
-            MachineMaxVacateTime = 5
-            STARTD_SHUTDOWN_GRACE = 20
-        """))
+        self.config_path = pool_config(root, redis_url, pool, "MachineMaxVacateTime = 5\n")
         (root / "sitecustomize.py").write_text(FAILING_FORK)
         self.env = environ_without_config()
         self.env.update(FETCHWORK_CONFIG=str(self.config_path),

@@ -39,3 +39,17 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise WaitTimeout(f"waited {timeout_s}s for {what or condition!r}; last seen {last!r}")
         time.sleep(interval_s)
+
+
+def retrying(call: Callable[[], T], errors: tuple[type[BaseException], ...],
+             timeout_s: float = 30.0, interval_s: float = 0.1) -> T:
+    """`call()`, again every `interval_s` while it raises one of `errors` (a server
+    restarting, failing over), for at most `timeout_s`; then the last error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except errors:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(interval_s)

@@ -197,13 +197,13 @@ class BackfillLeader:
     def _take(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         """Move past `events`, keeping the starts a reservation in force may count."""
         self._last_event = events[-1][0]
-        for _id, fields in events:  # a job that started again is read again
-            if fields.get("state") == "RUNNING":
-                self._running_known.pop(fields.get("job", ""), None)
-        if self._reservation is not None:
-            self._started += [fields.get("job", "") for _id, fields in events
-                              if fields.get("type") == "claim"
-                              and fields.get("state") == "RUNNING"]
+        for _id, fields in events:
+            if fields.get("state") != "RUNNING":
+                continue
+            job = fields.get("job", "")
+            self._running_known.pop(job, None)  # a job that started again is read again
+            if self._reservation is not None and fields.get("type") == "claim":
+                self._started.append(job)
 
     def _count_bypasses(self) -> None:
         """Starts since the last pass of jobs below the reservation then in force."""
