@@ -53,7 +53,7 @@ class StarterProcess:
     def spawn(cls, slot_id: int, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
               sandbox: str, keyword: str | None,
               env: Mapping[str, str] | None = None,
-              standby: StandbyStarters | ZygoteClient | None = None) -> StarterProcess:
+              standby: StandbyStarters | None = None) -> StarterProcess:
         """Make the sandbox, write both ads into it and start the starter
         (forked by the zygote, or a standby one, when `standby` is given)."""
         try:
@@ -70,17 +70,16 @@ class StarterProcess:
         if keyword:
             args += ["--keyword", keyword]
         try:
-            proc: subprocess.Popen[bytes] | ForkedStarter | None = (
-                standby.take(args) if standby is not None and env is None else None)
+            if standby is not None and env is None:
+                proc = standby.take(args) or standby.start(args)
+            else:
+                proc = _popen_starter(args, env)
+        except OSError as exc:
+            shutil.rmtree(sandbox, ignore_errors=True)
+            raise StarterError(f"cannot start the starter: {exc.strerror or exc}") from exc
         except StarterError:
             shutil.rmtree(sandbox, ignore_errors=True)
             raise
-        if proc is None:
-            try:
-                proc = _popen_starter(args, env)
-            except OSError as exc:
-                shutil.rmtree(sandbox, ignore_errors=True)
-                raise StarterError(f"cannot start the starter: {exc.strerror or exc}") from exc
         return cls(proc, sandbox, slot_id)
 
     # -- events --------------------------------------------------------------
@@ -168,36 +167,68 @@ def _popen_starter(args: list[str], env: Mapping[str, str] | None = None
                             close_fds=True, start_new_session=True)
 
 
-class StandbyStarters:
-    """Starters started ahead of need (`STARTER_STANDBY` of them).
+Starter = subprocess.Popen[bytes] | ForkedStarter
 
-    A fresh starter spends a few hundred ms starting Python and importing
-    before it can run a job; a standby one has done that and waits for its
-    arguments on stdin (`python -m fetchwork.starter --standby`), so a
-    fetched job starts at once. One that died while waiting is replaced.
+
+class StandbyStarters:
+    """Starters started ahead of need (`STARTER_STANDBY` of them), and the way to start one.
+
+    A starter that has just been started (a new Python, seconds of imports,
+    or a fork of the zygote, milliseconds of page copying) is not ready to
+    run a job; a standby one is, and waits for its arguments on stdin
+    (`python -m fetchwork.starter --standby`), so a fetched job starts at
+    once. With a zygote (`STARTER_ZYGOTE`) the standby starters are its
+    forks, made once it is ready and only while they are its own (a starter
+    of a zygote that died is let go: the zygote kills what a dead starter
+    leaves). One that died while waiting is replaced.
     """
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, zygote: ZygoteClient | None = None):
         self.count = max(0, count)
-        self._ready: list[subprocess.Popen[bytes]] = []
+        self.zygote = zygote
+        self._ready: list[Starter] = []
+
+    def waiting(self) -> list[Starter]:
+        """The standby starters (oldest first)."""
+        return list(self._ready)
+
+    def start(self, args: list[str]) -> Starter:
+        """A new starter given `args` (StarterError when none can be started)."""
+        if self.zygote is not None:
+            return self.zygote.spawn(args)
+        try:
+            return _popen_starter(args, None)
+        except OSError as exc:
+            raise StarterError(f"cannot start the starter: {exc.strerror or exc}") from exc
+
+    def _usable(self, proc: Starter) -> bool:
+        if proc.poll() is not None:
+            return False
+        return not isinstance(proc, ForkedStarter) or (
+            self.zygote is not None and self.zygote.alive()
+            and proc.zygote_pid == self.zygote.pid)
 
     def refill(self) -> None:
-        for proc in [proc for proc in self._ready if proc.poll() is not None]:
-            _close_pipes(proc)
+        if self.zygote is not None:
+            self.zygote.refill()
+        for proc in [proc for proc in self._ready if not self._usable(proc)]:
+            _let_go(proc)
             self._ready.remove(proc)
         while len(self._ready) < self.count:
+            if self.zygote is not None and not self.zygote.ready():
+                return  # a fresh zygote is still importing: not worth waiting for
             try:
-                self._ready.append(_popen_starter([STANDBY_FLAG]))
-            except OSError as exc:
-                log.warning("cannot start a standby starter: %s", exc.strerror or exc)
+                self._ready.append(self.start([STANDBY_FLAG]))
+            except StarterError as exc:
+                log.warning("cannot start a standby starter: %s", exc)
                 return
 
-    def take(self, args: list[str]) -> subprocess.Popen[bytes] | None:
+    def take(self, args: list[str]) -> Starter | None:
         """A ready starter given `args`, or None when none is ready."""
         while self._ready:
             proc = self._ready.pop(0)
-            if proc.poll() is not None:
-                _close_pipes(proc)
+            if not self._usable(proc):
+                _let_go(proc)
                 continue
             assert proc.stdin is not None
             try:
@@ -205,26 +236,36 @@ class StandbyStarters:
                 proc.stdin.flush()
             except (BrokenPipeError, OSError):
                 proc.kill()
-                proc.wait()
-                _close_pipes(proc)
+                _let_go(proc)
                 continue
             return proc
         return None
 
     def close(self) -> None:
         """Let every waiting starter go: EOF before arguments makes it exit 0."""
-        for proc in self._ready:
-            _close_pipes(proc)
-        for proc in self._ready:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._ready = []
+        ready, self._ready = self._ready, []
+        for proc in ready:
+            _let_go(proc)
+        if self.zygote is not None:
+            self.zygote.close()
 
 
-def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+def _let_go(proc: Starter) -> None:
+    """Close `proc`'s pipes (a standby starter exits at EOF) and reap it."""
+    _close_pipes(proc)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.error("standby starter %s survived SIGKILL", proc.pid)
+    if isinstance(proc, ForkedStarter):
+        proc.close()
+
+
+def _close_pipes(proc: Starter) -> None:
     """Close the parent's ends of `proc`'s pipes."""
     for stream in (proc.stdin, proc.stdout):
         if stream is not None:

@@ -62,10 +62,10 @@ class StarterSupervisor:
         self.host = host
         self.selector = selector
         self._sandbox_numbers = itertools.count(1)
-        # Starters are forked by the zygote, or else one stands by.
-        self.standby: StandbyStarters | ZygoteClient = (
-            ZygoteClient() if host.settings.starter_zygote
-            else StandbyStarters(host.settings.starter_standby))
+        # Starters are forked by the zygote (or are new Pythons); some stand by.
+        self.standby = StandbyStarters(
+            host.settings.starter_standby,
+            ZygoteClient() if host.settings.starter_zygote else None)
         self.standby.refill()
 
     def spawn(self, slot: Slot) -> None:

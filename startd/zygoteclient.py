@@ -112,6 +112,7 @@ class ZygoteClient:
         self.starts = 0
         self._statuses: dict[int, int] = {}
         self._pending: list[tuple[int, int]] = []
+        self._ready_pid: int | None = None  # the zygote that said `ready`
 
     # -- the zygote process ----------------------------------------------------
 
@@ -140,6 +141,14 @@ class ZygoteClient:
 
     def alive(self) -> bool:
         return self.proc is not None and self.sock is not None and self.proc.poll() is None
+
+    def ready(self) -> bool:
+        """Whether the running zygote has finished its imports (it said `ready`)."""
+        if not self.alive() or self.proc is None:
+            return False
+        if self._ready_pid != self.proc.pid:
+            self._drain()
+        return self._ready_pid == self.proc.pid
 
     def fileno(self) -> int | None:
         """The socket to watch for exit reports (None while no zygote runs)."""
@@ -170,10 +179,6 @@ class ZygoteClient:
                 log.warning("the starter zygote %s is gone (%s); starting another",
                             self.proc.pid, _how(self.proc))
             self.start()
-
-    def take(self, args: Sequence[str]) -> ForkedStarter:
-        """A starter given `args` (as `spawn`)."""
-        return self.spawn(args)
 
     # -- starting a starter ------------------------------------------------------
 
@@ -269,7 +274,9 @@ class ZygoteClient:
     # -- how starters end ----------------------------------------------------------
 
     def _note(self, message: dict[str, Any]) -> None:
-        if message.get("op") == "exited":
+        if message.get("op") == "ready" and self.proc is not None:
+            self._ready_pid = self.proc.pid
+        elif message.get("op") == "exited":
             pid, status = int(message["pid"]), int(message["status"])
             self._statuses[pid] = status
             self._pending.append((pid, status))

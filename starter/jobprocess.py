@@ -14,38 +14,29 @@ starter instead of init and is still found, killed and reaped.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import logging
 import os
 import signal
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import psutil
 
+from fetchwork.starter import launch
 from fetchwork.starter.jobspec import (
     STANDARD_ERROR,
     STANDARD_INPUT,
     STANDARD_OUTPUT,
     LaunchPlan,
-    exec_failure,
     open_failure,
 )
+from fetchwork.starter.launch import c_library
 from fetchwork.starter.proctree import children
 
 log = logging.getLogger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36
-_PR_SET_PDEATHSIG = 1
-
-
-@functools.cache
-def c_library() -> ctypes.CDLL:
-    """The C library (loaded once: a zygote loads it before its forks)."""
-    return ctypes.CDLL(None, use_errno=True)
 
 
 def become_subreaper() -> bool:
@@ -88,30 +79,18 @@ class JobProcess:
 
     def spawn(self) -> int:
         """Start the job; StarterError (with the reason) when it cannot start."""
-        plan = self.plan
-        options: dict[str, Any] = {}
-        if self.user is not None and os.geteuid() == 0:
-            options.update(user=self.user[0], group=self.user[1], extra_groups=[])
         with _file_identity(self.user):
             streams = self._open_streams()
         try:
-            proc = subprocess.Popen(
-                list(plan.argv), stdin=streams[0], stdout=streams[1], stderr=streams[2],
-                cwd=plan.cwd, env=dict(plan.env), close_fds=True,
-                start_new_session=True, preexec_fn=_die_with(os.getpid(), self.cores), **options)
-        except OSError as exc:
-            raise exec_failure(plan.argv[0], exc) from exc
+            self.pid = launch.start(self.plan, self.user, self.cores, streams)
         finally:
             for stream in {id(s): s for s in streams}.values():
                 stream.close()
-        # The Popen object is dropped: this class waits for the pid itself.
-        proc.returncode = 0
-        self.pid = proc.pid
         try:
-            self.pidfd = os.pidfd_open(proc.pid)
+            self.pidfd = os.pidfd_open(self.pid)
         except (AttributeError, OSError):  # pragma: no cover - old kernels
             self.pidfd = None
-        return proc.pid
+        return self.pid
 
     def _open_streams(self) -> tuple[Any, Any, Any]:
         """In, Out and Err, opened with the job user's file access rights."""
@@ -311,28 +290,6 @@ def usable(cores: tuple[int, ...] | None) -> tuple[int, ...] | None:
         log.warning("cores %s are not available here; pinning the job to %s",
                     sorted(set(cores) - allowed), list(chosen) or "any core")
     return chosen or None
-
-
-def _die_with(starter_pid: int, cores: tuple[int, ...] | None = None) -> Any:
-    """A child-side step: SIGKILL the job's main process if the starter dies.
-
-    Runs in the forked child after the user switch (which would clear the
-    setting), so it only calls a C function loaded beforehand. The rest of
-    the tree is found and killed by a starter that is still alive.
-    """
-    try:
-        prctl = c_library().prctl
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        return None
-
-    def step() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != starter_pid:  # the starter died before the call
-            os._exit(127)
-        if cores:  # ASSIGN_CPU_AFFINITY: the cores of the job's slot
-            os.sched_setaffinity(0, cores)
-
-    return step
 
 
 def _open_output(path: str, stream: str) -> Any:

@@ -36,6 +36,10 @@ import sys
 import threading
 from typing import Any
 
+import psutil
+
+from fetchwork.starter.jobprocess import become_subreaper
+
 log = logging.getLogger("fetchwork.starter.zygote")
 
 # Largest request or report; a starter's arguments are a few paths.
@@ -92,6 +96,8 @@ class Zygote:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.children: set[int] = set()
+        # A subreaper: a dead starter's processes come to the zygote, which kills them.
+        self.adopts = become_subreaper()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -168,25 +174,56 @@ class Zygote:
         os.close(go_w)
 
     def _reap(self) -> None:
-        while self.children:
+        """Reap every child that ended: report starters; kill what dead ones left."""
+        reaped = False
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 self.children.clear()
                 return
             if pid == 0:
-                return
+                break
+            reaped = True
+            if pid not in self.children:
+                continue  # an adopted process of a dead starter's job
             self.children.discard(pid)
             try:
                 send(self.sock, {"op": "exited", "pid": pid, "status": returncode(status)})
             except OSError:
                 pass  # the startd is gone; keep reaping
+        if reaped:
+            self._kill_adopted()
+
+    def _kill_adopted(self) -> None:
+        """SIGKILL every child that is not a starter: the zygote is a subreaper, so
+        a starter's job (and the job's children, as each parent dies) comes here
+        when the starter dies, and must not outlive it (a starter forked by the
+        zygote spawns its job without the parent-death signal)."""
+        for pid in _children_of(os.getpid()):
+            if pid not in self.children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def close_in_child(self) -> None:
         signal.set_wakeup_fd(-1)
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
         self.sock.close()
+
+
+def _children_of(pid: int) -> list[int]:
+    """The pids of `pid`'s children (Linux: /proc/PID/task/PID/children)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+            return [int(word) for word in handle.read().split()]
+    except (OSError, ValueError):
+        try:
+            return [child.pid for child in psutil.Process(pid).children()]
+        except psutil.Error:
+            return []
 
 
 def _pidfd(pid: int) -> int | None:
@@ -234,8 +271,10 @@ def _child(args: list[str], fds: list[int], handshake: tuple[int, int],
         root = logging.getLogger()
         for handler in list(root.handlers):
             root.removeHandler(handler)
+        from fetchwork.starter import launch
         from fetchwork.starter.__main__ import _exit_now, main
 
+        launch.orphans_are_killed = zygote.adopts
         sys.argv = [sys.argv[0], *args]
         _exit_now(main(args))
     except BaseException:  # noqa: BLE001 - a child must never return into the zygote
@@ -254,7 +293,7 @@ def _preload() -> None:
     from fetchwork.hooks import inprocess
     from fetchwork.starter import __main__ as entry
     from fetchwork.starter import starter  # noqa: F401 - imported ahead on purpose
-    from fetchwork.starter.jobprocess import c_library
+    from fetchwork.starter.launch import c_library
 
     entry.argument_parser()
     c_library()

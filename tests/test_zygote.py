@@ -22,6 +22,7 @@ import pytest
 
 from fetchwork.config.ads import format_ad
 from fetchwork.errors import StarterError
+from fetchwork.startd.starterproc import StandbyStarters
 from fetchwork.startd.zygoteclient import STATUS_UNKNOWN, ForkedStarter, ZygoteClient
 from tests.waiting import wait_until
 
@@ -206,10 +207,61 @@ def test_the_zygote_leaves_when_the_startd_closes(client: Client, job_tmp: Path)
 
 
 def test_a_forked_starter_answers_as_a_popen_would(client: Client, job_tmp: Path) -> None:
-    starter = client.take(_args(job_tmp, "popen", {"Cmd": "/bin/sleep", "Arguments": "30"}))
+    starter = client.spawn(_args(job_tmp, "popen", {"Cmd": "/bin/sleep", "Arguments": "30"}))
     assert starter.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
         starter.wait(timeout=0.2)
     starter.kill()
     assert starter.wait(timeout=30) == -signal.SIGKILL
     assert starter.poll() == starter.returncode == -signal.SIGKILL
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_killed_starters_job_and_its_children_die_with_it(client: Client,
+                                                            job_tmp: Path) -> None:
+    """A forked starter spawns its job without the parent-death signal: the zygote,
+    a subreaper, adopts what the dead starter leaves and kills it."""
+    child = _out(job_tmp, "child")
+    starter = client.spawn(_args(job_tmp, "killed", {
+        "Cmd": "/bin/sh", "Arguments": f"-c 'sleep 300 & echo $! > {child}; wait'"}))
+    wait_until(lambda: child.exists() and child.read_text().strip(), 30, what="the job's child")
+    job = psutil.Process(int(child.read_text())).ppid()
+    assert psutil.Process(job).ppid() == starter.pid
+    os.kill(starter.pid, signal.SIGKILL)
+    assert _wait_status(client, starter) == -signal.SIGKILL
+    wait_until(lambda: _gone(job), 30, what="the job to die with its starter")
+    wait_until(lambda: _gone(int(child.read_text())), 30, what="the job's child to die too")
+    assert client.alive()
+
+
+def test_standby_starters_are_forks_of_the_ready_zygote(client: Client,
+                                                         job_tmp: Path) -> None:
+    standby = StandbyStarters(1, client)
+    wait_until(lambda: standby.refill() or standby.waiting(), 60, what="a standby starter")
+    [waiting] = standby.waiting()
+    assert isinstance(waiting, ForkedStarter) and waiting.zygote_pid == client.pid
+    out = _out(job_tmp, "standby")
+    given = standby.take(_args(job_tmp, "standby", {"Cmd": "/bin/sh",
+                                                    "Arguments": f"-c 'echo s > {out}'"}))
+    assert given is waiting and not standby.waiting()
+    assert _wait_status(client, waiting) == 0
+    assert out.read_text().strip() == "s"
+
+
+def test_a_standby_starter_of_a_dead_zygote_is_let_go(client: Client, job_tmp: Path) -> None:
+    standby = StandbyStarters(1, client)
+    wait_until(lambda: standby.refill() or standby.waiting(), 60, what="a standby starter")
+    [old] = standby.waiting()
+    os.kill(old.zygote_pid, signal.SIGKILL)
+    wait_until(lambda: not client.alive(), 30, what="the zygote's death seen")
+    assert standby.take(_args(job_tmp, "late", {"Cmd": "/bin/true"})) is None
+    wait_until(lambda: _gone(old.pid), 30, what="the old standby to leave")
+    wait_until(lambda: standby.refill() or standby.waiting(), 60, what="a new standby")
+    assert standby.waiting()[0].zygote_pid == client.pid != old.zygote_pid
+    standby.close()
