@@ -47,8 +47,32 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The startd's own form of the arguments: each flag once, with its value.
+_FLAGS = {"--job-ad": "job_ad", "--slot-ad": "slot_ad", "--slot": "slot",
+          "--sandbox": "sandbox", "--keyword": "keyword"}
+
+
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    return argument_parser().parse_args(argv)
+    return _plain_arguments(argv) or argument_parser().parse_args(argv)
+
+
+def _plain_arguments(argv: list[str] | None) -> argparse.Namespace | None:
+    """The arguments when they are in the startd's form, read without argparse (a
+    millisecond a job); None for anything else, which argparse then reads or refuses."""
+    if argv is None or len(argv) % 2:
+        return None
+    values: dict[str, str] = {}
+    for flag, value in zip(argv[::2], argv[1::2], strict=True):
+        name = _FLAGS.get(flag)
+        if name is None or name in values or value.startswith("-"):
+            return None
+        values[name] = value
+    if not {"job_ad", "slot_ad", "slot", "sandbox"} <= values.keys() \
+            or not values["slot"].isdigit():
+        return None
+    return argparse.Namespace(job_ad=values["job_ad"], slot_ad=values["slot_ad"],
+                              slot=int(values["slot"]), sandbox=values["sandbox"],
+                              keyword=values.get("keyword"))
 
 
 def _read_ad(path: str) -> object:
