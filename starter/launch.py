@@ -8,13 +8,15 @@ must become its user, and `posix_spawn` can only reset the effective ids
 to the real ones, so for the call the starter sets its real ids (and its
 groups) to the job user's, then takes back root's; it also enters the
 job's directory and pins itself to the job's cores for the call, both of
-which the job inherits.
+which the job inherits. (For the microseconds between the job's exec and
+the starter taking its ids back, the job could signal the starter; a
+starter killed then takes the job along, as below.)
 
 What `posix_spawn` cannot do is ask the kernel to kill the job when its
 starter dies (the parent-death signal, set after the user switch): under
 the zygote that is the zygote's work, which adopts the processes a dead
 starter leaves and kills them (`zygote.Zygote`). A starter started on its
-own forks its job and sets the signal in the child, as before.
+own forks its job and sets the signal in the child.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ def test_a_crashed_starter_leaves_a_slot_that_runs_the_next_job(
         crashed = _submit(broker, "/bin/sleep", "61")
         _wait_state(broker, startd, crashed, "RUNNING")
         zygote = wait_until(startd.zygote, 30, fail_if=startd.exited, what="the zygote")
-        starter = wait_until(lambda: zygote.children(), 30, what="the starter")[0]
+        starter = wait_until(lambda: _starter_of(zygote, "61"), 30, what="the starter")
         os.kill(starter.pid, signal.SIGKILL)
         wait_until(lambda: f"starter {starter.pid} exited with status -9" in startd.log(), 30,
                    fail_if=startd.exited, what="the starter's end in the log")
@@ -191,6 +191,17 @@ def test_a_fork_that_fails_is_logged_and_the_job_returns_to_the_queue(
     assert _state(broker, job_id) == "IDLE"
 
 
+def _starter_of(zygote: psutil.Process, argument: str) -> psutil.Process | None:
+    """The zygote's child running `/bin/sleep <argument>` (others are standing by)."""
+    for starter in zygote.children():
+        try:
+            if any(job.cmdline()[-1:] == [argument] for job in starter.children()):
+                return starter
+        except psutil.Error:
+            continue
+    return None
+
+
 def test_a_startd_stopped_with_a_starter_running_vacates_its_job(
         root: Path, redis_url: str, pool_name: str, broker: Broker) -> None:
     startd = Startd(root, redis_url, pool_name)
@@ -198,7 +209,7 @@ def test_a_startd_stopped_with_a_starter_running_vacates_its_job(
         job_id = _submit(broker, "/bin/sleep", "62")
         _wait_state(broker, startd, job_id, "RUNNING")
         zygote = wait_until(startd.zygote, 30, fail_if=startd.exited, what="the zygote")
-        starter = wait_until(lambda: zygote.children(), 30, what="the starter")[0]
+        starter = wait_until(lambda: _starter_of(zygote, "62"), 30, what="the starter")
     finally:
         assert startd.stop() == 0
     assert _gone(starter)
