@@ -205,3 +205,30 @@ def test_a_running_job_is_read_once_while_it_runs(pool, monkeypatch):
     assert asked.count(started) == 1  # a new start: read once, then known
     reservation = _stored(pool)
     assert reservation is not None and reservation.job_id == pool.ids["head"]
+
+
+def test_the_idle_head_is_read_once_until_an_event_names_a_job(pool, monkeypatch):
+    from fetchwork.broker.backfill import leader
+
+    asked: list[str] = []
+    real = pool.leader.store.hashes
+
+    def counting(ids):
+        asked.extend(ids)
+        return real(ids)
+
+    monkeypatch.setattr(pool.leader.store, "hashes", counting)
+    pool.leader.run_pass()
+    pool.leader.run_pass()
+    waiting = set(pool.ids.values())
+    assert not waiting & set(asked)  # the fixture's pass read them
+    pool.broker.hold([pool.ids["window"]])
+    pool.broker.release([pool.ids["window"]])
+    asked.clear()
+    result = pool.leader.run_pass()
+    assert asked == [pool.ids["window"]]  # named by the hold and release events
+    assert result.reservation is not None and result.reservation.job_id == pool.ids["head"]
+    monkeypatch.setattr(leader, "IDLE_REFRESH_S", 0.0)
+    asked.clear()
+    pool.leader.run_pass()
+    assert waiting <= set(asked)  # everything read again after the refresh interval

@@ -49,6 +49,9 @@ RESTORE_S = 1.0
 STICKY_S = 2.0
 # Seconds between full reads of the running jobs (between them, only new ones are read).
 RUNNING_REFRESH_S = 10.0
+# Seconds between full reads of the idle head (between them, a job is read again only
+# after an event about it).
+IDLE_REFRESH_S = 10.0
 
 
 class BackfillLeader:
@@ -63,6 +66,8 @@ class BackfillLeader:
         self._startable_since: float | None = None  # the reserved job could start since
         self._running_known: dict[str, Running | None] = {}
         self._running_read_at = -RUNNING_REFRESH_S
+        self._idle_known: dict[str, dict[str, Any]] = {}  # the idle head's hashes
+        self._idle_read_at = -IDLE_REFRESH_S
         self._reservation: Reservation | None = None
         self._not_bypass: frozenset[str] = frozenset()
         self.last_plan: Plan | None = None
@@ -162,21 +167,41 @@ class BackfillLeader:
 
     def _plan(self, machines: Sequence[Machine], ideal: Mapping[str, list[classad2.ClassAd]],
               running: Sequence[Running], now: float, memo: _MachineMemo) -> Plan:
-        """The plan over the idle head, read in growing batches."""
+        """The plan over the idle head, read in growing batches (the order and
+        priorities each pass, a job's hash once until an event names it)."""
         waiting: list[Waiting] = []
         batch, offset = FIRST_BATCH, 0
-        while True:
-            rows = self.store.client.zrange(self.store.keys.idle, offset, offset + batch - 1,
-                                            withscores=True)
-            offset += len(rows)
-            scores = {codec.text(member): score for member, score in rows}
-            for job_id, data in self.store.hashes(list(scores)):
-                waiting.append(waiting_of(job_id, data, scores[job_id], self.default_walltime_s,
-                                          memo.machines_for(data)))
-            result = plan(waiting, machines, running, now)
-            if result.reservation is not None or len(rows) < batch or offset >= DEPTH:
-                return result
-            batch = min(batch * 4, DEPTH - offset)
+        known, seen = self._idle_head(), {}
+        try:
+            while True:
+                rows = self.store.client.zrange(self.store.keys.idle, offset,
+                                                offset + batch - 1, withscores=True)
+                offset += len(rows)
+                scores = {codec.text(member): score for member, score in rows}
+                for job_id, data in self.store.hashes([job for job in scores
+                                                       if job not in known]):
+                    known[job_id] = data
+                for job_id, score in scores.items():
+                    data = seen[job_id] = known.get(job_id)
+                    if data is not None:  # None: removed since the ZRANGE
+                        waiting.append(waiting_of(job_id, data, score, self.default_walltime_s,
+                                                  memo.machines_for(data)))
+                result = plan(waiting, machines, running, now)
+                if result.reservation is not None or len(rows) < batch or offset >= DEPTH:
+                    return result
+                batch = min(batch * 4, DEPTH - offset)
+        finally:
+            # Only the head this pass read stays known.
+            self._idle_known = {job: data for job, data in seen.items() if data is not None}
+
+    def _idle_head(self) -> dict[str, dict[str, Any]]:
+        """The hashes of the idle head the previous pass read, all forgotten every
+        IDLE_REFRESH_S (an edit that no event names is then seen)."""
+        mono = time.monotonic()
+        if mono - self._idle_read_at >= IDLE_REFRESH_S:
+            self._idle_known = {}
+            self._idle_read_at = mono
+        return self._idle_known
 
     # -- writing ---------------------------------------------------------------
 
@@ -198,9 +223,10 @@ class BackfillLeader:
         """Move past `events`, keeping the starts a reservation in force may count."""
         self._last_event = events[-1][0]
         for _id, fields in events:
+            job = fields.get("job", "")
+            self._idle_known.pop(job, None)  # it changed: read it again
             if fields.get("state") != "RUNNING":
                 continue
-            job = fields.get("job", "")
             self._running_known.pop(job, None)  # a job that started again is read again
             if self._reservation is not None and fields.get("type") == "claim":
                 self._started.append(job)
