@@ -185,7 +185,8 @@ def test_a_reservation_whose_job_does_not_start_lapses(pool, monkeypatch):
     assert _stored(pool).job_id == pool.ids["window"]
 
 
-def test_a_running_job_is_read_once_while_it_runs(pool, monkeypatch):
+def _hashes_read(pool, monkeypatch) -> list[str]:
+    """The ids whose hashes the leader reads from now on, in order."""
     asked: list[str] = []
     real = pool.leader.store.hashes
 
@@ -194,6 +195,11 @@ def test_a_running_job_is_read_once_while_it_runs(pool, monkeypatch):
         return real(ids)
 
     monkeypatch.setattr(pool.leader.store, "hashes", counting)
+    return asked
+
+
+def test_a_running_job_is_read_once_while_it_runs(pool, monkeypatch):
+    asked = _hashes_read(pool, monkeypatch)
     pool.leader.run_pass()
     pool.leader.run_pass()
     assert pool.busy not in asked  # read by the fixture's pass, not again
@@ -210,14 +216,7 @@ def test_a_running_job_is_read_once_while_it_runs(pool, monkeypatch):
 def test_the_idle_head_is_read_once_until_an_event_names_a_job(pool, monkeypatch):
     from fetchwork.broker.backfill import leader
 
-    asked: list[str] = []
-    real = pool.leader.store.hashes
-
-    def counting(ids):
-        asked.extend(ids)
-        return real(ids)
-
-    monkeypatch.setattr(pool.leader.store, "hashes", counting)
+    asked = _hashes_read(pool, monkeypatch)
     pool.leader.run_pass()
     pool.leader.run_pass()
     waiting = set(pool.ids.values())
