@@ -1,9 +1,10 @@
 """In-process hooks: `python:package.module:function`, called without a fork.
 
-The function is called as `function(args, stdin_text)` in its own thread and
-returns the hook's stdout (str or bytes), None for no output, or
-`(exit_code, stdout)`. A call that outlives its timeout is abandoned (a
-thread cannot be killed) and reported as timed out; an exception is
+The function is called as `function(args, stdin_text)` in a thread of its own
+(one of `workers.WORKERS`, kept for later calls) and returns the hook's
+stdout (str or bytes), None for no output, or `(exit_code, stdout)`. A call
+that outlives its timeout is abandoned (a thread cannot be killed; its
+thread is then lost to later calls) and reported as timed out; an exception is
 reported as an error. The function may call `current_call()` for the
 environment and directory a program hook would have been given.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fetchwork.config.pyref import is_python_ref, load_callable, module_of
+from fetchwork.hooks.workers import WORKERS
 
 _CANCEL_POLL_S = 0.05
 
@@ -61,6 +63,7 @@ def call_function(value: str, args: list[str], stdin_text: str, timeout_s: float
     except Exception as exc:
         return CallOutcome(error=f"cannot load {value}: {type(exc).__name__}: {exc}")
     box: dict[str, Any] = {}
+    done = threading.Event()
 
     def body() -> None:
         _current_call.set(call)
@@ -68,18 +71,19 @@ def call_function(value: str, args: list[str], stdin_text: str, timeout_s: float
             box["value"] = function(list(args), stdin_text)
         except BaseException as exc:  # the hook's failure is reported, not raised
             box["error"] = exc
+        finally:
+            done.set()
 
-    thread = threading.Thread(target=contextvars.Context().run, args=(body,),
-                              name=f"hook-call-{call.keyword}-{call.hook}", daemon=True)
-    thread.start()
+    context = contextvars.Context()  # each call starts with no context of another's
+    WORKERS.run(lambda: context.run(body), f"hook-call-{call.keyword}-{call.hook}")
     deadline = time.monotonic() + timeout_s
-    while thread.is_alive():
+    while not done.is_set():
         left_s = deadline - time.monotonic()
         if left_s <= 0:
             return CallOutcome(timed_out=True)
         if cancel is not None and cancel.is_set():
             return CallOutcome(cancelled=True)
-        thread.join(left_s if cancel is None else min(left_s, _CANCEL_POLL_S))
+        done.wait(left_s if cancel is None else min(left_s, _CANCEL_POLL_S))
     if "error" in box:
         exc = box["error"]
         return CallOutcome(error=f"{value} raised {type(exc).__name__}: {exc}")

@@ -32,6 +32,7 @@ from fetchwork.config.pyref import is_python_ref
 from fetchwork.hooks.family import kill_family, marked_env
 from fetchwork.hooks.inprocess import HookCall, call_function, current_call
 from fetchwork.hooks.pipes import CHUNK_BYTES, open_pidfd, read_available
+from fetchwork.hooks.workers import WORKERS
 
 __all__ = ["HookCall", "HookResult", "HookSpec", "current_call", "program_refusal",
            "resolve_hook", "run_hook", "start_hook"]
@@ -184,8 +185,9 @@ def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] =
                env: Mapping[str, str] | None = None, cwd: str | None = None,
                user: tuple[int, int] | None = None,
                on_done: Callable[[HookResult], None] | None = None, *,
-               cancel: threading.Event | None = None) -> threading.Thread:
-    """Run the hook in a daemon thread (it is reaped there); `on_done` gets the result."""
+               cancel: threading.Event | None = None) -> None:
+    """Run the hook in a thread of `workers.WORKERS` (a program is reaped there);
+    `on_done` gets the result."""
 
     def body() -> None:
         result = run_hook(spec, stdin_text, extra_args, env, cwd, user, cancel=cancel)
@@ -196,9 +198,7 @@ def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] =
                 log.exception("handling the result of hook %s_HOOK_%s failed",
                               spec.keyword, spec.hook)
 
-    thread = threading.Thread(target=body, name=f"hook-{spec.keyword}-{spec.hook}", daemon=True)
-    thread.start()
-    return thread
+    WORKERS.run(body, f"hook-{spec.keyword}-{spec.hook}")
 
 
 @dataclass
