@@ -197,8 +197,8 @@ class Starter:
         box: list[HookResult] = []
 
         def finished(result: HookResult) -> None:
-            os.write(done_write, b"x")  # before the append: the loop below ends on it
             box.append(result)
+            os.write(done_write, b"x")  # the last use of the pipe: the loop below ends on it
 
         start_hook(spec, join_pair(self.ad, self.slot_ad), env=self._hook_env(),
                    cwd=self.sandbox, user=self.user, on_done=finished, cancel=cancel)
@@ -206,10 +206,14 @@ class Starter:
         try:
             self._watch(selector)
             selector.register(done_read, selectors.EVENT_READ, "done")
-            while not box:
+            # Blocked until the hook's thread wrote: a loop on `box` alone would
+            # spin, holding the GIL that thread needs to finish.
+            done = False
+            while not done:
                 for key, _ in selector.select():
                     if isinstance(key.data, LineReader):
                         self._serve(selector, key.data)
+                    done = done or key.data == "done"
                 if self.status.how is not None:
                     cancel.set()
         finally:
