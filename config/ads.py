@@ -178,6 +178,15 @@ def split_pair(text: str, source: str | None = None
     return parse_ad(text, source), None
 
 
+def first_of_pair(text: str, source: str | None = None) -> classad2.ClassAd:
+    """The first ad of a `join_pair` text, the second left unparsed (a hook that
+    needs only the job ad pays for no slot ad)."""
+    cut = text.find("\n" + SEPARATOR + "\n")
+    if cut < 0 and not text.startswith(SEPARATOR + "\n"):
+        return split_pair(text, source)[0]  # framing with other spacing
+    return parse_ad(text[:cut + 1] if cut >= 0 else "", source)
+
+
 def evaluate(expr: str | classad2.ExprTree, my: classad2.ClassAd | None = None,
              target: classad2.ClassAd | None = None) -> Any:
     """Evaluate `expr` with MY = `my` and TARGET = `target`.

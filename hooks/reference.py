@@ -106,8 +106,7 @@ def _reported(job_ad: classad2.ClassAd) -> dict[str, Any]:
 
 
 def _job_ad_of(stdin_text: str) -> classad2.ClassAd:
-    job_ad, _slot_ad = ads.split_pair(stdin_text, source="hook input")
-    return job_ad
+    return ads.first_of_pair(stdin_text, source="hook input")
 
 
 def _publish(slot_ad: classad2.ClassAd, config: Any) -> None:

@@ -65,6 +65,20 @@ def test_dicts_round_trip_through_msgpack_keeping_expressions(ad):
 def test_pairs_split_into_the_ads_joined(job, slot):
     first, second = ads.split_pair(ads.join_pair(job, slot))
     assert first == job and second == slot
+    assert ads.first_of_pair(ads.join_pair(job, slot)) == job
+
+
+@pytest.mark.parametrize("text", ['Cmd = "/bin/true"\n', '-----\nName = "x"\n',
+                                  'Cmd = "/bin/true"\n  -----  \nName = "x"\n'])
+def test_the_first_of_a_pair_is_split_pairs_first(text):
+    assert ads.first_of_pair(text) == ads.split_pair(text)[0]
+
+
+def test_the_first_of_a_pair_leaves_the_second_unread():
+    text = 'Cmd = "/bin/true"\n-----\nthis is no ad\n'
+    assert ads.first_of_pair(text)["Cmd"] == "/bin/true"
+    with pytest.raises(AdError):
+        ads.split_pair(text)
 
 
 def test_an_expression_stays_an_expression():
