@@ -5,12 +5,16 @@ does not copy the starter's memory (the C library spawns with a shared
 address space and the starter waits until the job has exec'd): forking
 the starter instead costs milliseconds of page copying per job. The job
 must become its user, and `posix_spawn` can only reset the effective ids
-to the real ones, so for the call the starter sets its real ids (and its
-groups) to the job user's, then takes back root's; it also enters the
+to the real ones, so for the call the spawning thread sets its real ids
+(and its groups) to the job user's, then takes back root's; it also enters the
 job's directory and pins itself to the job's cores for the call, both of
 which the job inherits. (For the microseconds between the job's exec and
 the starter taking its ids back, the job could signal the starter; a
-starter killed then takes the job along, as below.)
+starter killed then takes the job along, as below.) Linux keeps ids per
+thread and the C library's set*id calls change every thread's, signalling
+each one, which in a starter with hook threads cost most of a millisecond
+per job; the spawn changes only its own thread's, with the system calls
+themselves, so no other thread ever runs with the job user's ids.
 
 What `posix_spawn` cannot do is ask the kernel to kill the job when its
 starter dies (the parent-death signal, set after the user switch): under
@@ -25,10 +29,11 @@ import contextlib
 import ctypes
 import functools
 import os
+import platform
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fetchwork.starter.jobspec import LaunchPlan, exec_failure
@@ -41,8 +46,11 @@ _DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ"
 # Set in a starter forked by the zygote: the processes it leaves when it dies are killed.
 orphans_are_killed = False
 
-# The spawn changes process-wide state (ids, directory) for its duration.
+# The spawn changes process-wide state (the directory) for its duration.
 _ids_lock = threading.Lock()
+
+# System call numbers of setresuid, setresgid, setgroups (the 32-bit-id forms).
+_ID_CALLS = {"x86_64": (117, 119, 116), "aarch64": (147, 149, 159)}
 
 
 @functools.cache
@@ -102,17 +110,51 @@ def _as_real(user: tuple[int, int] | None) -> Iterator[None]:
     if user is None:
         yield
         return
+    setresuid, setresgid, setgroups = thread_id_calls()
     groups = os.getgroups()
     real_uid, real_gid = os.getuid(), os.getgid()
-    os.setgroups([])
+    setgroups([])
     try:
-        os.setresgid(user[1], -1, -1)
-        os.setresuid(user[0], -1, -1)
+        setresgid(user[1], -1, -1)
+        setresuid(user[0], -1, -1)
         yield
     finally:
-        os.setresuid(real_uid, -1, -1)
-        os.setresgid(real_gid, -1, -1)
-        os.setgroups(groups)
+        setresuid(real_uid, -1, -1)
+        setresgid(real_gid, -1, -1)
+        setgroups(groups)
+
+
+IdCalls = tuple[Callable[[int, int, int], None], Callable[[int, int, int], None],
+                Callable[[list[int]], None]]
+
+
+@functools.cache
+def thread_id_calls() -> IdCalls:
+    """setresuid, setresgid and setgroups for the calling thread alone (the system
+    calls); the C library's process-wide ones where the numbers are not known."""
+    numbers = _ID_CALLS.get(platform.machine()) if platform.system() == "Linux" else None
+    try:
+        syscall = c_library().syscall if numbers is not None else None
+    except (OSError, AttributeError):  # pragma: no cover - no C library to call
+        syscall = None
+    if numbers is None or syscall is None:
+        return os.setresuid, os.setresgid, os.setgroups
+    set_uids, set_gids, set_groups = numbers
+
+    def call(*args: Any) -> None:
+        if syscall(*args) != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, os.strerror(number))
+
+    def ids(number: int) -> Callable[[int, int, int], None]:
+        return lambda real, effective, saved: call(
+            number, ctypes.c_long(real), ctypes.c_long(effective), ctypes.c_long(saved))
+
+    def groups(values: list[int]) -> None:
+        array = (ctypes.c_uint * max(1, len(values)))(*values)
+        call(set_groups, ctypes.c_long(len(values)), array)
+
+    return ids(set_uids), ids(set_gids), groups
 
 
 @contextlib.contextmanager

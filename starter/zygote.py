@@ -293,10 +293,11 @@ def _preload() -> None:
     from fetchwork.hooks import inprocess
     from fetchwork.starter import __main__ as entry
     from fetchwork.starter import starter  # noqa: F401 - imported ahead on purpose
-    from fetchwork.starter.launch import c_library
+    from fetchwork.starter.launch import c_library, thread_id_calls
 
     entry.argument_parser()
     c_library()
+    thread_id_calls()
     try:
         config = Config.load()  # remembered: a starter's own load is then a few stats
         values = [value for definition, value in config.items()

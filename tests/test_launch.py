@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,6 +93,26 @@ def test_the_job_runs_as_its_user_with_no_groups_and_root_is_given_back(
     assert seen["Groups"] == ""
     assert os.getresuid() == (0, 0, 0) and os.getresgid() == (0, 0, 0)
     assert os.getgroups() == groups
+
+
+@as_root
+def test_only_the_spawning_thread_takes_the_job_users_ids() -> None:
+    inside, other = [], []
+    look = threading.Event()
+
+    def other_thread() -> None:  # started before the switch, looking during it
+        look.wait(30)
+        other.append((os.getresuid(), os.getresgid()))
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    with launch._as_real(NOBODY):
+        inside.append((os.getresuid(), os.getresgid(), os.getgroups()))
+        look.set()
+        thread.join(30)
+    assert inside == [((65534, 0, 0), (65534, 0, 0), [])]
+    assert other == [((0, 0, 0), (0, 0, 0))]
+    assert os.getresuid() == (0, 0, 0) and os.getresgid() == (0, 0, 0)
 
 
 def test_the_job_is_pinned_to_its_cores_and_the_starter_is_not(
