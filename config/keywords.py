@@ -9,6 +9,7 @@ fetch and prepare hooks; a hung hook there would stop a slot forever).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fetchwork.config.loader import Config
@@ -25,6 +26,9 @@ HOOK_NAMES = (FETCH_WORK, REPLY_FETCH, EVICT_CLAIM, PREPARE_JOB, UPDATE_JOB_INFO
               WITHDRAW_SLOT)
 
 
+_SLOT_KEYWORD = re.compile(r"SLOT\d+_JOB_HOOK_KEYWORD")
+
+
 def _nonempty(value: str | None) -> str | None:
     if value is None:
         return None
@@ -36,6 +40,18 @@ def slot_keyword(config: Config, slot_id: int) -> str | None:
     """The hook keyword of slot `slot_id` (1-based), or None when it has none."""
     return (_nonempty(config.get(f"SLOT{slot_id}_JOB_HOOK_KEYWORD"))
             or _nonempty(config.get("STARTD_JOB_HOOK_KEYWORD")))
+
+
+def starter_keywords(config: Config) -> list[str]:
+    """The keywords this machine's starters run hooks of, as far as the configuration
+    says: STARTER_JOB_HOOK_KEYWORD when set, else the startd's and each slot's."""
+    forced = _nonempty(config.get("STARTER_JOB_HOOK_KEYWORD"))
+    if forced:
+        return [forced]
+    found = [_nonempty(config.get("STARTD_JOB_HOOK_KEYWORD"))]
+    found += [_nonempty(value) for definition, value in config.items()
+              if _SLOT_KEYWORD.fullmatch(definition.name.upper())]
+    return list(dict.fromkeys(word for word in found if word))
 
 
 def hook_keyword_of(job_ad: Any) -> str | None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextvars
 import importlib
+import logging
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -21,6 +23,8 @@ from typing import Any
 
 from fetchwork.config.pyref import is_python_ref, load_callable, module_of
 from fetchwork.hooks.workers import WORKERS
+
+log = logging.getLogger(__name__)
 
 _CANCEL_POLL_S = 0.05
 
@@ -103,6 +107,22 @@ def _outcome(value: str, returned: Any) -> CallOutcome:
     if not isinstance(stdout, str):
         return CallOutcome(error=f"{value} returned a {type(stdout).__name__}, not text")
     return CallOutcome(exit_code=exit_code, stdout=stdout)
+
+
+def prepare_modules(values: list[str], function: str, failed: list[str]) -> None:
+    """Call `function()` of each in-process hook module named in `values` that has
+    one, but not of those in `failed` (they did not import): the starter zygote
+    calls `prepare_fork` before its forks, a standby starter `prepare_standby`
+    while it waits for a job. A failure is logged; the hook's own call reports."""
+    names = dict.fromkeys(module_of(value) for value in values if is_python_ref(value))
+    for name in names:
+        module = sys.modules.get(name)
+        prepare = getattr(module, function, None) if name not in failed else None
+        if callable(prepare):
+            try:
+                prepare()
+            except Exception as exc:  # noqa: BLE001 - a hook module's own failure
+                log.warning("%s.%s failed: %s", name, function, exc)
 
 
 def preload(values: list[str]) -> list[str]:

@@ -337,6 +337,12 @@ def _stop_keeper(job_id: str) -> None:
         keeper.stop()
 
 
+def prepare_standby() -> None:
+    """Called in a standby starter while it waits for a job: the exit hook's
+    broker connection is then made before the job, not on its way out."""
+    broker()
+
+
 def prepare_fork() -> None:
     """Called by the starter zygote before it forks starters: what each starter's
     first broker call needs (the client's modules, the Lua scripts' text and

@@ -46,6 +46,11 @@ class Workers:
                 return
         threading.Thread(target=self._serve, args=(task,), name=name, daemon=True).start()
 
+    def warm(self) -> None:
+        """Have a thread waiting for the next task (none is started on its path)."""
+        if self.idle() == 0:
+            self.run(lambda: None, "hook-idle")
+
     def idle(self) -> int:
         """Threads waiting for a task."""
         with self._lock:

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 
+from fetchwork.config import keywords
 from fetchwork.config.ads import parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import STANDBY_FLAG
@@ -92,13 +93,25 @@ def _stand_by() -> list[str] | None:
     import json
 
     from fetchwork.hooks import inprocess
+    from fetchwork.hooks.workers import WORKERS
     from fetchwork.starter import starter  # noqa: F401 - imported ahead on purpose
 
+    # What every job's start would do first is done while there is no job:
+    # logging set up (the slot named once known), a hook thread waiting,
+    # and `prepare_standby()` of the in-process hook modules of the keywords
+    # this machine's slots use (the reference hooks connect to the broker).
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format=_log_format("starter[standby]"))
+    WORKERS.warm()
     try:
         config = Config.load()
         values = [value for definition, value in config.items()
                   if definition.name.upper().endswith(_STARTER_HOOKS)]
-        inprocess.preload(values)
+        failed = inprocess.preload(values)
+        used = [keywords.hook_value(config, keyword, hook)
+                for keyword in keywords.starter_keywords(config)
+                for hook in (keywords.PREPARE_JOB, keywords.UPDATE_JOB_INFO, keywords.JOB_EXIT)]
+        inprocess.prepare_modules([value for value in used if value], "prepare_standby", failed)
     except FetchworkError:
         pass  # the job's own start reports configuration errors
     line = bytearray()
@@ -111,6 +124,10 @@ def _stand_by() -> list[str] | None:
     if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
         raise SystemExit("starter: a standby starter expects a JSON list of arguments")
     return argv
+
+
+def _log_format(name: str) -> str:
+    return f"%(asctime)s {name} %(levelname)s %(message)s"
 
 
 def _log_to_file(config: Config, slot: int) -> None:
@@ -137,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         argv = given
     args = _arguments(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format=f"%(asctime)s starter[slot{args.slot}] %(levelname)s %(message)s")
+    root = logging.getLogger()
+    if not root.handlers:  # else a standby starter's, now naming the slot
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+    for handler in root.handlers:
+        handler.setFormatter(logging.Formatter(_log_format(f"starter[slot{args.slot}]")))
     from fetchwork.starter.starter import Starter
 
     # Events get their own copy of stdout; fd 1 then points at stderr, so

@@ -288,7 +288,6 @@ def _child(args: list[str], fds: list[int], handshake: tuple[int, int],
 def _preload() -> None:
     """Import what every starter needs, and the modules of in-process starter hooks."""
     from fetchwork.config.loader import Config
-    from fetchwork.config.pyref import is_python_ref, module_of
     from fetchwork.errors import FetchworkError
     from fetchwork.hooks import inprocess
     from fetchwork.starter import __main__ as entry
@@ -304,17 +303,8 @@ def _preload() -> None:
                   if definition.name.upper().endswith(_STARTER_HOOKS)]
     except FetchworkError:
         return  # each starter reports configuration errors itself
-    failed = inprocess.preload(values)
     # A hook module may ask to do more ahead of the forks (`prepare_fork()`).
-    names = dict.fromkeys(module_of(value) for value in values if is_python_ref(value))
-    for name in names:
-        module = sys.modules.get(name)
-        prepare = getattr(module, "prepare_fork", None) if name not in failed else None
-        if callable(prepare):
-            try:
-                prepare()
-            except Exception as exc:  # noqa: BLE001 - the hook's own call reports it
-                log.warning("zygote: %s.prepare_fork failed: %s", name, exc)
+    inprocess.prepare_modules(values, "prepare_fork", inprocess.preload(values))
 
 
 def main() -> int:

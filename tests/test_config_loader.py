@@ -140,6 +140,15 @@ def test_starter_keyword_is_forced_by_config(conf):
     assert keywords.starter_keyword(forced, "WEB") == "LOCAL"
 
 
+def test_the_starters_keywords_are_the_startds_and_the_slots_unless_forced(conf):
+    assert keywords.starter_keywords(load()) == []
+    config = load(conf("STARTD_JOB_HOOK_KEYWORD = DATABASE\nSLOT4_JOB_HOOK_KEYWORD = WEB\n"
+                       "SLOT5_JOB_HOOK_KEYWORD = DATABASE\nSLOT_JOB_HOOK_KEYWORD = NOT_A_SLOT\n"))
+    assert keywords.starter_keywords(config) == ["DATABASE", "WEB"]
+    forced = load(conf("STARTD_JOB_HOOK_KEYWORD = DATABASE\nSTARTER_JOB_HOOK_KEYWORD = LOCAL\n"))
+    assert keywords.starter_keywords(forced) == ["LOCAL"]
+
+
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     full_env = environ_without_config()
     full_env.update(env)

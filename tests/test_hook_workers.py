@@ -35,6 +35,16 @@ def test_a_finished_thread_runs_the_next_task() -> None:
     assert _ident_of(workers) == first
 
 
+def test_a_warmed_set_has_a_thread_waiting_and_only_one() -> None:
+    workers = Workers(idle_s=30)
+    workers.warm()
+    wait_until(lambda: workers.idle() == 1, 10, what="the warmed thread idle")
+    waiting = {thread.ident for thread in threading.enumerate()}
+    workers.warm()
+    assert workers.idle() == 1
+    assert _ident_of(workers) in waiting
+
+
 def test_a_blocked_task_does_not_hold_up_the_next() -> None:
     workers = Workers(idle_s=30)
     release = threading.Event()

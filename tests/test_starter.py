@@ -258,6 +258,27 @@ def test_a_standby_starter_hands_on_control_words_sent_behind_its_arguments(benc
     assert exited["how"] == "evict"
 
 
+def test_a_standby_starter_prepares_its_hook_modules_before_the_job(bench):
+    record = bench.work / "calls"
+    (bench.hooks / "standbyhook.py").write_text(
+        "import os\n\n\n"
+        f"RECORD = {str(record)!r}\n\n\n"
+        "def _note(word):\n"
+        "    with open(RECORD, 'a') as handle:\n"
+        "        handle.write(f'{word} {os.getpid()}\\n')\n\n\n"
+        "def prepare_standby():\n"
+        "    _note('standby')\n\n\n"
+        "def prepare(args, stdin_text):\n"
+        "    _note('prepare')\n")
+    run = bench.start({"Cmd": "/bin/true"}, standby=True, STARTD_JOB_HOOK_KEYWORD="T",
+                      T_HOOK_PREPARE_JOB="python:standbyhook:prepare")
+    assert run.finish()["how"] == "exit"
+    pid = run.proc.pid
+    assert record.read_text().splitlines() == [f"standby {pid}", f"prepare {pid}"]
+    # Logging was set up before the slot was known; the job's lines name it.
+    assert "starter[slot1] INFO job ended (exit)" in run.log.read_text()
+
+
 def test_a_standby_starter_without_a_job_exits_quietly(bench):
     done = subprocess.run([sys.executable, "-m", "fetchwork.starter", "--standby"],
                           input="", capture_output=True, text=True, timeout=60,
