@@ -281,8 +281,8 @@ class Startd:
             slot.name, self.started_at)
         job_ad["ClaimId"] = claim_id
         claim = Claim(claim_id=claim_id, job_ad=job_ad, rank=decision.rank)
-        self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("accept",))
         if decision.verdict is Verdict.PREEMPT:
+            self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("accept",))
             slot.pending = claim
             self.starters.evict(slot, f"preempted by job {job_label(job_ad)} ({decision.reason})")
             return
@@ -290,7 +290,9 @@ class Startd:
             slot.move(State.CLAIMED, Activity.IDLE, time.time(),
                       f"claimed for job {job_label(job_ad)}")
         slot.claim = claim
-        self.starters.spawn(slot)
+        # The reply is advisory: it goes out once the starter has the job, off its path.
+        self.starters.spawn(slot, lambda: self.advise(slot, slot.hooks.reply, job_ad, slot_ad,
+                                                      ("accept",)))
 
     def _no_more_work(self, slot: Slot) -> None:
         """A claim with nothing to run is evicted (the text: no more work -> evict the claim)."""

@@ -14,6 +14,7 @@ import os
 import selectors
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import classad2
@@ -68,7 +69,9 @@ class StarterSupervisor:
             ZygoteClient() if host.settings.starter_zygote else None)
         self.standby.refill()
 
-    def spawn(self, slot: Slot) -> None:
+    def spawn(self, slot: Slot, accepted: Callable[[], None] = lambda: None) -> None:
+        """Start the claim's job; `accepted()` (the reply hook) is called once the
+        starter has it, or before the claim is evicted when no starter could start."""
         claim = slot.claim
         assert claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
         sandbox = os.path.join(self.host.settings.execute_dir, sandbox_name(
@@ -81,6 +84,7 @@ class StarterSupervisor:
         except StarterError as exc:
             log.error("%s: job %s not started: %s; the claim is given back", slot.label,
                       claim.job_id, exc)
+            accepted()
             # Not at once again: a failing fork must not run through the queue.
             slot.clock.last_found_work = False
             self.evict(slot, "the starter could not be started")
@@ -91,6 +95,7 @@ class StarterSupervisor:
             self.selector.register(starter.pidfd, selectors.EVENT_READ, ("exit", slot, starter))
         slot.move(State.CLAIMED, Activity.BUSY, time.time(),
                   f"starter {starter.pid} runs job {claim.job_id}")
+        accepted()
 
     def evict(self, slot: Slot, why: str, fast: bool = False) -> None:
         """Evict the slot's claim: evict hook, then vacate (or kill) its job."""
