@@ -34,6 +34,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from typing import Any
 
 import psutil
@@ -285,6 +286,22 @@ def _child(args: list[str], fds: list[int], handshake: tuple[int, int],
     os._exit(code)
 
 
+def _warm_up() -> None:
+    """Do once here what each forked starter's first call would do again for its job:
+    the C library loads its name-service modules at the first account lookup (a
+    missing name goes through all of them), the time zone is read at the first
+    local time, the ad parser and formatter fill their caches at first use."""
+    from fetchwork.config import ads
+    from fetchwork.starter import runas
+
+    runas.lookup_account(runas.FALLBACK_USER)
+    runas.lookup_account("fetchwork-no-such-user")
+    time.localtime()
+    sample = ads.parse_ad('Text = "a"\nNumber = 1\nReal = 2.5\nFlag = true\n'
+                          'Expression = Number + 1\n', "warm-up ad")
+    ads.first_of_pair(ads.join_pair(sample, sample))
+
+
 def _preload() -> None:
     """Import what every starter needs, and the modules of in-process starter hooks."""
     from fetchwork.config.loader import Config
@@ -297,6 +314,7 @@ def _preload() -> None:
     entry.argument_parser()
     c_library()
     thread_id_calls()
+    _warm_up()
     try:
         config = Config.load()  # remembered: a starter's own load is then a few stats
         values = [value for definition, value in config.items()
