@@ -38,22 +38,28 @@ class Workers:
     def run(self, task: Task, name: str) -> None:
         """Run `task` in an idle thread, or in a new one (named `name`)."""
         with self._lock:
-            if self._pid != os.getpid():  # a forked child: the parent's threads are not here
-                self._tasks, self._idle, self._pid = queue.SimpleQueue(), 0, os.getpid()
+            self._forget_if_forked()
             if self._idle > 0:
                 self._idle -= 1
                 self._tasks.put((task, name))
                 return
         threading.Thread(target=self._serve, args=(task,), name=name, daemon=True).start()
 
-    def warm(self) -> None:
-        """Have a thread waiting for the next task (none is started on its path)."""
-        if self.idle() == 0:
-            self.run(lambda: None, "hook-idle")
+    def warm(self, count: int = 1) -> None:
+        """Have `count` threads waiting for tasks (none is then started on their path)."""
+        for _ in range(count - self.idle()):
+            threading.Thread(target=self._serve, args=(lambda: None,), name="hook-idle",
+                             daemon=True).start()
+
+    def _forget_if_forked(self) -> None:
+        """With the lock held: in a forked child, the parent's threads are not here."""
+        if self._pid != os.getpid():
+            self._tasks, self._idle, self._pid = queue.SimpleQueue(), 0, os.getpid()
 
     def idle(self) -> int:
         """Threads waiting for a task."""
         with self._lock:
+            self._forget_if_forked()
             return self._idle
 
     def _serve(self, task: Task) -> None:

@@ -97,12 +97,13 @@ def _stand_by() -> list[str] | None:
     from fetchwork.starter import starter  # noqa: F401 - imported ahead on purpose
 
     # What every job's start would do first is done while there is no job:
-    # logging set up (the slot named once known), a hook thread waiting,
+    # logging set up (the slot named once known), hook threads waiting (an
+    # in-process hook takes two: the call, and the one waiting on its timeout),
     # and `prepare_standby()` of the in-process hook modules of the keywords
     # this machine's slots use (the reference hooks connect to the broker).
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format=_log_format("starter[standby]"))
-    WORKERS.warm()
+    WORKERS.warm(2)
     try:
         config = Config.load()
         values = [value for definition, value in config.items()

@@ -35,13 +35,14 @@ def test_a_finished_thread_runs_the_next_task() -> None:
     assert _ident_of(workers) == first
 
 
-def test_a_warmed_set_has_a_thread_waiting_and_only_one() -> None:
+def test_a_warmed_set_has_its_threads_waiting_and_no_more() -> None:
     workers = Workers(idle_s=30)
-    workers.warm()
-    wait_until(lambda: workers.idle() == 1, 10, what="the warmed thread idle")
+    workers.warm(2)
+    wait_until(lambda: workers.idle() == 2, 10, what="the warmed threads idle")
     waiting = {thread.ident for thread in threading.enumerate()}
+    workers.warm(2)
     workers.warm()
-    assert workers.idle() == 1
+    assert workers.idle() == 2
     assert _ident_of(workers) in waiting
 
 
