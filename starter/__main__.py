@@ -84,11 +84,11 @@ def _read_ad(path: str) -> object:
         raise FetchworkError(f"cannot read {path}: {exc.strerror}") from exc
 
 
-def _stand_by() -> list[str] | None:
+def _stand_by() -> tuple[list[str], bytes] | None:
     """Import ahead, then read the job's arguments: one JSON line on stdin.
 
-    The line is read a byte at a time so that nothing after it (control
-    words) is taken from fd 0 before the starter's own reader sees it.
+    Returns them and what was read behind the line (control words the
+    startd sent meanwhile, handed on to the starter's own reader).
     """
     import json
 
@@ -115,16 +115,17 @@ def _stand_by() -> list[str] | None:
         inprocess.prepare_modules([value for value in used if value], "prepare_standby", failed)
     except FetchworkError:
         pass  # the job's own start reports configuration errors
-    line = bytearray()
-    while not line.endswith(b"\n"):
-        chunk = os.read(0, 1)
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(0, 65536)
         if not chunk:
             return None  # the startd went away before giving a job
-        line += chunk
+        data += chunk
+    line, _, behind = data.partition(b"\n")
     argv = json.loads(line.decode("utf-8"))
     if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
         raise SystemExit("starter: a standby starter expects a JSON list of arguments")
-    return argv
+    return argv, behind
 
 
 def _log_format(name: str) -> str:
@@ -149,11 +150,12 @@ def _log_to_file(config: Config, slot: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    behind = b""
     if argv == [STANDBY_FLAG]:
         given = _stand_by()
         if given is None:
             return 0
-        argv = given
+        argv, behind = given
     args = _arguments(argv)
     root = logging.getLogger()
     if not root.handlers:  # else a standby starter's, now naming the slot
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         job_ad = _read_ad(args.job_ad)
         slot_ad = _read_ad(args.slot_ad)
         starter = Starter(config, job_ad, slot_ad, args.slot, args.sandbox,  # type: ignore[arg-type]
-                          keyword=args.keyword, events=events)
+                          keyword=args.keyword, events=events, control_pending=behind)
         starter.run()
     except FetchworkError as exc:
         log.error("%s", exc)

@@ -43,10 +43,10 @@ class Events:
 class LineReader:
     """Control words from a file descriptor, one per line; `eof` once it closes."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, pending: bytes = b""):
         self.fd = fd
         self.eof = False
-        self._partial = b""
+        self._partial = pending  # read from `fd` already, by whoever read it before
 
     def read(self) -> list[str]:
         """Read what is available now (call when the fd is readable)."""
@@ -59,7 +59,13 @@ class LineReader:
         if not chunk:
             self.eof = True
             chunk = b"\n"
-        data = self._partial + chunk
+        return self._words(self._partial + chunk)
+
+    def buffered(self) -> list[str]:
+        """The words of the complete lines read already (given as `pending`)."""
+        return self._words(self._partial)
+
+    def _words(self, data: bytes) -> list[str]:
         *lines, self._partial = data.split(b"\n")
         return [word for line in lines
                 if (word := line.decode("utf-8", "replace").strip().lower())]

@@ -58,7 +58,8 @@ class Starter:
 
     def __init__(self, config: Config, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
                  slot: int, sandbox: str, keyword: str | None = None,
-                 events: IO[str] | None = None, control_fd: int | None = None):
+                 events: IO[str] | None = None, control_fd: int | None = None,
+                 control_pending: bytes = b""):
         self.config = config
         self.ad = job_ad
         self.slot_ad = slot_ad
@@ -68,6 +69,7 @@ class Starter:
         self.keyword = keywords.starter_keyword(config, keyword or keywords.hook_keyword_of(job_ad))
         self.events = Events(events if events is not None else sys.stdout)
         self.control_fd = 0 if control_fd is None else control_fd
+        self._control_pending = control_pending  # read from control_fd before this starter
         self.user = job_user(config, job_ad, slot)  # never root (runas.py)
         self.status = Status()
         self.job: JobProcess | None = None
@@ -105,7 +107,8 @@ class Starter:
         previous = {number: signal.signal(number, self._on_signal(wake_write))
                     for number in _STOP_SIGNALS}
         self._wake = LineReader(wake_read)
-        self._stdin = LineReader(self.control_fd)
+        self._stdin = LineReader(self.control_fd, self._control_pending)
+        self._requests(self._stdin.buffered())
         try:
             how = self._run()
             # The last word: the exit hook has run and the sandbox is gone.
@@ -202,6 +205,8 @@ class Starter:
 
         start_hook(spec, join_pair(self.ad, self.slot_ad), env=self._hook_env(),
                    cwd=self.sandbox, user=self.user, on_done=finished, cancel=cancel)
+        if self.status.how is not None:  # asked to stop before the hook even started
+            cancel.set()
         selector = selectors.DefaultSelector()
         try:
             self._watch(selector)

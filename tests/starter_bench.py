@@ -35,7 +35,7 @@ class StarterRun:
 
     def __init__(self, base: Path, name: str, job: dict[str, Any], knobs: dict[str, str],
                  slot_ad: dict[str, Any] | None = None, slot: int = 1,
-                 standby: bool = False):
+                 standby: bool = False, arguments_and: str | None = None):
         self.sandbox = base / "execute" / name
         self.sandbox.mkdir(parents=True)
         self.sandbox.chmod(0o755)
@@ -64,7 +64,8 @@ class StarterRun:
         if standby:
             # The arguments line and a control word right behind it: the
             # standby starter must leave the word for the starter proper.
-            self.send(json.dumps(args))
+            # `arguments_and`: a control word in the same write as the arguments.
+            self.send(json.dumps(args) + (f"\n{arguments_and}" if arguments_and else ""))
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -135,8 +136,10 @@ class Bench:
         path.chmod(mode)
         return str(path)
 
-    def start(self, job: dict[str, Any], standby: bool = False, **knobs: str) -> StarterRun:
-        run = StarterRun(self.base, f"job{len(self.runs)}", job, knobs, standby=standby)
+    def start(self, job: dict[str, Any], standby: bool = False, arguments_and: str | None = None,
+              **knobs: str) -> StarterRun:
+        run = StarterRun(self.base, f"job{len(self.runs)}", job, knobs, standby=standby,
+                         arguments_and=arguments_and)
         self.runs.append(run)
         return run
 

@@ -258,6 +258,14 @@ def test_a_standby_starter_hands_on_control_words_sent_behind_its_arguments(benc
     assert exited["how"] == "evict"
 
 
+def test_a_standby_starter_obeys_a_word_read_with_its_arguments(bench):
+    job, _, _, _ = _loop_job(bench)
+    run = bench.start({"Cmd": job, "Iwd": str(bench.work)}, standby=True, arguments_and="kill")
+    exited = run.finish()
+    assert exited["how"] == "evict"
+    assert "started" not in [event["event"] for event in run.events]
+
+
 def test_a_standby_starter_prepares_its_hook_modules_before_the_job(bench):
     record = bench.work / "calls"
     (bench.hooks / "standbyhook.py").write_text(
