@@ -361,22 +361,7 @@ class Startd:
     def _finished(self, now: float) -> bool:
         plan = self._shutdown
         if plan is not None:
-            if not self._busy():
-                return True
-            if plan.hard_stop_due(now):
-                for slot in self.slots:
-                    if slot.starter is not None:
-                        log.warning("%s: shutdown grace over; killing starter %s", slot.label,
-                                    slot.starter.pid)
-                        slot.starter.send("kill")
-                plan.hard_stop_sent(now)
-            if plan.give_up_due(now):
-                for slot in self.slots:
-                    if slot.starter is not None:
-                        slot.starter.kill_hard()
-                        self.starters.abandon(slot)
-                return True
-            return False
+            return not self._busy() or self.starters.press_shutdown(plan, self.slots, now)
         return self.once and self._once_done()
 
     def _once_done(self) -> bool:

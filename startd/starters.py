@@ -265,6 +265,24 @@ class StarterSupervisor:
         elif slot.is_in(State.PREEMPTING):
             self.release(slot)
 
+    def press_shutdown(self, plan: ShutdownPlan, slots: list[Slot], now: float) -> bool:
+        """A shutdown with starters still running: past its grace each is told to kill
+        its job; past its last limit each is killed and abandoned, and True: stop now."""
+        if plan.hard_stop_due(now):
+            for slot in slots:
+                if slot.starter is not None:
+                    log.warning("%s: shutdown grace over; killing starter %s", slot.label,
+                                slot.starter.pid)
+                    slot.starter.send("kill")
+            plan.hard_stop_sent(now)
+        if not plan.give_up_due(now):
+            return False
+        for slot in slots:
+            if slot.starter is not None:
+                slot.starter.kill_hard()
+                self.abandon(slot)
+        return True
+
     def abandon(self, slot: Slot) -> None:
         """At the end of a shutdown: the starter was SIGKILLed; reap it and clean up."""
         starter = slot.starter

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -185,3 +186,15 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return "unknown"
+
+
+def replace_file(path: str, text: str, owner: tuple[int, int] | None) -> None:
+    """Write `text` to `path` by a rename, the file `owner`'s when given. The job owns
+    the sandbox, so the new file gets a fresh name and no link is ever followed."""
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        if owner is not None:
+            os.fchown(handle.fileno(), *owner)
+    os.replace(temporary, path)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import classad2
+
 from fetchwork.config.ads import as_number, evaluate_attr
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import HOLD, HoldCode
@@ -87,3 +89,12 @@ def enforce_memory(job_ad: Any, slot_ad: Any, image_size_kb: int, policy: str) -
     """`check_memory`, and ask this process's starter to hold the job when it says so."""
     if check_memory(job_ad, slot_ad, image_size_kb, policy):
         control.request(HOLD)
+
+
+def vacate_time_s(config: Config, slot_ad: classad2.ClassAd, job_ad: classad2.ClassAd) -> float:
+    """Seconds a vacating job gets: HTCondor evaluates MachineMaxVacateTime in the slot
+    ad; else the configuration decides."""
+    value = as_number(evaluate_attr(slot_ad, "MachineMaxVacateTime", job_ad))
+    if value is None:
+        value = config.get_float("MachineMaxVacateTime")
+    return max(0.0, value)

@@ -22,7 +22,7 @@ from typing import IO, Any
 import classad2
 
 from fetchwork.config import keywords
-from fetchwork.config.ads import as_number, evaluate_attr, format_ad, join_pair, parse_ad
+from fetchwork.config.ads import format_ad, join_pair, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
@@ -38,6 +38,7 @@ from fetchwork.starter.jobspec import (
     hook_env,
     job_directory,
     launch_plan,
+    replace_file,
 )
 from fetchwork.starter.lifecycle import Phase, Status
 from fetchwork.starter.outcomes import new_outcome, report_exit
@@ -84,16 +85,9 @@ class Starter:
         self.initial_update_s = config.get_duration_s("STARTER_INITIAL_UPDATE_INTERVAL")
         self.update_interval_s = max(_MIN_INTERVAL_S,
                                      config.get_duration_s("STARTER_UPDATE_INTERVAL"))
-        self.vacate_time_s = self._vacate_time_s()
+        self.vacate_time_s = limits.vacate_time_s(config, slot_ad, job_ad)
         self.memory_policy = limits.memory_policy(config)
         self._written: str | None = None  # the last text written to .job.ad by this starter
-
-    def _vacate_time_s(self) -> float:
-        # HTCondor evaluates MachineMaxVacateTime in the slot ad; else the configuration decides.
-        value = as_number(evaluate_attr(self.slot_ad, "MachineMaxVacateTime", self.ad))
-        if value is None:
-            value = self.config.get_float("MachineMaxVacateTime")
-        return max(0.0, value)
 
     # -- the whole run -----------------------------------------------------
 
@@ -173,15 +167,7 @@ class Starter:
         text = format_ad(self.ad)
         if text == self._written:
             return
-        path = os.path.join(self.sandbox, JOB_AD_FILE)
-        # The job owns the sandbox: a fresh name, never following a link.
-        temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            if self.user is not None:
-                os.fchown(handle.fileno(), *self.user)
-        os.replace(temporary, path)
+        replace_file(os.path.join(self.sandbox, JOB_AD_FILE), text, self.user)
         self._written = text
 
     def _prepare(self) -> str | None:
