@@ -1,11 +1,13 @@
 """The Lua scripts: read from the package once, loaded once per server, called by SHA.
 
-Job transition scripts get a generated header and `lua/lib.lua` in front of
-their own text (Redis has no include): the header defines, as Lua locals, the
+Job transition scripts get a generated header, `lua/jobad.lua` (a job's ad
+is its hash over its cluster's) and `lua/lib.lua` in front of their own text
+(Redis has no include): the header defines, as Lua locals, the
 constants the scripts share with Python (PRIO_SCALE from states.py, the
 JobStatus and HoldReasonCode values from config/protocol.py as
 `STATUS_<NAME>` and `HOLD_<NAME>`), so no script spells them as numbers.
-`STANDALONE` scripts run as written. A server that lost its
+`STANDALONE` scripts run as written, those that read job ads
+(`JOB_READERS`) after `lua/jobad.lua`. A server that lost its
 script cache (restart, SCRIPT FLUSH) answers NOSCRIPT and the script is
 loaded again.
 """
@@ -35,6 +37,9 @@ TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", 
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
               "trim_history", "userlog_advance", "read_groups", "bypass")
 
+# Standalone scripts that read job hashes: they get jobad.lua's readers.
+JOB_READERS = ("read_ads", "read_fields", "bypass")
+
 Arg = str | bytes | int | float
 
 
@@ -56,11 +61,13 @@ def constants_header() -> str:
 @cache
 def source(name: str) -> str:
     """The full text sent to Redis for script `name`."""
+    if name in JOB_READERS:
+        return _read("jobad") + "\n" + _read(name)
     if name in STANDALONE:
         return _read(name)
     if name not in TRANSITIONS:
         raise KeyError(f"no Lua script named {name!r}")
-    return constants_header() + _read("lib") + "\n" + _read(name)
+    return constants_header() + _read("jobad") + "\n" + _read("lib") + "\n" + _read(name)
 
 
 @cache

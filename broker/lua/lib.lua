@@ -22,7 +22,8 @@
 --                             AC_ORDER_WIDTH digits>|<job id>", all scores 0 (by lex)
 --   KEYS[18] ac:reps    hash  autocluster id -> "<watched names>\n<msgpack representative>"
 --                             (broker/groupindex.py)
---   KEYS[FIRST_JOB_KEY..] job hashes (one field per attribute, msgpack values)
+--   KEYS[FIRST_JOB_KEY..] job hashes (one field per attribute, msgpack values; read
+--                         through jobad.lua, over their cluster hashes)
 -- and these arguments first:
 --   ARGV[1] now in ms, or '' for the server's clock
 --   ARGV[2] approximate cap of the events stream (XADD MAXLEN ~)
@@ -67,8 +68,9 @@ local function zadd_chunked(key, flat)
   end
 end
 
+-- Job hashes are read through jobad.lua (a job's ad over its cluster's).
 local function getv(key, name)
-  local raw = redis.call('HGET', key, name)
+  local raw = hget_raw(key, name)
   if not raw then return nil end
   return cmsgpack.unpack(raw)
 end
@@ -85,7 +87,7 @@ local function ac_member(gid, order, id)
 end
 
 local function ac_gid(key)
-  local raw = redis.call('HGET', key, AUTOCLUSTER_ATTR)
+  local raw = hget_raw(key, AUTOCLUSTER_ATTR)
   local gid = raw and cmsgpack.unpack(raw)
   return type(gid) == 'string' and gid or ''
 end
@@ -151,15 +153,21 @@ end
 
 -- Store caller attributes ARGV[first..last] (name, packed value pairs); a
 -- field that differs from a new name only in case is dropped, because ClassAd
--- names are case-insensitive.
+-- names are case-insensitive (one of the cluster's: the job is unlinked first).
 local function store_attrs(key, first, last)
   if last < first then return end
   ac_watch(key, first, last)
-  local lower = {}
-  for _, name in ipairs(redis.call('HKEYS', key)) do lower[string.lower(name)] = name end
+  local lower, from_cluster = ad_names(key)
   for i = first, last, 2 do
-    local old = lower[string.lower(ARGV[i])]
-    if old and old ~= ARGV[i] then redis.call('HDEL', key, old) end
+    local low = string.lower(ARGV[i])
+    local old = lower[low]
+    if old and old ~= ARGV[i] then
+      if from_cluster[low] then
+        detach(key)
+        from_cluster = {}
+      end
+      redis.call('HDEL', key, old)
+    end
   end
   hset_chunked(key, ARGV, first, last)
 end
@@ -220,11 +228,11 @@ end
 -- slot) goes.
 local function leave_claim(key, id)
   account_run(key)
-  redis.call('HDEL', key, 'JobState')
+  hdel(key, 'JobState')
   redis.call('ZREM', K_RUNNING, id)
-  local host = redis.call('HGET', key, 'RemoteHost')
+  local host = hget_raw(key, 'RemoteHost')
   if host then redis.call('HSET', key, 'LastRemoteHost', host) end
-  redis.call('HDEL', key, 'RemoteHost', 'FetchworkClaim', 'FetchworkLeaseExpiry')
+  hdel(key, 'RemoteHost', 'FetchworkClaim', 'FetchworkLeaseExpiry')
 end
 
 -- The priority group of an idle score (-JobPrio; see filters/gate.py group_of).
@@ -240,7 +248,7 @@ end
 -- ACTIVATING -> (not activating): forget the claim that asked.
 local function leave_activation(key, id)
   redis.call('ZREM', K_ACTIVATING, id)
-  redis.call('HDEL', key, 'FetchworkClaim', 'FetchworkActivationSlot')
+  hdel(key, 'FetchworkClaim', 'FetchworkActivationSlot')
 end
 
 -- What activation left on a job that starts, is held or leaves the queue:
@@ -253,7 +261,7 @@ local function forget_activation(key, id)
   if slot and redis.call('HGET', K_RESERVATIONS, slot) == id then
     redis.call('HDEL', K_RESERVATIONS, slot)
   end
-  redis.call('HDEL', key, 'FetchworkReservedSlot', 'FetchworkActivateAfter')
+  hdel(key, 'FetchworkReservedSlot', 'FetchworkActivateAfter')
 end
 
 -- The leader's verdict for a waiting claim: one entry on its reply list.
@@ -263,14 +271,14 @@ local function answer(reply, value, ttl_ms)
 end
 
 -- (not running) -> RUNNING under claim `token` on `slot`: the lease starts,
--- HoldUntil is cleared. Returns cmsgpack {job id, flat HGETALL}.
+-- HoldUntil is cleared. Returns cmsgpack {job id, the job's ad flat (ad_flat)}.
 local function start_claim(key, id, token, slot, default_lease_s)
   local expiry = NOW + lease_ms(key, default_lease_s)
   idle_remove(key, id)
   redis.call('ZADD', K_RUNNING, score(expiry), id)
   forget_activation(key, id)
   redis.call('ZREM', K_HOLDS, id)
-  redis.call('HDEL', key, 'HoldUntil', 'FetchworkActivationReason', 'FetchworkActivationSlot')
+  hdel(key, 'HoldUntil', 'FetchworkActivationReason', 'FetchworkActivationSlot')
   setv(key, 'RemoteHost', slot)
   setv(key, 'FetchworkClaim', token)
   setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
@@ -284,13 +292,13 @@ local function start_claim(key, id, token, slot, default_lease_s)
   setv(key, 'NumJobStarts', (tonumber(getv(key, 'NumJobStarts')) or 0) + 1)
   set_state(key, 'RUNNING', STATUS_RUNNING)
   event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
-  return cmsgpack.pack({id, redis.call('HGETALL', key)})
+  return cmsgpack.pack({id, ad_flat(key)})
 end
 
 -- A job still waiting on dependencies (FetchworkWaitingOn, see
 -- broker/dependencies.py): it may not become IDLE.
 local function waits_on_deps(key)
-  return redis.call('HEXISTS', key, 'FetchworkWaitingOn') ~= 0
+  return hget_raw(key, 'FetchworkWaitingOn') ~= false
 end
 
 -- -> IDLE, at the job's place in the idle order; a job waiting on
@@ -327,6 +335,7 @@ local function to_history(key, id, kind, state, status)
   redis.call('ZREM', K_HOLDS, id)
   forget_activation(key, id)
   redis.call('ZADD', K_HISTORY, score(NOW), id)
+  detach(key)  -- history keeps the whole ad
   if state == 'COMPLETED' then setv(key, 'CompletionDate', NOW_S) end
   set_state(key, state, status)
   event(kind, id, state, status)
@@ -357,7 +366,7 @@ end
 local function settle(key, id, kind, how, reason, code, subcode, outcome)
   local status = getv(key, 'JobStatus')
   local requeue = getv(key, 'FetchworkRequeue')
-  redis.call('HDEL', key, 'FetchworkRequeue')
+  hdel(key, 'FetchworkRequeue')
   leave_claim(key, id)
   if how == 'exit' then
     count_exit(key)
@@ -365,7 +374,7 @@ local function settle(key, id, kind, how, reason, code, subcode, outcome)
     if outcome == 'hold' then how = 'hold' end
   end
   if how == 'remove' or status == STATUS_REMOVED then
-    if not redis.call('HGET', key, 'RemoveReason') then
+    if not hget_raw(key, 'RemoveReason') then
       setv(key, 'RemoveReason', reason ~= '' and reason or 'removed while running')
     end
     -- Stopped for running past its walltime (overrun.lua): a failure.
