@@ -35,10 +35,9 @@ from fetchwork.errors import AdError
 from . import codec
 from .autoclusters import (
     AUTOCLUSTER_ATTR,
-    ORDER_OFFSET,
-    ORDER_WIDTH,
     SEPARATOR,
     Grouper,
+    order_text,
     parse_member,
     start_job_reads,
     watched_names,
@@ -156,10 +155,10 @@ class GroupWalk:
         known = score is None and batch <= PREFETCH_JOBS
         replies = {gid: self.heads[gid] for gid in gids if known and gid in self.heads}
         missing = [gid for gid in gids if gid not in replies]
-        low = "" if score is None else f"{int(score) + 1 + ORDER_OFFSET:0{ORDER_WIDTH}d}"
         if missing:
             pipe = self.store.client.pipeline(transaction=False)
             for gid in missing:
+                low = "" if score is None else order_text(gid, int(score) + 1)
                 pipe.zrangebylex(self.store.keys.ac_members, f"[{gid}{SEPARATOR}{low}",
                                  f"({gid}{_AFTER}", start=0, num=batch)
             replies.update(zip(missing, pipe.execute(), strict=True))

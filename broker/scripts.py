@@ -26,7 +26,15 @@ from redis.exceptions import NoScriptError
 
 from fetchwork.config.protocol import HoldCode, JobStatus
 
-from .autoclusters import AUTOCLUSTER_ATTR, ORDER_OFFSET, ORDER_WIDTH
+from .autoclusters import (
+    AUTOCLUSTER_ATTR,
+    LEGACY_GROUP_ID_LENGTH,
+    LEGACY_ORDER_WIDTH,
+    ORDER_BASE,
+    ORDER_OFFSET,
+    ORDER_WIDTH,
+    ORDER_ZERO,
+)
 from .states import PRIO_SCALE
 
 TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", "remove", "hold",
@@ -54,6 +62,9 @@ def constants_header() -> str:
     lines += [f"local STATUS_{status.name} = {int(status)}" for status in JobStatus]
     lines += [f"local HOLD_{code.name} = {int(code)}" for code in HoldCode]
     lines += [f"local AC_ORDER_OFFSET = {ORDER_OFFSET}", f"local AC_ORDER_WIDTH = {ORDER_WIDTH}",
+              f"local AC_ORDER_ZERO = {ORDER_ZERO}", f"local AC_ORDER_BASE = {ORDER_BASE}",
+              f"local AC_LEGACY_GID_LENGTH = {LEGACY_GROUP_ID_LENGTH}",
+              f"local AC_LEGACY_ORDER_WIDTH = {LEGACY_ORDER_WIDTH}",
               f"local AUTOCLUSTER_ATTR = '{AUTOCLUSTER_ATTR}'"]
     return "\n".join(lines) + "\n"
 

@@ -18,8 +18,8 @@
 --   KEYS[14] reservations hash slot name -> job an activation answer 2 reserved it for
 --   KEYS[15] holds    zset  held jobs with a HoldUntil, score = HoldUntil (s)
 --   KEYS[16] ac:groups  zset  autocluster id -> best idle score of its jobs
---   KEYS[17] ac:members zset  every idle job as "<autocluster>|<score + AC_ORDER_OFFSET,
---                             AC_ORDER_WIDTH digits>|<job id>", all scores 0 (by lex)
+--   KEYS[17] ac:members zset  every idle job as "<autocluster>|<score, order_text>|<job id>",
+--                             all scores 0 (by lex)
 --   KEYS[18] ac:reps    hash  autocluster id -> "<watched names>\n<msgpack representative>"
 --                             (broker/groupindex.py)
 --   KEYS[FIRST_JOB_KEY..] job hashes (one field per attribute, msgpack values; read
@@ -81,9 +81,32 @@ end
 
 -- The autocluster index of the idle set (broker/groupindex.py): every change
 -- of the idle set goes through idle_add and idle_remove, in the same script.
-local AC_ORDER_FORMAT = '%0' .. AC_ORDER_WIDTH .. '.0f'
+-- A member spells the score + AC_ORDER_OFFSET in AC_ORDER_WIDTH digits of base
+-- AC_ORDER_BASE from the character AC_ORDER_ZERO on, or, for an autocluster id
+-- of an older broker (AC_LEGACY_GID_LENGTH long), in AC_LEGACY_ORDER_WIDTH
+-- decimal digits (autoclusters.py order_text).
+local AC_LEGACY_FORMAT = '%0' .. AC_LEGACY_ORDER_WIDTH .. '.0f'
+local function order_text(gid, order)
+  local shifted = order + AC_ORDER_OFFSET
+  if #gid == AC_LEGACY_GID_LENGTH then return string.format(AC_LEGACY_FORMAT, shifted) end
+  local digits = {}
+  for i = AC_ORDER_WIDTH, 1, -1 do
+    local digit = shifted % AC_ORDER_BASE
+    digits[i] = string.char(AC_ORDER_ZERO + digit)
+    shifted = (shifted - digit) / AC_ORDER_BASE
+  end
+  return table.concat(digits)
+end
+
+local function order_value(text)
+  if #text == AC_LEGACY_ORDER_WIDTH then return tonumber(text) - AC_ORDER_OFFSET end
+  local shifted = 0
+  for i = 1, #text do shifted = shifted * AC_ORDER_BASE + string.byte(text, i) - AC_ORDER_ZERO end
+  return shifted - AC_ORDER_OFFSET
+end
+
 local function ac_member(gid, order, id)
-  return gid .. '|' .. string.format(AC_ORDER_FORMAT, order + AC_ORDER_OFFSET) .. '|' .. id
+  return gid .. '|' .. order_text(gid, order) .. '|' .. id
 end
 
 local function ac_gid(key)
@@ -101,8 +124,8 @@ local function ac_remove(gid, id, order)
   if #head == 0 then
     redis.call('ZREM', K_AC_GROUPS, gid)
   else
-    local digits = string.match(head[1], '^[^|]*|(%d+)|')
-    redis.call('ZADD', K_AC_GROUPS, score(tonumber(digits) - AC_ORDER_OFFSET), gid)
+    local digits = string.match(head[1], '^[^|]*|([^|]*)|')
+    redis.call('ZADD', K_AC_GROUPS, score(order_value(digits)), gid)
   end
 end
 
