@@ -21,12 +21,14 @@ from .groupindex import SubmitGroups
 from .jobads import PreparedJob, prepare_submitted
 from .jobpolicy import has_periodic
 from .policy.dependencies import DEPENDS_ATTR
+from .states import idle_order
 
 # What differs between two jobs of one submission made from equal ads
 # (jobads.identity: the rest of identity and place is the same for them).
 PROC, GLOBAL, ORDER = PER_JOB = ("ProcId", "GlobalJobId", "FetchworkOrder")
-# In the cluster ad: GlobalJobId's text before and after the job id (lua/jobad.lua).
-CLUSTER_GJID = "#gjid"
+# In the cluster ad (lua/jobad.lua): GlobalJobId's text before and after the job id,
+# and FetchworkOrder less the job's sequence (states.idle_order of its JobPrio).
+CLUSTER_GJID, CLUSTER_ORDER = "#gjid", "#order"
 _PER_JOB_LOWER = frozenset(name.lower() for name in PER_JOB)
 _DEPENDS_LOWER = DEPENDS_ATTR.lower()
 
@@ -99,14 +101,17 @@ class SubmissionShape:
                 packed.commons.append(packer.fields(common))
                 if index == 0:
                     around = global_id_around(job)
-                    packed.commons[0] += [CLUSTER_GJID, "\n".join(around)]
+                    packed.commons[0] += [CLUSTER_GJID, "\n".join(around),
+                                          CLUSTER_ORDER, str(idle_order(job.prio, 0))]
             # Unique per job: packed without the packer's cache of shared values.
             if len(packed.commons) == 1:
-                # Linked to the cluster ad: ProcId and GlobalJobId are derived from
-                # the job's id (lua/jobad.lua) unless GlobalJobId reads otherwise.
-                fields = [ORDER, own(attrs[ORDER])]
+                # Linked to the cluster ad: ProcId, GlobalJobId and FetchworkOrder are
+                # derived (lua/jobad.lua) unless they read otherwise.
+                fields = []
                 if attrs[GLOBAL] != job.job_id.join(around):
                     fields += [GLOBAL, own(attrs[GLOBAL])]
+                if job.prio != jobs[0].prio:
+                    fields += [ORDER, own(attrs[ORDER])]
             else:
                 fields = [PROC, own(attrs[PROC]), GLOBAL, own(attrs[GLOBAL]),
                           ORDER, own(attrs[ORDER])]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from fetchwork.broker import codec
 from fetchwork.broker.client import Broker
+from fetchwork.broker.states import idle_order
 from fetchwork.config.ads import parse_ad
 from fetchwork.config.loader import Config
 
@@ -47,7 +49,7 @@ def test_shared_attributes_are_stored_once(broker):
     for job in jobs:
         own = raw_hash(broker, broker.keys.job(job))
         assert not {"Cmd", "Iwd", "Arguments", "MyShared", "Owner", "QDate"} & set(own), own
-        assert len(own) <= 2, own  # the link and FetchworkOrder
+        assert set(own) == {"#c"}, own  # the link alone: the rest is shared or derived
 
 
 def test_an_ad_read_back_is_the_ad_submitted(broker):
@@ -60,6 +62,7 @@ def test_an_ad_read_back_is_the_ad_submitted(broker):
         assert ad["ProcId"] == proc and ad["ClusterId"] == cluster_of(job)
         assert ad["GlobalJobId"] == f"{broker.pool}#{job}#{ad['QDate']}"
         assert ad["FetchworkState"] == "IDLE" and ad["JobStatus"] == 1
+        assert ad["FetchworkOrder"] == broker.client.zscore(broker.keys.queue, job)  # JobPrio 0
     rows = broker.job_fields(jobs, ["ProcId", "GlobalJobId", "Cmd", "Nothing"])
     assert [row["ProcId"] for row in rows] == list(range(PROCS))
     assert all(row["Cmd"] == "/bin/true" and row["Nothing"] is None for row in rows)
@@ -119,6 +122,7 @@ def test_history_holds_the_whole_ad_and_the_cluster_hash_goes_with_the_last(brok
     [done] = broker.history(f'GlobalJobId == "{broker.get(job)["GlobalJobId"]}"')
     assert done["Cmd"] == "/bin/true" and done["MyShared"] == 7
     assert done["JobStatus"] == 4 and done["ProcId"] == int(job.split(".")[1])
+    assert done["FetchworkOrder"] == codec.unpack(own["FetchworkOrder"])
     broker.remove(jobs[1:])
     assert not broker.client.exists(cluster)
     for other in jobs[1:]:
@@ -133,6 +137,13 @@ def test_a_removed_job_is_gone_for_reads_while_siblings_remain(broker):
     assert broker.get(jobs[0]) is None
     assert broker.job_fields([jobs[0]], ["Cmd"]) == []
     assert broker.get(jobs[1])["Cmd"] == "/bin/true"
+
+
+def test_a_linked_jobs_order_follows_its_priority(broker):
+    jobs = broker.submit([{**AD, "JobPrio": 3}] * 2, owner="alice")
+    seq = broker.client.zscore(broker.keys.queue, jobs[1])
+    assert broker.get(jobs[1])["FetchworkOrder"] == idle_order(3, int(seq))
+    assert broker.client.zscore(broker.keys.idle, jobs[1]) == idle_order(3, int(seq))
 
 
 def test_distinct_ads_in_one_cluster_keep_their_own_attributes(broker):

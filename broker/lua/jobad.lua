@@ -8,9 +8,13 @@
 --                                     '#procs', the number of linked procs,
 -- and each job hash fw:{P}:job:<ClusterId>.<ProcId> holds its own attributes,
 -- plus the field '#c' while it is linked to the cluster hash. A linked job's
--- ProcId and GlobalJobId are derived from its key (DERIVED) unless it stores
--- its own: the cluster hash's '#gjid' holds what GlobalJobId has before and
--- after the job id, as "<before>\n<after>". Fields whose
+-- ProcId, GlobalJobId and FetchworkOrder are derived (DERIVED) unless it
+-- stores its own: ProcId from its key; GlobalJobId from the cluster hash's
+-- '#gjid', what it has before and after the job id as "<before>\n<after>";
+-- FetchworkOrder, -JobPrio * PRIO_SCALE + its submission sequence
+-- (states.idle_order), from the cluster hash's '#order' (the first part) plus
+-- its score in the queue set (the sequence; a job is unlinked before it leaves
+-- the queue). Fields whose
 -- names start with '#' are bookkeeping, never attributes (ClassAd names
 -- cannot start with '#'). The cluster key is made from the job key here: both
 -- carry the pool's hash tag, so they live in one Redis Cluster slot.
@@ -26,10 +30,10 @@
 
 local JOB_LINK = '#c'
 local CLUSTER_PROCS = '#procs'
-local CLUSTER_GJID = '#gjid'
+local CLUSTER_GJID, CLUSTER_ORDER = '#gjid', '#order'
 local BOOKKEEPING = 35  -- '#'
-local DERIVED = {'ProcId', 'GlobalJobId'}
-local IS_DERIVED = {ProcId = true, GlobalJobId = true}
+local DERIVED = {'ProcId', 'GlobalJobId', 'FetchworkOrder'}
+local IS_DERIVED = {ProcId = true, GlobalJobId = true, FetchworkOrder = true}
 
 local function cluster_key(key)
   local prefix, cluster = string.match(key, '^(.*)job:(%d+)%.%d+$')
@@ -41,6 +45,13 @@ end
 local function derived(key, ckey, name)
   if name == 'ProcId' then
     return cmsgpack.pack(tonumber(string.match(key, '%.(%d+)$')))
+  end
+  if name == 'FetchworkOrder' then
+    local base = redis.call('HGET', ckey, CLUSTER_ORDER)
+    local prefix, id = string.match(key, '^(.*)job:([^:]*)$')
+    local seq = base and redis.call('ZSCORE', prefix .. 'queue', id)
+    if not seq then return false end
+    return cmsgpack.pack(tonumber(base) + tonumber(seq))
   end
   local parts = redis.call('HGET', ckey, CLUSTER_GJID)
   if not parts then return false end

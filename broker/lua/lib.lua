@@ -353,12 +353,12 @@ end
 
 -- -> COMPLETED | REMOVED | FAILED: out of the queue, into history.
 local function to_history(key, id, kind, state, status)
+  detach(key)  -- history keeps the whole ad (read while the job is still queued)
   redis.call('ZREM', K_QUEUE, id)
   idle_remove(key, id)
   redis.call('ZREM', K_HOLDS, id)
   forget_activation(key, id)
   redis.call('ZADD', K_HISTORY, score(NOW), id)
-  detach(key)  -- history keeps the whole ad
   if state == 'COMPLETED' then setv(key, 'CompletionDate', NOW_S) end
   set_state(key, state, status)
   event(kind, id, state, status)
