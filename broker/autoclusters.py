@@ -184,7 +184,7 @@ def watched_names(rep: Mapping[str, Any]) -> list[str]:
 
 def order_text(gid: str, order: int) -> str:
     """FetchworkOrder `order` as group `gid`'s members spell it (fixed width, sorting
-    as the number; lua/lib.lua order_text does the same)."""
+    as the number; lua/acindex.lua order_text does the same)."""
     shifted = order + ORDER_OFFSET
     if len(gid) == LEGACY_GROUP_ID_LENGTH:
         return f"{shifted:0{LEGACY_ORDER_WIDTH}d}"

@@ -4,7 +4,7 @@ Jobs whose match-relevant attributes are equal (broker/autoclusters.py) share
 an autocluster. The submitter gives each job its id (FetchworkAutocluster)
 and writes the autocluster's representative once in `ac:reps`; the Lua
 scripts keep `ac:groups` and `ac:members` in step with the idle set, in the
-same script as every change of it (lua/lib.lua idle_add, idle_remove), so
+same script as every change of it (lua/acindex.lua idle_add, idle_remove), so
 the policy pass, holds, claims and releases never leave the index stale.
 
 A claim reads the autoclusters with idle jobs and evaluates each
@@ -61,7 +61,7 @@ PREFETCH_JOBS = 8
 
 
 def rep_entry(rep: Mapping[str, Any]) -> bytes:
-    """The `ac:reps` value: watched names (lua/lib.lua ac_watch), a newline, the
+    """The `ac:reps` value: watched names (lua/acindex.lua ac_watch), a newline, the
     representative (msgpack)."""
     return " ".join(watched_names(rep)).encode() + b"\n" + codec.pack(dict(rep))
 

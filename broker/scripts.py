@@ -1,8 +1,10 @@
 """The Lua scripts: read from the package once, loaded once per server, called by SHA.
 
-Job transition scripts get a generated header, `lua/jobad.lua` (a job's ad
-is its hash over its cluster's) and `lua/lib.lua` in front of their own text
-(Redis has no include): the header defines, as Lua locals, the
+Job transition scripts get a generated header and `LIBRARY` in front of
+their own text (Redis has no include): `lua/jobad.lua` (a job's ad is its
+hash over its cluster's), `lua/lib.lua` (the pool's keys, the clock, field
+helpers), `lua/acindex.lua` (the autocluster index) and `lua/jobstates.lua`
+(the state changes the scripts share). The header defines, as Lua locals, the
 constants the scripts share with Python (PRIO_SCALE from states.py, the
 JobStatus and HoldReasonCode values from config/protocol.py as
 `STATUS_<NAME>` and `HOLD_<NAME>`), so no script spells them as numbers.
@@ -45,6 +47,8 @@ TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", 
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
               "trim_history", "userlog_advance", "read_groups", "bypass")
 
+# What every transition script is put after, in this order (each part uses the ones before).
+LIBRARY = ("jobad", "lib", "acindex", "jobstates")
 # Standalone scripts that read job hashes: they get jobad.lua's readers.
 JOB_READERS = ("read_ads", "read_fields", "bypass")
 
@@ -78,7 +82,7 @@ def source(name: str) -> str:
         return _read(name)
     if name not in TRANSITIONS:
         raise KeyError(f"no Lua script named {name!r}")
-    return constants_header() + _read("jobad") + "\n" + _read("lib") + "\n" + _read(name)
+    return constants_header() + "".join(_read(part) + "\n" for part in LIBRARY) + _read(name)
 
 
 @cache

@@ -62,7 +62,7 @@ def test_lua_scripts_get_the_shared_constants_from_python():
     assert scripts.source("read_ids") == scripts._read("read_ids")
     # Standalone readers of job ads get the cluster-ad merge (jobad.lua) alone.
     assert scripts.source("read_ads") == scripts._read("jobad") + "\n" + scripts._read("read_ads")
-    for name in scripts.TRANSITIONS + ("lib",):
+    for name in scripts.TRANSITIONS + scripts.LIBRARY:
         code = "\n".join(line for line in scripts._read(name).splitlines()
                          if not line.lstrip().startswith("--"))
         assert "17179869184" not in code and "2^34" not in code, name

@@ -97,7 +97,7 @@ local function hmget_raw(key, names)
 end
 
 local function is_attr(name)
-  return string.byte(name, 1) ~= BOOKKEEPING
+  return string.byte(name) ~= BOOKKEEPING
 end
 
 -- Append to `out` the cluster's attributes that the job (its own field names
