@@ -89,6 +89,9 @@ class SubmissionShape:
         starts = set(self._run_starts)
         shared_gid: str | None = None
         around = ("", "")
+        # A cluster ad pays for its own hash from two linked jobs on.
+        first_run = (self._run_starts + [len(jobs)])[1] if self._run_starts else 0
+        packed.linked = first_run > 1
         for index, job in enumerate(jobs):
             attrs = job.attrs
             if index in starts:
@@ -99,12 +102,12 @@ class SubmissionShape:
                 if shared_gid is not None:
                     common[AUTOCLUSTER_ATTR] = shared_gid
                 packed.commons.append(packer.fields(common))
-                if index == 0:
+                if index == 0 and packed.linked:
                     around = global_id_around(job)
                     packed.commons[0] += [CLUSTER_GJID, "\n".join(around),
                                           CLUSTER_ORDER, str(idle_order(job.prio, 0))]
             # Unique per job: packed without the packer's cache of shared values.
-            if len(packed.commons) == 1:
+            if packed.linked and len(packed.commons) == 1:
                 # Linked to the cluster ad: ProcId, GlobalJobId and FetchworkOrder are
                 # derived (lua/jobad.lua) unless they read otherwise.
                 fields = []
@@ -144,17 +147,20 @@ class PackedJobs:
         self.commons: list[list[bytes | str]] = []
         self.own: list[list[bytes | str]] = []
         self.run_of: list[int] = []
+        # Whether the first run's jobs are linked to the cluster ad.
+        self.linked = False
 
     def runs(self, start: int, stop: int) -> list[list[Any]]:
         """stage.lua's batch for jobs [start, stop): {shared fields, {own fields, ...},
         linked} per run, in job order. The first run's shared fields are the cluster
-        ad (stored once, lua/jobad.lua); the other runs' jobs store theirs."""
+        ad (stored once, lua/jobad.lua) when it has two jobs or more; the other
+        runs' jobs store theirs."""
         out: list[list[Any]] = []
         last = -1
         for index in range(start, stop):
             run = self.run_of[index]
             if run != last:
-                out.append([self.commons[run], [], run == 0])
+                out.append([self.commons[run], [], self.linked and run == 0])
                 last = run
             out[-1][1].append(self.own[index])
         return out

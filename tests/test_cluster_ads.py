@@ -153,3 +153,12 @@ def test_distinct_ads_in_one_cluster_keep_their_own_attributes(broker):
     cluster = broker.keys.cluster(cluster_of(jobs[0]))
     assert int(broker.client.hget(cluster, "#procs")) == 2  # the first run's jobs
     assert "Cmd" in raw_hash(broker, broker.keys.job(jobs[2]))
+
+
+def test_a_single_job_keeps_its_whole_ad(broker):
+    [job] = broker.submit([AD], owner="alice")
+    assert not broker.client.exists(broker.keys.cluster(cluster_of(job)))
+    own = raw_hash(broker, broker.keys.job(job))
+    assert "Cmd" in own and "ProcId" in own and "FetchworkOrder" in own and "#c" not in own
+    ad = broker.get(job)
+    assert ad["Cmd"] == "/bin/true" and ad["GlobalJobId"] == f"{broker.pool}#{job}#{ad['QDate']}"
