@@ -68,6 +68,9 @@ def where_bytes_go(broker: Broker, job_ids: list[str]) -> str:
     sample = job_ids[:: max(1, len(job_ids) // 200)]
     hashes = sum(int(client.memory_usage(keys.job(job), samples=0) or 0) for job in sample)
     parts = {"job hash": hashes / len(sample)}
+    clusters = {job.split(".")[0] for job in job_ids}
+    parts["cluster hash"] = sum(int(client.memory_usage(keys.cluster(cluster), samples=0) or 0)
+                                for cluster in clusters) / len(job_ids)
     for name, key in (("queue", keys.queue), ("idle", keys.idle),
                       ("autocluster index", keys.ac_members), ("events", keys.events)):
         parts[name] = int(client.memory_usage(key, samples=0) or 0) / len(job_ids)

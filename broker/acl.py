@@ -37,7 +37,7 @@ COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|
           "zcount", "xread", "xrange", "xrevrange", "xlen")
 # On Redis Cluster (FETCHWORK_BROKER_CLUSTER): reading the slot map to find the pool's master.
 CLUSTER_MAP = ("cluster|slots",)
-# Commands the bodies of the job transition scripts run (lib.lua and each script).
+# Commands the bodies of the job transition scripts run (the LIBRARY parts and each script).
 SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zadd", "zrem", "xadd", "hsetnx")
 
 SCRIPTS = {

@@ -24,7 +24,7 @@ Redis representation (one pool; all keys through keys.py and KEYS):
 
     fw:{P}:ac:groups   zset  group id -> best (lowest) FetchworkOrder of its idle jobs
     fw:{P}:ac:members  zset  every idle job, all scores 0, member
-                             "<group id>|<order, fixed width>|<job id>", so a
+                             "<group id>|<order, fixed width>|<job id>" (order_text), so a
                              ZRANGEBYLEX on "[<gid>|" gives a group's idle jobs
                              in priority order and its head in O(log N)
     fw:{P}:ac:reps     hash  group id -> msgpack of the representative attributes
@@ -41,6 +41,7 @@ group ids, member keys, and the choice of a group.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -62,7 +63,17 @@ _REFERRING = ("requirements", "rank")
 # |FetchworkOrder| < 2^52 (priority within +-2^18, 2^34 positions each); shifted
 # by this it is never negative and still exact in a Lua number.
 ORDER_OFFSET = 2**52
-ORDER_WIDTH = 16
+# The shifted order in a member: ORDER_WIDTH digits of base 64, the digits being
+# the 64 ASCII characters from ORDER_ZERO on (in byte order, so a ZRANGEBYLEX
+# sorts members by order): 9 characters hold 2^54, where 16 decimal digits
+# did; an index member is one allocation size smaller.
+ORDER_WIDTH = 9
+ORDER_ZERO = ord("0")
+ORDER_BASE = 64
+# Group ids before base64: their members spell the order in LEGACY_ORDER_WIDTH
+# decimal digits, so a queue written by an older broker keeps its index.
+LEGACY_GROUP_ID_LENGTH = 16
+LEGACY_ORDER_WIDTH = 16
 GROUP_ID_BYTES = 8
 SEPARATOR = "|"
 # The job attribute that names its autocluster (group id; '' or absent: none).
@@ -142,9 +153,11 @@ def signature(attrs: Mapping[str, Any], extra: Sequence[str] = ()) -> tuple[Any,
 
 @lru_cache(maxsize=65536)
 def group_id(sig: tuple[Any, ...]) -> str:
-    """A short stable id of a signature (hex, the same on every client)."""
+    """A short stable id of a signature (11 characters of URL-safe base64, the same
+    on every client)."""
     text = json.dumps(sig, separators=(",", ":"), default=str)
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=GROUP_ID_BYTES).hexdigest()
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=GROUP_ID_BYTES).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def representative(attrs: Mapping[str, Any], extra: Sequence[str] = ()) -> dict[str, Any]:
@@ -169,15 +182,38 @@ def watched_names(rep: Mapping[str, Any]) -> list[str]:
     return sorted(names)
 
 
+def order_text(gid: str, order: int) -> str:
+    """FetchworkOrder `order` as group `gid`'s members spell it (fixed width, sorting
+    as the number; lua/acindex.lua order_text does the same)."""
+    shifted = order + ORDER_OFFSET
+    if len(gid) == LEGACY_GROUP_ID_LENGTH:
+        return f"{shifted:0{LEGACY_ORDER_WIDTH}d}"
+    digits = []
+    for _ in range(ORDER_WIDTH):
+        shifted, digit = divmod(shifted, ORDER_BASE)
+        digits.append(chr(ORDER_ZERO + digit))
+    return "".join(reversed(digits))
+
+
+def order_value(text: str) -> int:
+    """The FetchworkOrder that order_text spelt (either way: by its width)."""
+    if len(text) == LEGACY_ORDER_WIDTH:
+        return int(text) - ORDER_OFFSET
+    shifted = 0
+    for char in text:
+        shifted = shifted * ORDER_BASE + ord(char) - ORDER_ZERO
+    return shifted - ORDER_OFFSET
+
+
 def member(gid: str, order: int, job_id: str) -> str:
     """The `ac:members` entry of a job: sorts by group, then priority order."""
-    return f"{gid}{SEPARATOR}{order + ORDER_OFFSET:0{ORDER_WIDTH}d}{SEPARATOR}{job_id}"
+    return f"{gid}{SEPARATOR}{order_text(gid, order)}{SEPARATOR}{job_id}"
 
 
 def parse_member(text: str) -> tuple[str, int, str]:
     """(group id, order, job id) of an `ac:members` entry."""
     gid, order, job_id = text.split(SEPARATOR, 2)
-    return gid, int(order) - ORDER_OFFSET, job_id
+    return gid, order_value(order), job_id
 
 
 def start_reads_only(slot_ad: classad2.ClassAd, names: Iterable[str]) -> bool:

@@ -4,7 +4,7 @@ Jobs whose match-relevant attributes are equal (broker/autoclusters.py) share
 an autocluster. The submitter gives each job its id (FetchworkAutocluster)
 and writes the autocluster's representative once in `ac:reps`; the Lua
 scripts keep `ac:groups` and `ac:members` in step with the idle set, in the
-same script as every change of it (lua/lib.lua idle_add, idle_remove), so
+same script as every change of it (lua/acindex.lua idle_add, idle_remove), so
 the policy pass, holds, claims and releases never leave the index stale.
 
 A claim reads the autoclusters with idle jobs and evaluates each
@@ -35,10 +35,9 @@ from fetchwork.errors import AdError
 from . import codec
 from .autoclusters import (
     AUTOCLUSTER_ATTR,
-    ORDER_OFFSET,
-    ORDER_WIDTH,
     SEPARATOR,
     Grouper,
+    order_text,
     parse_member,
     start_job_reads,
     watched_names,
@@ -62,7 +61,7 @@ PREFETCH_JOBS = 8
 
 
 def rep_entry(rep: Mapping[str, Any]) -> bytes:
-    """The `ac:reps` value: watched names (lua/lib.lua ac_watch), a newline, the
+    """The `ac:reps` value: watched names (lua/acindex.lua ac_watch), a newline, the
     representative (msgpack)."""
     return " ".join(watched_names(rep)).encode() + b"\n" + codec.pack(dict(rep))
 
@@ -156,10 +155,10 @@ class GroupWalk:
         known = score is None and batch <= PREFETCH_JOBS
         replies = {gid: self.heads[gid] for gid in gids if known and gid in self.heads}
         missing = [gid for gid in gids if gid not in replies]
-        low = "" if score is None else f"{int(score) + 1 + ORDER_OFFSET:0{ORDER_WIDTH}d}"
         if missing:
             pipe = self.store.client.pipeline(transaction=False)
             for gid in missing:
+                low = "" if score is None else order_text(gid, int(score) + 1)
                 pipe.zrangebylex(self.store.keys.ac_members, f"[{gid}{SEPARATOR}{low}",
                                  f"({gid}{_AFTER}", start=0, num=batch)
             replies.update(zip(missing, pipe.execute(), strict=True))

@@ -3,7 +3,9 @@
 Every key of pool P carries the hash tag `{P}`, so all of a pool's keys live
 in one Redis Cluster slot and every Lua script touches one slot.
 
-    fw:{P}:job:<C.P>     hash: one field per job ad attribute, msgpack values
+    fw:{P}:job:<C.P>     hash: one field per job ad attribute, msgpack values: the job's own,
+                         over the cluster's while linked (lua/jobad.lua)
+    fw:{P}:cluster:<C>   hash: the attributes the procs of cluster C share, stored once
     fw:{P}:queue         zset: jobs not yet finished, scored by submission order
     fw:{P}:idle          zset: IDLE jobs, scored by (-JobPrio, submission order)
     fw:{P}:running       zset: claimed jobs, scored by lease expiry (ms)
@@ -63,6 +65,10 @@ class PoolKeys:
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}"
+
+    def cluster(self, cluster: int | str) -> str:
+        """The cluster ad of cluster number `cluster` (lua/jobad.lua makes the same name)."""
+        return f"{self.prefix}cluster:{cluster}"
 
     def slot(self, name: str) -> str:
         return f"{self.prefix}slot:{name}"

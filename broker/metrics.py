@@ -22,7 +22,6 @@ from fetchwork.config.loader import Config
 from fetchwork.config.metricsport import metrics_port
 from fetchwork.errors import FetchworkError
 
-from . import codec
 from .client import Broker
 
 log = logging.getLogger(__name__)
@@ -104,14 +103,9 @@ class BrokerMetrics:
         """Set fetchwork_jobs{state, owner} from the queue's job hashes."""
         store, tally = self.broker.store, Tally[tuple[str, str]]()
         ids = self.broker.queued_ids()
-        for start in range(0, len(ids), READ_BATCH):
-            pipe = store.client.pipeline(transaction=False)
-            for job in ids[start:start + READ_BATCH]:
-                pipe.hmget(store.keys.job(job), "FetchworkState", "Owner")
-            for state, owner in pipe.execute():
-                if state is not None:
-                    tally[(str(codec.unpack(state)),
-                           str(codec.unpack(owner)) if owner is not None else "")] += 1
+        for state, owner in store.fields(ids, ("FetchworkState", "Owner")):
+            if state is not None:
+                tally[(str(state), str(owner) if owner is not None else "")] += 1
         self.jobs.clear()
         for (state, owner), count in tally.items():
             self.jobs.labels(state, owner).set(count)

@@ -1,11 +1,15 @@
 """The Lua scripts: read from the package once, loaded once per server, called by SHA.
 
-Job transition scripts get a generated header and `lua/lib.lua` in front of
-their own text (Redis has no include): the header defines, as Lua locals, the
+Job transition scripts get a generated header and `LIBRARY` in front of
+their own text (Redis has no include): `lua/jobad.lua` (a job's ad is its
+hash over its cluster's), `lua/lib.lua` (the pool's keys, the clock, field
+helpers), `lua/acindex.lua` (the autocluster index) and `lua/jobstates.lua`
+(the state changes the scripts share). The header defines, as Lua locals, the
 constants the scripts share with Python (PRIO_SCALE from states.py, the
 JobStatus and HoldReasonCode values from config/protocol.py as
 `STATUS_<NAME>` and `HOLD_<NAME>`), so no script spells them as numbers.
-`STANDALONE` scripts run as written. A server that lost its
+`STANDALONE` scripts run as written, those that read job ads
+(`JOB_READERS`) after `lua/jobad.lua`. A server that lost its
 script cache (restart, SCRIPT FLUSH) answers NOSCRIPT and the script is
 loaded again.
 """
@@ -24,7 +28,15 @@ from redis.exceptions import NoScriptError
 
 from fetchwork.config.protocol import HoldCode, JobStatus
 
-from .autoclusters import AUTOCLUSTER_ATTR, ORDER_OFFSET, ORDER_WIDTH
+from .autoclusters import (
+    AUTOCLUSTER_ATTR,
+    LEGACY_GROUP_ID_LENGTH,
+    LEGACY_ORDER_WIDTH,
+    ORDER_BASE,
+    ORDER_OFFSET,
+    ORDER_WIDTH,
+    ORDER_ZERO,
+)
 from .states import PRIO_SCALE
 
 TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", "remove", "hold",
@@ -34,6 +46,11 @@ TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", 
                "policy_exit", "policy_act", "requeue", "depend", "reorder")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
               "trim_history", "userlog_advance", "read_groups", "bypass")
+
+# What every transition script is put after, in this order (each part uses the ones before).
+LIBRARY = ("jobad", "lib", "acindex", "jobstates")
+# Standalone scripts that read job hashes: they get jobad.lua's readers.
+JOB_READERS = ("read_ads", "read_fields", "bypass")
 
 Arg = str | bytes | int | float
 
@@ -49,6 +66,9 @@ def constants_header() -> str:
     lines += [f"local STATUS_{status.name} = {int(status)}" for status in JobStatus]
     lines += [f"local HOLD_{code.name} = {int(code)}" for code in HoldCode]
     lines += [f"local AC_ORDER_OFFSET = {ORDER_OFFSET}", f"local AC_ORDER_WIDTH = {ORDER_WIDTH}",
+              f"local AC_ORDER_ZERO = {ORDER_ZERO}", f"local AC_ORDER_BASE = {ORDER_BASE}",
+              f"local AC_LEGACY_GID_LENGTH = {LEGACY_GROUP_ID_LENGTH}",
+              f"local AC_LEGACY_ORDER_WIDTH = {LEGACY_ORDER_WIDTH}",
               f"local AUTOCLUSTER_ATTR = '{AUTOCLUSTER_ATTR}'"]
     return "\n".join(lines) + "\n"
 
@@ -56,11 +76,13 @@ def constants_header() -> str:
 @cache
 def source(name: str) -> str:
     """The full text sent to Redis for script `name`."""
+    if name in JOB_READERS:
+        return _read("jobad") + "\n" + _read(name)
     if name in STANDALONE:
         return _read(name)
     if name not in TRANSITIONS:
         raise KeyError(f"no Lua script named {name!r}")
-    return constants_header() + _read("lib") + "\n" + _read(name)
+    return constants_header() + "".join(_read(part) + "\n" for part in LIBRARY) + _read(name)
 
 
 @cache

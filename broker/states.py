@@ -97,7 +97,7 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     # Written by the scheduling policy's pass (broker/policing.py).
     "BlockedReason", "BlockedBySoftLimit", "FetchworkBudget", "FetchworkCpus",
     "FetchworkWalltime", "FetchworkPsLimit", "FetchworkPriority", "FetchworkOverrun",
-    # Run accounting, kept by claim and finish (lib.lua start_claim, leave_claim, settle).
+    # Run accounting, kept by claim and finish (lua/jobstates.lua start_claim, leave_claim, settle).
     "JobStartDate",
     "JobCurrentStartDate",
     "JobLastStartDate",
@@ -139,5 +139,5 @@ def is_managed(name: str) -> bool:
 
 def idle_order(prio: int, seq: int) -> int:
     """FetchworkOrder, the idle set's score: priority groups (higher JobPrio first),
-    each ordered by `seq` (lib.lua's `head_of_group` puts a rejected job first in its group)."""
+    each ordered by `seq` (lua/lib.lua's `head_of_group` puts a rejected job first in its group)."""
     return -prio * PRIO_SCALE + seq

@@ -21,10 +21,14 @@ from .groupindex import SubmitGroups
 from .jobads import PreparedJob, prepare_submitted
 from .jobpolicy import has_periodic
 from .policy.dependencies import DEPENDS_ATTR
+from .states import idle_order
 
 # What differs between two jobs of one submission made from equal ads
 # (jobads.identity: the rest of identity and place is the same for them).
 PROC, GLOBAL, ORDER = PER_JOB = ("ProcId", "GlobalJobId", "FetchworkOrder")
+# In the cluster ad (lua/jobad.lua): GlobalJobId's text before and after the job id,
+# and FetchworkOrder less the job's sequence (states.idle_order of its JobPrio).
+CLUSTER_GJID, CLUSTER_ORDER = "#gjid", "#order"
 _PER_JOB_LOWER = frozenset(name.lower() for name in PER_JOB)
 _DEPENDS_LOWER = DEPENDS_ATTR.lower()
 
@@ -84,24 +88,55 @@ class SubmissionShape:
         packed = PackedJobs()
         starts = set(self._run_starts)
         shared_gid: str | None = None
+        around = ("", "")
+        # A cluster ad pays for its own hash from two linked jobs on.
+        first_run = (self._run_starts + [len(jobs)])[1] if self._run_starts else 0
+        packed.linked = first_run > 1
         for index, job in enumerate(jobs):
             attrs = job.attrs
             if index in starts:
                 names = {name.lower() for name in significant_names(attrs)}
                 shared_gid = None if names & _PER_JOB_LOWER else self.groups.assign(attrs)
-                packed.commons.append(packer.fields({
-                    name: value for name, value in attrs.items()
-                    if name not in PER_JOB and name != AUTOCLUSTER_ATTR}))
+                common = {name: value for name, value in attrs.items()
+                          if name not in PER_JOB and name != AUTOCLUSTER_ATTR}
+                if shared_gid is not None:
+                    common[AUTOCLUSTER_ATTR] = shared_gid
+                packed.commons.append(packer.fields(common))
+                if index == 0 and packed.linked:
+                    around = global_id_around(job)
+                    packed.commons[0] += [CLUSTER_GJID, "\n".join(around),
+                                          CLUSTER_ORDER, str(idle_order(job.prio, 0))]
+            # Unique per job: packed without the packer's cache of shared values.
+            if packed.linked and len(packed.commons) == 1:
+                # Linked to the cluster ad: ProcId, GlobalJobId and FetchworkOrder are
+                # derived (lua/jobad.lua) unless they read otherwise.
+                fields = []
+                if attrs[GLOBAL] != job.job_id.join(around):
+                    fields += [GLOBAL, own(attrs[GLOBAL])]
+                if job.prio != jobs[0].prio:
+                    fields += [ORDER, own(attrs[ORDER])]
+            else:
+                fields = [PROC, own(attrs[PROC]), GLOBAL, own(attrs[GLOBAL]),
+                          ORDER, own(attrs[ORDER])]
             if shared_gid is None:
                 self.groups.assign(attrs)
+                fields += [AUTOCLUSTER_ATTR, own(attrs[AUTOCLUSTER_ATTR])]
             else:
                 attrs[AUTOCLUSTER_ATTR] = shared_gid
-            # Unique per job: packed without the packer's cache of shared values.
-            packed.own.append([PROC, own(attrs[PROC]), GLOBAL, own(attrs[GLOBAL]),
-                               ORDER, own(attrs[ORDER]),
-                               AUTOCLUSTER_ATTR, own(attrs[AUTOCLUSTER_ATTR])])
+            packed.own.append(fields)
             packed.run_of.append(len(packed.commons) - 1)
         return packed
+
+
+def global_id_around(job: PreparedJob) -> tuple[str, str]:
+    """What job `job`'s GlobalJobId has before and after its id (jobads.identity:
+    `<pool>#<id>#<QDate>`), for the cluster ad's CLUSTER_GJID."""
+    global_id = str(job.attrs[GLOBAL])
+    marked = f"#{job.job_id}#"
+    at = global_id.rfind(marked)
+    if at < 0:
+        return global_id, ""  # no id inside: every linked job stores its own
+    return global_id[:at + 1], global_id[at + len(marked) - 1:]
 
 
 class PackedJobs:
@@ -112,16 +147,20 @@ class PackedJobs:
         self.commons: list[list[bytes | str]] = []
         self.own: list[list[bytes | str]] = []
         self.run_of: list[int] = []
+        # Whether the first run's jobs are linked to the cluster ad.
+        self.linked = False
 
     def runs(self, start: int, stop: int) -> list[list[Any]]:
-        """stage.lua's batch for jobs [start, stop): {shared fields, {own fields, ...}}
-        per run, in job order."""
+        """stage.lua's batch for jobs [start, stop): {shared fields, {own fields, ...},
+        linked} per run, in job order. The first run's shared fields are the cluster
+        ad (stored once, lua/jobad.lua) when it has two jobs or more; the other
+        runs' jobs store theirs."""
         out: list[list[Any]] = []
         last = -1
         for index in range(start, stop):
             run = self.run_of[index]
             if run != last:
-                out.append([self.commons[run], []])
+                out.append([self.commons[run], [], self.linked and run == 0])
                 last = run
             out[-1][1].append(self.own[index])
         return out

@@ -146,6 +146,7 @@ class Submitter:
             pipe = self.store.client.pipeline(transaction=False)
             for start in range(0, len(placed), BATCH):
                 pipe.delete(*[keys.job(job.job_id) for job, _seq in placed[start:start + BATCH]])
+            pipe.delete(keys.cluster(cluster))
             pipe.hdel(keys.clusters, str(cluster))
             pipe.execute()
         except redis.RedisError as exc:

@@ -182,3 +182,17 @@ def test_a_grouper_gives_the_ids_and_representatives_of_the_pure_functions(
 def test_a_grouper_tells_true_from_one() -> None:
     grouper = Grouper()
     assert grouper.gid(job(RequestCpus=True)) != grouper.gid(job(RequestCpus=1))
+
+
+@given(st.lists(st.integers(-2**52 + 1, 2**52 - 1), min_size=2))
+def test_members_of_an_older_brokers_group_ids_keep_decimal_orders(orders: list[int]) -> None:
+    gid = "0123456789abcdef"  # a group id as older brokers wrote it (16 hex digits)
+    keys = [member(gid, order, "1.0") for order in orders]
+    assert all(len(key.split("|")[1]) == 16 for key in keys)
+    assert [parse_member(key)[1] for key in sorted(keys)] == sorted(orders)
+
+
+def test_members_are_short() -> None:
+    gid = group_id(signature(job()))
+    assert len(gid) == 11 and "|" not in gid
+    assert len(member(gid, 2**52 - 1, "12.345")) == 11 + 1 + 9 + 1 + 6

@@ -59,8 +59,10 @@ def test_lua_scripts_get_the_shared_constants_from_python():
     assert f"local PRIO_SCALE = {PRIO_SCALE}\n" in header
     assert "local STATUS_HELD = 5\n" in header and "local HOLD_JOB_POLICY = 3\n" in header
     assert scripts.source("reject").startswith(header)
-    assert scripts.source("read_ads") == scripts._read("read_ads")
-    for name in scripts.TRANSITIONS + ("lib",):
+    assert scripts.source("read_ids") == scripts._read("read_ids")
+    # Standalone readers of job ads get the cluster-ad merge (jobad.lua) alone.
+    assert scripts.source("read_ads") == scripts._read("jobad") + "\n" + scripts._read("read_ads")
+    for name in scripts.TRANSITIONS + scripts.LIBRARY:
         code = "\n".join(line for line in scripts._read(name).splitlines()
                          if not line.lstrip().startswith("--"))
         assert "17179869184" not in code and "2^34" not in code, name

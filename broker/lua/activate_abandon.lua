@@ -5,7 +5,7 @@
 -- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY] the job's hash,
 --   KEYS[FIRST_JOB_KEY + 1] the claim's activation request hash (deleted).
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] claim token.
--- Returns cmsgpack {job id, flat HGETALL} when the job runs under this
+-- Returns cmsgpack {job id, its ad flat} when the job runs under this
 -- claim, else nil.
 local key, id, token = KEYS[FIRST_JOB_KEY], ARGV[3], ARGV[4]
 redis.call('DEL', KEYS[FIRST_JOB_KEY + 1])
@@ -15,6 +15,6 @@ if own_activation(key, token) then
   return nil
 end
 if own_claim(key, token) then
-  return cmsgpack.pack({id, redis.call('HGETALL', key)})
+  return cmsgpack.pack({id, ad_flat(key)})
 end
 return nil

@@ -5,7 +5,7 @@
 --   its activation request hash (deleted).
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] job id, ARGV[4] claim
 --   token, ARGV[5] default lease seconds, ARGV[6] reply lifetime ms.
--- The reply is cmsgpack {job id, flat HGETALL} as claim.lua returns, or
+-- The reply is cmsgpack {job id, its ad flat} as claim.lua returns, or
 -- 'no' when the claim is gone (it gave up, or the job was removed or held).
 -- Returns 1 when the job started, 0 otherwise (the leader then reverts).
 local key, id, token = KEYS[FIRST_JOB_KEY], ARGV[3], ARGV[4]

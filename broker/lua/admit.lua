@@ -11,7 +11,7 @@ local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
 if getv(key, 'FetchworkState') ~= 'VALIDATING' then return 0 end
 redis.call('ZREM', K_VALIDATING, id)
 local deleted = tonumber(ARGV[5])
-for i = 6, 5 + deleted do redis.call('HDEL', key, ARGV[i]) end
+for i = 6, 5 + deleted do hdel(key, ARGV[i]) end
 store_attrs(key, 6 + deleted, #ARGV)
 local seq = tonumber(redis.call('ZSCORE', K_QUEUE, id)) or 0
 setv(key, 'FetchworkOrder', -tonumber(ARGV[4]) * PRIO_SCALE + seq)

@@ -26,7 +26,7 @@
 -- An activation writes the request hash (job, slot, slot_ad, index = the
 -- job's rank among idle jobs, pass = the pool's activation counter, deadline
 -- ms) and puts the job in the activating set until that deadline.
--- Returns cmsgpack of {job id, flat HGETALL of its hash}, or of {job id,
+-- Returns cmsgpack of {job id, its ad flat (jobad.lua ad_flat)}, or of {job id,
 -- 'activate'}, or nil when no candidate can be claimed.
 -- The quiet claim (broker/quietclaim.py), one call for the common case:
 -- ARGV[7] '*groups', ARGV[8] the job hash key prefix, ARGV[9] the
@@ -35,7 +35,7 @@
 -- judged one by one (space-separated ids); KEYS after the pool keys: the
 -- activation request hash, the PS ledger, the backfill reservation key.
 -- It walks ac:groups best first and claims the head of the first matching
--- autocluster; returns {'job', cmsgpack {job id, flat HGETALL}}, 'none' when
+-- autocluster; returns {'job', cmsgpack {job id, its ad flat}}, 'none' when
 -- no autocluster with idle jobs matches, {'groups', ids...} (ac:groups from
 -- the first one the caller has not judged on) when it must judge more, or
 -- 'slow' when the full claim must decide (activation configured, a
@@ -184,7 +184,7 @@ for i = 7, #ARGV do
       and allowed(key, id, tonumber(getv(key, 'FetchworkOrder')) or 0)
       and policy_allows(key, id) then
     redis.call('ZREM', K_SOFT, id)
-    redis.call('HDEL', key, 'BlockedReason', 'BlockedBySoftLimit')
+    hdel(key, 'BlockedReason', 'BlockedBySoftLimit')
     return start_claim(key, id, token, slot, ARGV[5])
   end
 end

@@ -28,12 +28,12 @@ for j = 1, #batch do
     setv(key, 'BlockedReason', reason)
     changed = changed + 1
   elseif verdict == 'ready' then
-    redis.call('HDEL', key, 'FetchworkWaitingOn', 'BlockedReason')
+    hdel(key, 'FetchworkWaitingOn', 'BlockedReason')
     redis.call('SREM', K_DEPWAIT, id)
     if state == 'BLOCKED' then to_idle(key, id, 'depend') end
     changed = changed + 1
   elseif verdict == 'fail' then
-    redis.call('HDEL', key, 'FetchworkWaitingOn')
+    hdel(key, 'FetchworkWaitingOn')
     redis.call('SREM', K_DEPWAIT, id)
     setv(key, 'RemoveReason', reason)
     to_history(key, id, 'depend', 'FAILED', STATUS_REMOVED)

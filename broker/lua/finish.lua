@@ -16,7 +16,7 @@ local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
 if not own_claim(key, ARGV[4]) then return nil end
 if ARGV[5] == 'exit?' then
   for name in string.gmatch(ARGV[7], '%S+') do
-    local raw = redis.call('HGET', key, name)
+    local raw = hget_raw(key, name)
     if raw and raw ~= cmsgpack.pack(string.lower(name) == 'onexitremove') then
       return 'policy'
     end

@@ -15,7 +15,7 @@ local function set_until(key, id)
     setv(key, 'HoldUntil', until_s)
     redis.call('ZADD', K_HOLDS, until_s, id)
   else
-    redis.call('HDEL', key, 'HoldUntil')
+    hdel(key, 'HoldUntil')
     redis.call('ZREM', K_HOLDS, id)
   end
 end

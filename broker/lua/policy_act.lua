@@ -23,7 +23,7 @@ local subcode = tonumber(ARGV[6]) or 0
 if action == 'hold' then
   if waiting then
     if state == 'ACTIVATING' then leave_activation(key, id) end
-    redis.call('HDEL', key, 'HoldUntil')
+    hdel(key, 'HoldUntil')
     redis.call('ZREM', K_HOLDS, id)
     to_held(key, id, 'hold', reason, HOLD_JOB_POLICY, subcode)
     return action
@@ -43,9 +43,9 @@ elseif action == 'release' then
   else
     return nil
   end
-  local held_for = redis.call('HGET', key, 'HoldReason')
+  local held_for = hget_raw(key, 'HoldReason')
   if held_for then redis.call('HSET', key, 'LastHoldReason', held_for) end
-  redis.call('HDEL', key, 'HoldReason', 'HoldReasonCode', 'HoldReasonSubCode', 'HoldUntil')
+  hdel(key, 'HoldReason', 'HoldReasonCode', 'HoldReasonSubCode', 'HoldUntil')
   redis.call('ZREM', K_HOLDS, id)
   setv(key, 'ReleaseReason', reason)
   return action

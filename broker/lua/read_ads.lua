@@ -1,8 +1,9 @@
--- read_ads.lua: read several job hashes in one reply (a read, not a
--- transition; it stands alone, without lib.lua).
+-- read_ads.lua: read several job ads in one reply (a read, not a
+-- transition; it runs with jobad.lua, without lib.lua: each ad is the job's
+-- hash over its cluster's, ad_flat).
 -- KEYS[1..n] job hashes. No ARGV.
 -- Returns one msgpack array holding, per key in order, a msgpack map of the
--- hash's fields (empty for a missing job). The stored values are msgpack
+-- ad's fields (empty for a missing job). The stored values are msgpack
 -- already, so the reply is put together by concatenation (names get a str
 -- header) and the client decodes all of it in one call, in C.
 local function header(n, fix, fix_limit, code16, code32)
@@ -17,7 +18,7 @@ local function name_header(len)
 end
 local out = {header(#KEYS, 0x90, 16, 0xdc, 0xdd)}
 for i = 1, #KEYS do
-  local flat = redis.call('HGETALL', KEYS[i])
+  local flat = ad_flat(KEYS[i])
   out[#out + 1] = header(#flat / 2, 0x80, 16, 0xde, 0xdf)
   for j = 1, #flat, 2 do
     out[#out + 1] = name_header(#flat[j])

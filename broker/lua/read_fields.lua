@@ -1,5 +1,5 @@
 -- read_fields.lua: a few attributes of many jobs in one reply, for big tables
--- (a read, not a transition; it stands alone, without lib.lua).
+-- (a read, not a transition; it runs with jobad.lua, without lib.lua).
 -- KEYS[1..n] job hashes.
 -- ARGV[1..m] attribute (field) names.
 -- Returns one msgpack array holding, per key in order, the array of the m
@@ -13,9 +13,10 @@ local function array_header(n)
 end
 local out = {array_header(#KEYS)}
 local fields = #ARGV
+local names = {unpack(ARGV)}
 local row = array_header(fields)
 for i = 1, #KEYS do
-  local values = redis.call('HMGET', KEYS[i], unpack(ARGV))
+  local values = hmget_raw(KEYS[i], names)
   out[#out + 1] = row
   for j = 1, fields do
     local value = values[j]

@@ -3,7 +3,7 @@
 -- tell whether the index covers the idle set, and the first jobs of the best
 -- placed autoclusters. Reads only.
 -- KEYS[1] ac:groups (zset: autocluster -> best idle score), KEYS[2] idle (zset),
---   KEYS[3] ac:members (zset by lex: "<autocluster>|<score digits>|<job id>").
+--   KEYS[3] ac:members (zset by lex: "<autocluster>|<score, order_text>|<job id>").
 -- ARGV[1] how many autoclusters' first jobs to return, ARGV[2] how many jobs each.
 -- Returns {{autocluster id, best score, ...} best first, ZCARD idle, ZCARD ac:members,
 --   {members of each of the first ARGV[1] autoclusters, ARGV[2] at most}}.

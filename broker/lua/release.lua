@@ -19,9 +19,9 @@ for i = 3, #ARGV do
     released = true
   end
   if released then
-    local reason = redis.call('HGET', key, 'HoldReason')
+    local reason = hget_raw(key, 'HoldReason')
     if reason then redis.call('HSET', key, 'LastHoldReason', reason) end
-    redis.call('HDEL', key, 'HoldReason', 'HoldReasonCode', 'HoldReasonSubCode', 'HoldUntil')
+    hdel(key, 'HoldReason', 'HoldReasonCode', 'HoldReasonSubCode', 'HoldUntil')
     redis.call('ZREM', K_HOLDS, id)
     done[#done + 1] = id
   end

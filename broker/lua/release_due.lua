@@ -13,9 +13,9 @@ for i = 3, #ARGV do
   elseif until_s <= NOW_S then
     redis.call('ZREM', K_HOLDS, id)
     to_idle(key, id, 'release', 'reason', 'HoldUntil')
-    local reason = redis.call('HGET', key, 'HoldReason')
+    local reason = hget_raw(key, 'HoldReason')
     if reason then redis.call('HSET', key, 'LastHoldReason', reason) end
-    redis.call('HDEL', key, 'HoldReason', 'HoldReasonCode', 'HoldReasonSubCode')
+    hdel(key, 'HoldReason', 'HoldReasonCode', 'HoldReasonSubCode')
     done[#done + 1] = id
   end
 end

@@ -13,7 +13,7 @@
 local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
 local state = own_claim(key, ARGV[4])
 if not state then return 'gone' end
-local logged = redis.call('HGET', key, 'UserLog') ~= false
+local logged = hget_raw(key, 'UserLog') ~= false
 local old_size = logged and getv(key, 'ImageSize')
 store_attrs(key, 7, #ARGV)
 local status = getv(key, 'JobStatus')

@@ -22,7 +22,7 @@ for i = 4, #ARGV do
     end
   elseif state == 'IDLE' and type(after) == 'number' and after + grace <= NOW then
     redis.call('HDEL', K_RESERVATIONS, slot)
-    redis.call('HDEL', key, 'FetchworkReservedSlot')
+    hdel(key, 'FetchworkReservedSlot')
     done[#done + 1] = id
   end
 end

@@ -21,7 +21,7 @@ for j = 1, #batch do
     for name, value in pairs(item[2]) do setv(key, name, value) end
     if state == 'BLOCKED' then
       redis.call('ZREM', K_SOFT, id)
-      redis.call('HDEL', key, 'BlockedReason', 'BlockedBySoftLimit')
+      hdel(key, 'BlockedReason', 'BlockedBySoftLimit')
       to_idle(key, id, 'unblock')
     end
     written = written + 1
