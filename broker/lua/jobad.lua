@@ -144,11 +144,13 @@ local function ad_flat(key)
   return out
 end
 
-local function hdel_names(key, names)
-  local i = 1
-  while i <= #names do
-    local stop = math.min(i + 199, #names)
-    redis.call('HDEL', key, unpack(names, i, stop))
+-- `command` on `key` with flat[first..last], `step` items a call (unpack
+-- has a limit on how many values it returns).
+local function call_chunked(command, key, flat, first, last, step)
+  local i = first
+  while i <= last do
+    local stop = math.min(i + step - 1, last)
+    redis.call(command, key, unpack(flat, i, stop))
     i = stop + 1
   end
 end
@@ -165,18 +167,13 @@ local function detach(key)
   local shared = shared_fields(key, seen, copy)
   local names = {}
   for i = 1, #shared, 2 do names[#names + 1] = shared[i] end
-  local i = 1
-  while i <= #copy do
-    local stop = math.min(i + 199, #copy)
-    redis.call('HSET', key, unpack(copy, i, stop))
-    i = stop + 1
-  end
+  call_chunked('HSET', key, copy, 1, #copy, 200)
   redis.call('HDEL', key, JOB_LINK)
   local left = (tonumber(redis.call('HGET', ckey, CLUSTER_PROCS)) or 1) - 1
   if left > 0 then
     redis.call('HSET', ckey, CLUSTER_PROCS, left)
   elseif #names > 0 then
-    hdel_names(ckey, names)  -- the last field gone deletes the hash
+    call_chunked('HDEL', ckey, names, 1, #names, 200)  -- the last field gone deletes the hash
   end
 end
 

@@ -2,12 +2,7 @@
 -- scripts.py puts it after lib.lua and acindex.lua, before each script.
 
 local function hset_chunked(key, flat, first, last)
-  local i = first
-  while i <= last do
-    local stop = math.min(i + 199, last)
-    redis.call('HSET', key, unpack(flat, i, stop))
-    i = stop + 1
-  end
+  call_chunked('HSET', key, flat, first, last, 200)
 end
 
 -- Store caller attributes ARGV[first..last] (name, packed value pairs); a

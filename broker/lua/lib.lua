@@ -61,12 +61,7 @@ local function head_of_group(order)
 end
 
 local function zadd_chunked(key, flat)
-  local i = 1
-  while i <= #flat do
-    local stop = math.min(i + 399, #flat)
-    redis.call('ZADD', key, unpack(flat, i, stop))
-    i = stop + 1
-  end
+  call_chunked('ZADD', key, flat, 1, #flat, 400)
 end
 
 -- Job hashes are read through jobad.lua (a job's ad over its cluster's).
