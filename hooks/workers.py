@@ -43,13 +43,15 @@ class Workers:
                 self._idle -= 1
                 self._tasks.put((task, name))
                 return
-        threading.Thread(target=self._serve, args=(task,), name=name, daemon=True).start()
+        self._start(task, name)
 
     def warm(self, count: int = 1) -> None:
         """Have `count` threads waiting for tasks (none is then started on their path)."""
         for _ in range(count - self.idle()):
-            threading.Thread(target=self._serve, args=(lambda: None,), name="hook-idle",
-                             daemon=True).start()
+            self._start(lambda: None, "hook-idle")
+
+    def _start(self, task: Task, name: str) -> None:
+        threading.Thread(target=self._serve, args=(task,), name=name, daemon=True).start()
 
     def _forget_if_forked(self) -> None:
         """With the lock held: in a forked child, the parent's threads are not here."""

@@ -145,24 +145,26 @@ local function ad_flat(key)
 end
 
 -- `command` on `key` with flat[first..last], `step` items a call (unpack
--- has a limit on how many values it returns).
+-- has a limit on how many values it returns); the sum of the replies (fields
+-- or members added or removed).
 local function call_chunked(command, key, flat, first, last, step)
-  local i = first
+  local i, total = first, 0
   while i <= last do
     local stop = math.min(i + step - 1, last)
-    redis.call(command, key, unpack(flat, i, stop))
+    total = total + redis.call(command, key, unpack(flat, i, stop))
     i = stop + 1
   end
+  return total
 end
 
 -- Unlink a job from its cluster hash: the cluster's attributes it does not
 -- override are copied into its own hash; the cluster hash goes with its last
 -- linked proc.
 local function detach(key)
-  if not redis.call('HGET', key, JOB_LINK) then return end
-  local ckey = cluster_key(key)
   local seen = {}
   for _, name in ipairs(redis.call('HKEYS', key)) do seen[name] = true end
+  if not seen[JOB_LINK] then return end
+  local ckey = cluster_key(key)
   local copy = {}
   local shared = shared_fields(key, seen, copy)
   local names = {}

@@ -2,7 +2,7 @@
 -- scripts.py puts it after lib.lua and acindex.lua, before each script.
 
 local function hset_chunked(key, flat, first, last)
-  call_chunked('HSET', key, flat, first, last, 200)
+  return call_chunked('HSET', key, flat, first, last, 200)
 end
 
 -- Store caller attributes ARGV[first..last] (name, packed value pairs); a

@@ -47,13 +47,7 @@ for r = 1, #runs do
     local own = jobs[j]
     for i = 1, #own do fields[base + i] = own[i] end
     for i = base + #own + 1, #fields do fields[i] = nil end
-    local added
-    if #fields <= 200 then
-      added = redis.call('HSET', key, unpack(fields))
-    else
-      added = #fields  -- a big ad is never a linked one's own part
-      hset_chunked(key, fields, 1, #fields)
-    end
+    local added = hset_chunked(key, fields, 1, #fields)
     if link then
       -- A hash staged again adds no field: its proc is counted once.
       if added > 0 then linked = linked + 1 end
