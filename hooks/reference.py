@@ -40,6 +40,7 @@ from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REM
 from fetchwork.errors import FetchworkError, RedisUnavailableError
 from fetchwork.hooks import control, slotads, slotadtext, slotclaim
 from fetchwork.hooks.retrying import quietly, through_outage
+from fetchwork.hooks.workers import WORKERS
 
 log = logging.getLogger(__name__)
 
@@ -278,12 +279,13 @@ def _act_on(job_id: str, status: str) -> None:
             log.warning("job %s is %s but cannot be stopped here: %s", job_id, status, exc)
 
 
-class LeaseKeeper(threading.Thread):
+class LeaseKeeper:
     """Renews one job's lease until stopped, every FETCHWORK_RENEW_INTERVAL
-    seconds or every third of the lease, whichever is shorter."""
+    seconds or every third of the lease, whichever is shorter. It runs in one
+    of the hook threads (`workers.WORKERS`): a standby starter has them
+    waiting, so the prepare hook does not wait for a new thread to start."""
 
     def __init__(self, job_id: str, token: str, lease_s: float, renew_s: float):
-        super().__init__(name=f"lease-{job_id}", daemon=True)
         self.job_id = job_id
         self.token = token
         # Often enough for the lease, and for `fetchwork rm` or `hold` of a
@@ -327,7 +329,7 @@ def _start_keeper(job_id: str, token: str, job_ad: classad2.ClassAd) -> None:
         _keepers[job_id] = keeper
     if old is not None:
         old.stop()
-    keeper.start()
+    WORKERS.run(keeper.run, f"lease-{job_id}")
 
 
 def _stop_keeper(job_id: str) -> None:
