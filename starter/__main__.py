@@ -17,6 +17,7 @@ import argparse
 import functools
 import logging
 import os
+import select
 import sys
 
 from fetchwork.config import keywords
@@ -94,16 +95,19 @@ def _stand_by() -> tuple[list[str], bytes] | None:
 
     from fetchwork.hooks import inprocess
     from fetchwork.hooks.workers import WORKERS
-    from fetchwork.starter import starter  # noqa: F401 - imported ahead on purpose
+    from fetchwork.starter import rehearsal, starter  # noqa: F401 - starter imported ahead
 
     # What every job's start would do first is done while there is no job:
     # logging set up (the slot named once known), hook threads waiting (an
-    # in-process hook takes two: the call, and the one waiting on its timeout),
-    # and `prepare_standby()` of the in-process hook modules of the keywords
-    # this machine's slots use (the reference hooks connect to the broker).
+    # in-process hook takes two: the call, and the one waiting on its timeout;
+    # the reference prepare hook leaves a third keeping the job's lease),
+    # `prepare_standby()` of the in-process hook modules of the keywords this
+    # machine's slots use (the reference hooks connect to the broker), and,
+    # once it has waited a while for its job, a rehearsal of the start path.
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format=_log_format("starter[standby]"))
-    WORKERS.warm(2)
+    WORKERS.warm(3)
+    config = None
     try:
         config = Config.load()
         values = [value for definition, value in config.items()
@@ -115,6 +119,8 @@ def _stand_by() -> tuple[list[str], bytes] | None:
         inprocess.prepare_modules([value for value in used if value], "prepare_standby", failed)
     except FetchworkError:
         pass  # the job's own start reports configuration errors
+    if config is not None and not _readable(0, rehearsal.IDLE_S):
+        rehearsal.rehearse(config, lambda: _readable(0, 0))
     data = b""
     while b"\n" not in data:
         chunk = os.read(0, 65536)
@@ -126,6 +132,11 @@ def _stand_by() -> tuple[list[str], bytes] | None:
     if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
         raise SystemExit("starter: a standby starter expects a JSON list of arguments")
     return argv, behind
+
+
+def _readable(fd: int, timeout_s: float) -> bool:
+    """Whether `fd` has something to read (or is at its end) within `timeout_s`."""
+    return bool(select.select([fd], [], [], timeout_s)[0])
 
 
 def _log_format(name: str) -> str:

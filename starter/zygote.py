@@ -308,7 +308,7 @@ def _preload() -> None:
     from fetchwork.errors import FetchworkError
     from fetchwork.hooks import inprocess
     from fetchwork.starter import __main__ as entry
-    from fetchwork.starter import starter  # noqa: F401 - imported ahead on purpose
+    from fetchwork.starter import rehearsal, starter  # noqa: F401 - imported ahead on purpose
     from fetchwork.starter.launch import c_library, thread_id_calls
 
     entry.argument_parser()

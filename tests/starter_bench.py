@@ -35,7 +35,8 @@ class StarterRun:
 
     def __init__(self, base: Path, name: str, job: dict[str, Any], knobs: dict[str, str],
                  slot_ad: dict[str, Any] | None = None, slot: int = 1,
-                 standby: bool = False, arguments_and: str | None = None):
+                 standby: bool = False, arguments_and: str | None = None,
+                 hold_arguments: bool = False):
         self.sandbox = base / "execute" / name
         self.sandbox.mkdir(parents=True)
         self.sandbox.chmod(0o755)
@@ -61,11 +62,12 @@ class StarterRun:
                  *(["--standby"] if standby else args)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
                 text=True, bufsize=1)
-        if standby:
-            # The arguments line and a control word right behind it: the
-            # standby starter must leave the word for the starter proper.
-            # `arguments_and`: a control word in the same write as the arguments.
-            self.send(json.dumps(args) + (f"\n{arguments_and}" if arguments_and else ""))
+        # The arguments line and a control word right behind it: the
+        # standby starter must leave the word for the starter proper.
+        # `arguments_and`: a control word in the same write as the arguments.
+        self._arguments = json.dumps(args) + (f"\n{arguments_and}" if arguments_and else "")
+        if standby and not hold_arguments:
+            self.give_arguments()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -73,6 +75,10 @@ class StarterRun:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.events.append(json.loads(line))
+
+    def give_arguments(self) -> None:
+        """A standby starter's job: its arguments line."""
+        self.send(self._arguments)
 
     def send(self, word: str) -> None:
         assert self.proc.stdin is not None
@@ -137,9 +143,10 @@ class Bench:
         return str(path)
 
     def start(self, job: dict[str, Any], standby: bool = False, arguments_and: str | None = None,
+              hold_arguments: bool = False,
               **knobs: str) -> StarterRun:
         run = StarterRun(self.base, f"job{len(self.runs)}", job, knobs, standby=standby,
-                         arguments_and=arguments_and)
+                         arguments_and=arguments_and, hold_arguments=hold_arguments)
         self.runs.append(run)
         return run
 

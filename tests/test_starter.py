@@ -287,6 +287,40 @@ def test_a_standby_starter_prepares_its_hook_modules_before_the_job(bench):
     assert "starter[slot1] INFO job ended (exit)" in run.log.read_text()
 
 
+def _blocked_in(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text().strip()
+    except OSError:
+        return ""
+
+
+def test_a_standby_starter_that_waited_rehearses_quietly_then_runs_its_job(bench):
+    record = bench.work / "calls"
+    (bench.hooks / "waitedhook.py").write_text(
+        f"RECORD = {str(record)!r}\n\n\n"
+        "def prepare_standby():\n"
+        "    open(RECORD, 'a').close()\n\n\n"
+        "def prepare(args, stdin_text):\n"
+        "    return None\n")
+    out = bench.work / "out"
+    run = bench.start({"Cmd": "/bin/echo", "Arguments": "ran", "Out": str(out)}, standby=True,
+                      hold_arguments=True, STARTD_JOB_HOOK_KEYWORD="T",
+                      T_HOOK_PREPARE_JOB="python:waitedhook:prepare")
+    wait_until(record.exists, 60, fail_if=run._died, what="prepare_standby() to run")
+    if _blocked_in(run.proc.pid) in ("", "0"):
+        pytest.skip("this kernel does not say where a process waits (/proc/PID/wchan)")
+    # Blocked reading stdin (not waiting IDLE_S in select, not rehearsing): the
+    # rehearsal is over, and nothing of it may show in the job's run.
+    wait_until(lambda: _blocked_in(run.proc.pid).endswith("pipe_read"), 30,
+               fail_if=run._died, what="the standby to wait on stdin after its rehearsal")
+    run.give_arguments()
+    assert run.finish()["how"] == "exit"
+    assert out.read_text() == "ran\n"
+    log = run.log.read_text()
+    assert "rehearsal" not in log.lower(), log
+    assert "starter[slot1] INFO job ended (exit)" in log
+
+
 def test_a_standby_starter_without_a_job_exits_quietly(bench):
     done = subprocess.run([sys.executable, "-m", "fetchwork.starter", "--standby"],
                           input="", capture_output=True, text=True, timeout=60,
