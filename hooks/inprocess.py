@@ -17,7 +17,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,39 +59,86 @@ def current_call() -> HookCall | None:
     return _current_call.get()
 
 
-def call_function(value: str, args: list[str], stdin_text: str, timeout_s: float,
-                  call: HookCall, cancel: threading.Event | None = None) -> CallOutcome:
-    """Load and call the hook named by `value`; never raises for the hook's failures."""
+class Call:
+    """One call of an in-process hook: its outcome is delivered once, by the
+    first of the hook's thread (returned or raised) and the watch (timeout or
+    cancel; the call is then abandoned, as a thread cannot be killed)."""
+
+    def __init__(self, value: str, on_outcome: Callable[[CallOutcome], None]):
+        self.value = value
+        self._on_outcome = on_outcome
+        self._lock = threading.Lock()
+        self._delivered = False
+        self.done = threading.Event()
+
+    def deliver(self, outcome: CallOutcome) -> None:
+        with self._lock:
+            if self._delivered:
+                return
+            self._delivered = True
+        try:
+            self._on_outcome(outcome)
+        finally:
+            self.done.set()
+
+    def watch(self, timeout_s: float, cancel: threading.Event | None = None) -> None:
+        """Until the outcome is delivered: deliver a timeout or a cancellation when due."""
+        deadline = time.monotonic() + timeout_s
+        while not self.done.is_set():
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                self.deliver(CallOutcome(timed_out=True))
+            elif cancel is not None and cancel.is_set():
+                self.deliver(CallOutcome(cancelled=True))
+            else:
+                self.done.wait(left_s if cancel is None else min(left_s, _CANCEL_POLL_S))
+
+
+def start_call(value: str, args: list[str], stdin_text: str, timeout_s: float,
+               call: HookCall, on_outcome: Callable[[CallOutcome], None],
+               cancel: threading.Event | None = None, watched: bool = True) -> Call:
+    """Call the hook named by `value` in a hook thread; `on_outcome` gets what it did,
+    once, in a hook thread. `watched`: another hook thread delivers the timeout or
+    cancellation; else the caller calls `watch()` itself.
+
+    The outcome goes straight from the hook's thread to `on_outcome`, so a hook
+    that returns in time costs one switch of threads each way, not two.
+    """
+    handle = Call(value, on_outcome)
     try:
         function = load_callable(value)
     except Exception as exc:
-        return CallOutcome(error=f"cannot load {value}: {type(exc).__name__}: {exc}")
-    box: dict[str, Any] = {}
-    done = threading.Event()
+        failure = CallOutcome(error=f"cannot load {value}: {type(exc).__name__}: {exc}")
+        WORKERS.run(lambda: handle.deliver(failure), f"hook-call-{call.keyword}-{call.hook}")
+        return handle
 
     def body() -> None:
         _current_call.set(call)
         try:
-            box["value"] = function(list(args), stdin_text)
+            returned = function(list(args), stdin_text)
         except BaseException as exc:  # the hook's failure is reported, not raised
-            box["error"] = exc
-        finally:
-            done.set()
+            outcome = CallOutcome(error=f"{value} raised {type(exc).__name__}: {exc}")
+        else:
+            outcome = _outcome(value, returned)
+        handle.deliver(outcome)
 
     context = contextvars.Context()  # each call starts with no context of another's
     WORKERS.run(lambda: context.run(body), f"hook-call-{call.keyword}-{call.hook}")
-    deadline = time.monotonic() + timeout_s
-    while not done.is_set():
-        left_s = deadline - time.monotonic()
-        if left_s <= 0:
-            return CallOutcome(timed_out=True)
-        if cancel is not None and cancel.is_set():
-            return CallOutcome(cancelled=True)
-        done.wait(left_s if cancel is None else min(left_s, _CANCEL_POLL_S))
-    if "error" in box:
-        exc = box["error"]
-        return CallOutcome(error=f"{value} raised {type(exc).__name__}: {exc}")
-    return _outcome(value, box.get("value"))
+    if watched:
+        WORKERS.run(lambda: handle.watch(timeout_s, cancel),
+                    f"hook-watch-{call.keyword}-{call.hook}")
+    return handle
+
+
+def call_function(value: str, args: list[str], stdin_text: str, timeout_s: float,
+                  call: HookCall, cancel: threading.Event | None = None) -> CallOutcome:
+    """Load and call the hook named by `value`, waiting here for it (or its timeout);
+    never raises for the hook's failures."""
+    box: list[CallOutcome] = []
+    handle = start_call(value, args, stdin_text, timeout_s, call, box.append, cancel,
+                        watched=False)
+    handle.watch(timeout_s, cancel)
+    return box[0]
 
 
 def _outcome(value: str, returned: Any) -> CallOutcome:

@@ -30,7 +30,13 @@ from fetchwork.config.argsyntax import parse_hook_args
 from fetchwork.config.loader import Config
 from fetchwork.config.pyref import is_python_ref
 from fetchwork.hooks.family import kill_family, marked_env
-from fetchwork.hooks.inprocess import HookCall, call_function, current_call
+from fetchwork.hooks.inprocess import (
+    CallOutcome,
+    HookCall,
+    call_function,
+    current_call,
+    start_call,
+)
 from fetchwork.hooks.pipes import CHUNK_BYTES, open_pidfd, read_available
 from fetchwork.hooks.workers import WORKERS
 
@@ -168,17 +174,25 @@ def run_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] = (
     argv_args = [*spec.args, *extra_args]
     started = time.monotonic()
     if spec.in_process:
-        result = _run_in_process(spec, argv_args, stdin_text, env, cwd, cancel)
+        outcome = call_function(spec.value, argv_args, stdin_text, spec.timeout_s,
+                                HookCall(spec.hook, spec.keyword, env, cwd), cancel)
+        result = _in_process_result(spec, argv_args, outcome)
     else:
         result = _run_program(spec, [spec.value, *argv_args], stdin_text, env, cwd, user,
                               cancel)
+    _ended(result, started)
+    return result
+
+
+def _ended(result: HookResult, started: float) -> None:
+    """Set the result's duration and log it."""
+    spec = result.spec
     result.duration_s = time.monotonic() - started
     log.info("hook %s_HOOK_%s (%s) took %.3fs: %s", spec.keyword, spec.hook, spec.value,
              result.duration_s, result.outcome())
     if result.stderr.strip() and not result.ok:
         log.info("hook %s_HOOK_%s stderr: %s", spec.keyword, spec.hook,
                  result.stderr.strip()[-2000:])
-    return result
 
 
 def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] = (),
@@ -187,10 +201,10 @@ def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] =
                on_done: Callable[[HookResult], None] | None = None, *,
                cancel: threading.Event | None = None) -> None:
     """Run the hook in a thread of `workers.WORKERS` (a program is reaped there);
-    `on_done` gets the result."""
+    `on_done` gets the result, in a hook thread (an in-process hook's own, as
+    soon as it returns)."""
 
-    def body() -> None:
-        result = run_hook(spec, stdin_text, extra_args, env, cwd, user, cancel=cancel)
+    def done(result: HookResult) -> None:
         if on_done is not None:
             try:
                 on_done(result)
@@ -198,7 +212,21 @@ def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] =
                 log.exception("handling the result of hook %s_HOOK_%s failed",
                               spec.keyword, spec.hook)
 
-    WORKERS.run(body, f"hook-{spec.keyword}-{spec.hook}")
+    if spec.in_process:
+        argv_args = [*spec.args, *extra_args]
+        started = time.monotonic()
+
+        def finish(outcome: CallOutcome) -> None:
+            result = _in_process_result(spec, argv_args, outcome)
+            _ended(result, started)
+            done(result)
+
+        start_call(spec.value, argv_args, stdin_text, spec.timeout_s,
+                   HookCall(spec.hook, spec.keyword, env, cwd), finish, cancel)
+        return
+    WORKERS.run(lambda: done(run_hook(spec, stdin_text, extra_args, env, cwd, user,
+                                      cancel=cancel)),
+                f"hook-{spec.keyword}-{spec.hook}")
 
 
 @dataclass
@@ -376,12 +404,8 @@ def _read(selector: selectors.BaseSelector, stream: Any, name: str, pipes: _Pipe
         buffer.extend(chunk)
 
 
-def _run_in_process(spec: HookSpec, args: list[str], stdin_text: str,
-                    env: Mapping[str, str] | None, cwd: str | None,
-                    cancel: threading.Event | None) -> HookResult:
+def _in_process_result(spec: HookSpec, args: list[str], outcome: CallOutcome) -> HookResult:
     result = HookResult(spec=spec, argv=[spec.value, *args])
-    outcome = call_function(spec.value, args, stdin_text, spec.timeout_s,
-                            HookCall(spec.hook, spec.keyword, env, cwd), cancel)
     result.timed_out = outcome.timed_out
     result.cancelled = outcome.cancelled
     result.error = outcome.error

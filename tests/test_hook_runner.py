@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import textwrap
 import threading
 import time
@@ -27,7 +28,7 @@ from fetchwork.hooks.runner import (
     start_hook,
 )
 from tests.processes import alive, kill_now
-from tests.waiting import wait_until
+from tests.waiting import WaitTimeout, wait_until
 
 LIMIT = 4096
 
@@ -231,6 +232,33 @@ def test_cancel_ends_a_run_early(make_hook, kind, tmp_path):
     assert "cancelled" in results[0].outcome()
     if kind == "program":
         wait_until(lambda: not any(alive(pid) for pid in _pids_in(record)), 10)
+
+
+def test_an_in_process_hook_past_its_timeout_is_reported_once(tmp_path):
+    # The outcome goes from the hook's own thread when it returns in time,
+    # else from the watch at the timeout: never both.
+    hook_dir = tmp_path / "late"
+    hook_dir.mkdir()
+    record = tmp_path / "returned"
+    (hook_dir / "late_hook.py").write_text(
+        "import time\n\n\n"
+        "def hook(args, stdin_text):\n"
+        "    time.sleep(1.0)\n"
+        f"    open({str(record)!r}, 'w').close()\n"
+        "    return 'too late'\n")
+    sys.path.insert(0, str(hook_dir))
+    try:
+        results: list[HookResult] = []
+        start_hook(HookSpec(hook="TEST", keyword="T", value="python:late_hook:hook",
+                            timeout_s=0.2), "", on_done=results.append)
+        wait_until(lambda: results, 20, what="the timeout's report")
+        assert results[0].timed_out and not results[0].ok
+        wait_until(record.exists, 20, what="the abandoned call to return")
+        with pytest.raises(WaitTimeout):
+            wait_until(lambda: len(results) > 1, 0.5)
+        assert len(results) == 1 and results[0].stdout == ""
+    finally:
+        sys.path.remove(str(hook_dir))
 
 
 def _pids_in(path: Path) -> list[int]:
