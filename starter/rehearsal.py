@@ -73,6 +73,11 @@ Activity = "Busy"
 Start = true
 """
 
+# The loggers of the modules whose code the steps run.
+_LOGGERS = tuple(f"fetchwork.{name}" for name in (
+    "hooks.runner", "hooks.inprocess", "hooks.workers", "starter.runas", "starter.starter",
+    "starter.events", "starter.jobprocess", "starter.limits"))
+
 # The sandbox named in the rehearsal: never created, never written.
 _SANDBOX = os.path.join(os.sep, "nonexistent-fetchwork-rehearsal")
 
@@ -87,8 +92,11 @@ def rehearse(config: Config, interrupted: Callable[[], bool] = lambda: False) ->
     before each step); the number of steps run. Never raises, writes nothing."""
     state: dict[str, Any] = {"config": config}
     done = 0
-    previous = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)  # the hook machinery and the Starter log as they go
+    # The modules the steps run log as they go (the hook's call, the job's
+    # user): their loggers are silenced for the rehearsal, no other.
+    silenced = [logger for logger in map(logging.getLogger, _LOGGERS) if not logger.disabled]
+    for logger in silenced:
+        logger.disabled = True
     try:
         for step in _STEPS:
             if interrupted():
@@ -98,7 +106,8 @@ def rehearse(config: Config, interrupted: Callable[[], bool] = lambda: False) ->
     except Exception:  # noqa: BLE001 - a rehearsal that fails changes nothing for the job
         pass
     finally:
-        logging.disable(previous)
+        for logger in silenced:
+            logger.disabled = False
     if done == len(_STEPS) and not interrupted():
         _log_a_line()
         done += 1

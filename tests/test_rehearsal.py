@@ -49,7 +49,6 @@ def test_a_rehearsal_runs_every_step_and_leaves_nothing_behind(tmp_path, monkeyp
     work = tmp_path / "cwd"
     work.mkdir()
     monkeypatch.chdir(work)
-    disabled = logging.root.manager.disable
     fds = _open_fds()
     assert rehearsal.rehearse(config) == rehearsal.step_count()
     assert _open_fds() == fds
@@ -57,7 +56,7 @@ def test_a_rehearsal_runs_every_step_and_leaves_nothing_behind(tmp_path, monkeyp
     assert sorted(path.name for path in tmp_path.iterdir()) == ["cwd", "rehearsal.conf"]
     assert not os.path.exists(rehearsal._SANDBOX)
     assert records == []  # nothing logged: not the hook's call, not the job's user
-    assert logging.root.manager.disable == disabled
+    assert not any(logging.getLogger(name).disabled for name in rehearsal._LOGGERS)
 
 
 def test_a_rehearsal_stops_at_the_step_under_way_when_interrupted(tmp_path, records):
@@ -78,4 +77,18 @@ def test_a_rehearsal_that_fails_raises_nothing_and_logs_nothing(tmp_path, record
     done = rehearsal.rehearse(config)
     assert 0 < done < rehearsal.step_count()
     assert records == []
-    assert logging.root.manager.disable == logging.NOTSET
+    assert not any(logging.getLogger(name).disabled for name in rehearsal._LOGGERS)
+
+
+def test_a_rehearsal_silences_only_its_own_steps(tmp_path, records):
+    # Another thread of the standby (a hook module's, say) still logs meanwhile.
+    other = logging.getLogger("site.hookmodule")
+
+    def interrupted() -> bool:
+        other.info("still heard")
+        return False
+
+    rehearsal.rehearse(_config(tmp_path), interrupted)
+    # Asked before each step and before the last line: every one was heard.
+    assert [record.getMessage() for record in records] == ["still heard"] * (
+        rehearsal.step_count())
