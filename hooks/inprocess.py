@@ -64,8 +64,7 @@ class Call:
     first of the hook's thread (returned or raised) and the watch (timeout or
     cancel; the call is then abandoned, as a thread cannot be killed)."""
 
-    def __init__(self, value: str, on_outcome: Callable[[CallOutcome], None]):
-        self.value = value
+    def __init__(self, on_outcome: Callable[[CallOutcome], None]):
         self._on_outcome = on_outcome
         self._lock = threading.Lock()
         self._delivered = False
@@ -104,7 +103,7 @@ def start_call(value: str, args: list[str], stdin_text: str, timeout_s: float,
     The outcome goes straight from the hook's thread to `on_outcome`, so a hook
     that returns in time costs one switch of threads each way, not two.
     """
-    handle = Call(value, on_outcome)
+    handle = Call(on_outcome)
     try:
         function = load_callable(value)
     except Exception as exc:

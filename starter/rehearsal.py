@@ -10,7 +10,7 @@ steps of a job's start on a sample job: parse and format the ads, build a
 that does nothing through the hook machinery, read a control word, emit an
 event and log a line. Nothing is written anywhere, no hook of the site runs
 and nothing is logged; the real job then finds those pages copied already
-(about 2 ms less from fetch to start).
+(about a millisecond less from fetch to start).
 
 A standby starter taken at once (a busy slot, jobs back to back) does not
 rehearse: the rehearsal costs more CPU than it saves on the path, and a job
