@@ -24,6 +24,9 @@ JOB_EXIT = "JOB_EXIT"
 WITHDRAW_SLOT = "WITHDRAW_SLOT"
 HOOK_NAMES = (FETCH_WORK, REPLY_FETCH, EVICT_CLAIM, PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT,
               WITHDRAW_SLOT)
+# The hooks a starter runs.
+STARTER_HOOKS = (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT)
+_STARTER_HOOK_KNOBS = tuple(f"_HOOK_{hook}" for hook in STARTER_HOOKS)
 
 
 _SLOT_KEYWORD = re.compile(r"SLOT\d+_JOB_HOOK_KEYWORD")
@@ -52,6 +55,13 @@ def starter_keywords(config: Config) -> list[str]:
     found += [_nonempty(value) for definition, value in config.items()
               if _SLOT_KEYWORD.fullmatch(definition.name.upper())]
     return list(dict.fromkeys(word for word in found if word))
+
+
+def starter_hook_values(config: Config) -> list[str]:
+    """The value of every starter hook knob set (`<KEYWORD>_HOOK_PREPARE_JOB`, ...),
+    whatever its keyword: what a starter may have to run."""
+    return [value for definition, value in config.items()
+            if definition.name.upper().endswith(_STARTER_HOOK_KNOBS)]
 
 
 def hook_keyword_of(job_ad: Any) -> str | None:

@@ -281,8 +281,12 @@ class Startd:
             slot.name, self.started_at)
         job_ad["ClaimId"] = claim_id
         claim = Claim(claim_id=claim_id, job_ad=job_ad, rank=decision.rank)
-        if decision.verdict is Verdict.PREEMPT:
+
+        def reply() -> None:
             self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("accept",))
+
+        if decision.verdict is Verdict.PREEMPT:
+            reply()
             slot.pending = claim
             self.starters.evict(slot, f"preempted by job {job_label(job_ad)} ({decision.reason})")
             return
@@ -291,8 +295,7 @@ class Startd:
                       f"claimed for job {job_label(job_ad)}")
         slot.claim = claim
         # The reply is advisory: it goes out once the starter has the job, off its path.
-        self.starters.spawn(slot, lambda: self.advise(slot, slot.hooks.reply, job_ad, slot_ad,
-                                                      ("accept",)))
+        self.starters.spawn(slot, reply)
 
     def _no_more_work(self, slot: Slot) -> None:
         """A claim with nothing to run is evicted (the text: no more work -> evict the claim)."""

@@ -32,10 +32,6 @@ log = logging.getLogger("fetchwork.starter")
 # start-up time is on every job's path.
 
 
-# Starter hooks whose in-process modules a standby starter imports ahead.
-_STARTER_HOOKS = ("_HOOK_PREPARE_JOB", "_HOOK_UPDATE_JOB_INFO", "_HOOK_JOB_EXIT")
-
-
 @functools.cache
 def argument_parser() -> argparse.ArgumentParser:
     """Built once (milliseconds): a zygote builds it before it forks starters."""
@@ -110,12 +106,10 @@ def _stand_by() -> tuple[list[str], bytes] | None:
     config = None
     try:
         config = Config.load()
-        values = [value for definition, value in config.items()
-                  if definition.name.upper().endswith(_STARTER_HOOKS)]
-        failed = inprocess.preload(values)
+        failed = inprocess.preload(keywords.starter_hook_values(config))
         used = [keywords.hook_value(config, keyword, hook)
                 for keyword in keywords.starter_keywords(config)
-                for hook in (keywords.PREPARE_JOB, keywords.UPDATE_JOB_INFO, keywords.JOB_EXIT)]
+                for hook in keywords.STARTER_HOOKS]
         inprocess.prepare_modules([value for value in used if value], "prepare_standby", failed)
     except FetchworkError:
         pass  # the job's own start reports configuration errors

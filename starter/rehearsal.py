@@ -27,6 +27,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import classad2
+
 from fetchwork.config import keywords
 from fetchwork.config.ads import first_of_pair, format_ad, join_pair, parse_ad
 from fetchwork.config.loader import Config
@@ -119,9 +121,13 @@ def step_count() -> int:
     return len(_STEPS) + 1
 
 
+def sample_ads() -> tuple[classad2.ClassAd, classad2.ClassAd]:
+    """The sample job ad and slot ad, parsed (the zygote warms the parser with them)."""
+    return (parse_ad(SAMPLE_JOB_AD, "sample job ad"), parse_ad(SAMPLE_SLOT_AD, "sample slot ad"))
+
+
 def _ads(state: dict[str, Any]) -> None:
-    job_ad = parse_ad(SAMPLE_JOB_AD, "rehearsal job ad")
-    slot_ad = parse_ad(SAMPLE_SLOT_AD, "rehearsal slot ad")
+    job_ad, slot_ad = sample_ads()
     state["pair"] = join_pair(job_ad, slot_ad)
     first_of_pair(state["pair"])
     format_ad(job_ad)
@@ -147,7 +153,7 @@ def _launch(state: dict[str, Any]) -> None:
 def _hook(state: dict[str, Any]) -> None:
     config = state["config"]
     for keyword in keywords.starter_keywords(config):
-        for hook in (keywords.PREPARE_JOB, keywords.UPDATE_JOB_INFO, keywords.JOB_EXIT):
+        for hook in keywords.STARTER_HOOKS:
             resolve_hook(config, keyword, hook)
     spec = HookSpec(hook=keywords.PREPARE_JOB, keyword="REHEARSAL",
                     value=f"python:{__name__}:nothing", timeout_s=60.0)

@@ -48,8 +48,6 @@ MAX_MESSAGE = 65536
 # Exit status of a child whose zygote died before letting it start.
 ORPHAN_STATUS = 70
 _FDS_PER_REQUEST = 2
-# Starter hooks whose in-process modules the zygote imports ahead.
-_STARTER_HOOKS = ("_HOOK_PREPARE_JOB", "_HOOK_UPDATE_JOB_INFO", "_HOOK_JOB_EXIT")
 
 
 def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -292,18 +290,17 @@ def _warm_up() -> None:
     missing name goes through all of them), the time zone is read at the first
     local time, the ad parser and formatter fill their caches at first use."""
     from fetchwork.config import ads
-    from fetchwork.starter import runas
+    from fetchwork.starter import rehearsal, runas
 
     runas.lookup_account(runas.FALLBACK_USER)
     runas.lookup_account("fetchwork-no-such-user")
     time.localtime()
-    sample = ads.parse_ad('Text = "a"\nNumber = 1\nReal = 2.5\nFlag = true\n'
-                          'Expression = Number + 1\n', "warm-up ad")
-    ads.first_of_pair(ads.join_pair(sample, sample))
+    ads.first_of_pair(ads.join_pair(*rehearsal.sample_ads()))
 
 
 def _preload() -> None:
     """Import what every starter needs, and the modules of in-process starter hooks."""
+    from fetchwork.config import keywords
     from fetchwork.config.loader import Config
     from fetchwork.errors import FetchworkError
     from fetchwork.hooks import inprocess
@@ -317,8 +314,7 @@ def _preload() -> None:
     _warm_up()
     try:
         config = Config.load()  # remembered: a starter's own load is then a few stats
-        values = [value for definition, value in config.items()
-                  if definition.name.upper().endswith(_STARTER_HOOKS)]
+        values = keywords.starter_hook_values(config)
     except FetchworkError:
         return  # each starter reports configuration errors itself
     # A hook module may ask to do more ahead of the forks (`prepare_fork()`).

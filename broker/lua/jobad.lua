@@ -77,21 +77,20 @@ local function hmget_raw(key, names)
   local linked = got[n + 1]
   got[n + 1] = nil
   if not linked then return got end
-  local missing = {}
+  -- What the job lacks: derived here, or read from the cluster hash in one HMGET.
+  local ckey = cluster_key(key)
+  local missing, wanted = {}, {}
   for i = 1, n do
-    if not got[i] then missing[#missing + 1] = names[i] end
-  end
-  if #missing > 0 then
-    local ckey = cluster_key(key)
-    local shared = redis.call('HMGET', ckey, unpack(missing))
-    local m = 0
-    for i = 1, n do
-      if not got[i] then
-        m = m + 1
-        got[i] = shared[m]
-        if IS_DERIVED[names[i]] then got[i] = derived(key, ckey, names[i]) end
-      end
+    if not got[i] and IS_DERIVED[names[i]] then
+      got[i] = derived(key, ckey, names[i])
+    elseif not got[i] then
+      missing[#missing + 1] = i
+      wanted[#wanted + 1] = names[i]
     end
+  end
+  if #wanted > 0 then
+    local shared = redis.call('HMGET', ckey, unpack(wanted))
+    for m, i in ipairs(missing) do got[i] = shared[m] end
   end
   return got
 end
