@@ -160,10 +160,14 @@ def _real_text(value: float) -> str:
 def join_pair(first: classad2.ClassAd | Mapping[str, Any],
               second: classad2.ClassAd | Mapping[str, Any] | None) -> str:
     """`first`, a `-----` line, `second`: the job-ad/slot-ad framing hooks read."""
-    text = format_ad(first) + SEPARATOR + "\n"
-    if second is not None:
-        text += format_ad(second)
-    return text
+    return join_texts(format_ad(first), format_ad(second) if second is not None else "")
+
+
+def join_texts(first: str, second: str) -> str:
+    """`join_pair` of two ads' texts."""
+    if first and not first.endswith("\n"):
+        first += "\n"
+    return first + SEPARATOR + "\n" + second
 
 
 def split_pair(text: str, source: str | None = None

@@ -73,12 +73,14 @@ def _plain_arguments(argv: list[str] | None) -> argparse.Namespace | None:
                               keyword=values.get("keyword"))
 
 
-def _read_ad(path: str) -> object:
+def _read_ad(path: str) -> tuple[object, str]:
+    """The ad in `path` and the text it was read from."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return parse_ad(handle.read(), path)
+            text = handle.read()
     except OSError as exc:
         raise FetchworkError(f"cannot read {path}: {exc.strerror}") from exc
+    return parse_ad(text, path), text
 
 
 def _stand_by() -> tuple[list[str], bytes] | None:
@@ -177,10 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = Config.load()
         _log_to_file(config, args.slot)
-        job_ad = _read_ad(args.job_ad)
-        slot_ad = _read_ad(args.slot_ad)
+        job_ad, job_text = _read_ad(args.job_ad)
+        slot_ad, slot_text = _read_ad(args.slot_ad)
         starter = Starter(config, job_ad, slot_ad, args.slot, args.sandbox,  # type: ignore[arg-type]
-                          keyword=args.keyword, events=events, control_pending=behind)
+                          keyword=args.keyword, events=events, control_pending=behind,
+                          ad_texts=(job_text, slot_text))
         starter.run()
     except FetchworkError as exc:
         log.error("%s", exc)

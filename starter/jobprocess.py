@@ -73,7 +73,14 @@ class JobProcess:
         self._owned: dict[tuple[int, float], bool] = {}
         self._reaped_user_s = 0.0
         self._reaped_sys_s = 0.0
-        self._me = psutil.Process()
+        self._me_process: psutil.Process | None = None
+
+    @property
+    def _me(self) -> psutil.Process:
+        """This process (made on first use: not needed to start the job)."""
+        if self._me_process is None:
+            self._me_process = psutil.Process()
+        return self._me_process
 
     # -- spawning ----------------------------------------------------------
 

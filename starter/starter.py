@@ -22,7 +22,7 @@ from typing import IO, Any
 import classad2
 
 from fetchwork.config import keywords
-from fetchwork.config.ads import format_ad, join_pair, parse_ad
+from fetchwork.config.ads import format_ad, join_pair, join_texts, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
@@ -60,7 +60,8 @@ class Starter:
     def __init__(self, config: Config, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
                  slot: int, sandbox: str, keyword: str | None = None,
                  events: IO[str] | None = None, control_fd: int | None = None,
-                 control_pending: bytes = b""):
+                 control_pending: bytes = b"", ad_texts: tuple[str, str] | None = None):
+        """`ad_texts`: the texts of `.job.ad` and `.machine.ad` the two ads were read from."""
         self.config = config
         self.ad = job_ad
         self.slot_ad = slot_ad
@@ -87,7 +88,10 @@ class Starter:
                                      config.get_duration_s("STARTER_UPDATE_INTERVAL"))
         self.vacate_time_s = limits.vacate_time_s(config, slot_ad, job_ad)
         self.memory_policy = limits.memory_policy(config)
-        self._written: str | None = None  # the last text written to .job.ad by this starter
+        # What `.job.ad` holds (as read, then as last written here), and the texts the
+        # prepare hook is given while the ads are still as read (not formatted again).
+        self._written: str | None = ad_texts[0] if ad_texts else None
+        self._as_read = ad_texts
 
     # -- the whole run -----------------------------------------------------
 
@@ -103,7 +107,11 @@ class Starter:
         self._wake = LineReader(wake_read)
         self._stdin = LineReader(self.control_fd, self._control_pending)
         self._requests(self._stdin.buffered())
+        # One selector for the whole run: the prepare hook's pipe and then the
+        # job's pidfd join the wake-up pipe and stdin in it while they are used.
+        self._selector = selectors.DefaultSelector()
         try:
+            self._watch(self._selector)
             how = self._run()
             # The last word: the exit hook has run and the sandbox is gone.
             shutil.rmtree(self.sandbox, ignore_errors=True)
@@ -118,6 +126,7 @@ class Starter:
             for number, handler in previous.items():
                 signal.signal(number, handler)
             control.install(None)
+            self._selector.close()
             os.close(wake_read)
             os.close(wake_write)
             shutil.rmtree(self.sandbox, ignore_errors=True)
@@ -189,14 +198,13 @@ class Starter:
             box.append(result)
             os.write(done_write, b"x")  # the last use of the pipe: the loop below ends on it
 
-        start_hook(spec, join_pair(self.ad, self.slot_ad), env=self._hook_env(),
+        start_hook(spec, self._prepare_input(), env=self._hook_env(),
                    cwd=self.sandbox, user=self.user, on_done=finished, cancel=cancel)
         if self.status.how is not None:  # asked to stop before the hook even started
             cancel.set()
-        selector = selectors.DefaultSelector()
+        selector = self._selector
+        selector.register(done_read, selectors.EVENT_READ, "done")
         try:
-            self._watch(selector)
-            selector.register(done_read, selectors.EVENT_READ, "done")
             # Blocked until the hook's thread wrote: a loop on `box` alone would
             # spin, holding the GIL that thread needs to finish.
             done = False
@@ -208,7 +216,7 @@ class Starter:
                 if self.status.how is not None:
                     cancel.set()
         finally:
-            selector.close()
+            selector.unregister(done_read)
             os.close(done_read)
             os.close(done_write)
         result = box[0]
@@ -222,6 +230,15 @@ class Starter:
             self._write_ads()
         self.events.emit("prepared")
         return None
+
+    def _prepare_input(self) -> str:
+        """Job ad, `-----`, slot ad. The prepare hook is the first to see the ads,
+        before anything here changed them: the texts they were read from serve."""
+        if self._as_read is None:
+            return join_pair(self.ad, self.slot_ad)
+        job_text, slot_text = self._as_read
+        self._as_read = None
+        return join_texts(job_text, slot_text)
 
     def _spawn(self) -> None:
         marker = (f"_CONDOR_ANCESTOR_{os.getpid()}", f"{os.getpid()}:{uuid.uuid4().hex}")
@@ -244,10 +261,10 @@ class Starter:
 
     def _loop(self) -> None:
         assert self.job is not None
-        selector = selectors.DefaultSelector()
-        if self.job.pidfd is not None:
-            selector.register(self.job.pidfd, selectors.EVENT_READ, "exit")
-        self._watch(selector)
+        selector = self._selector
+        pidfd = self.job.pidfd
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
         now = time.monotonic()
         next_sample = now
         next_update = now + self.initial_update_s
@@ -269,7 +286,8 @@ class Starter:
                     if isinstance(key.data, LineReader):
                         self._serve(selector, key.data)
         finally:
-            selector.close()
+            if pidfd is not None:
+                selector.unregister(pidfd)
 
     def _watch(self, selector: selectors.BaseSelector) -> None:
         selector.register(self._wake.fd, selectors.EVENT_READ, self._wake)
@@ -284,19 +302,15 @@ class Starter:
 
     def _drain_requests(self) -> None:
         """Take requests that arrived while the prepare hook ran."""
-        selector = selectors.DefaultSelector()
         try:
-            self._watch(selector)
             while True:
-                ready = selector.select(0)
+                ready = self._selector.select(0)
                 if not ready:
                     return
                 for key, _ in ready:
-                    self._serve(selector, key.data)
+                    self._serve(self._selector, key.data)
         except (OSError, ValueError):
             return
-        finally:
-            selector.close()
 
     def _serve(self, selector: selectors.BaseSelector, reader: LineReader) -> None:
         """Read control words from a ready reader; EOF on stdin means the startd is gone."""

@@ -215,3 +215,13 @@ def test_evaluate_attr_tells_absent_from_undefined():
     assert ads.evaluate_attr(ad, "B", absent=None) is classad2.Value.Undefined
     assert ads.evaluate_attr(ad, "Missing", absent=None) is None
     assert ads.evaluate_attr(ad, "Missing") is classad2.Value.Undefined
+
+
+@given(job=_ads(_literals), slot=_ads(_literals))
+def test_joined_texts_are_the_joined_pair(job, slot):
+    assert ads.join_texts(ads.format_ad(job), ads.format_ad(slot)) == ads.join_pair(job, slot)
+
+
+def test_a_text_without_its_last_newline_still_gets_the_dash_line_alone():
+    assert ads.join_texts('Cmd = "/bin/true"', 'Name = "x"\n') == \
+        'Cmd = "/bin/true"\n-----\nName = "x"\n'

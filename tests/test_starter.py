@@ -102,6 +102,21 @@ def test_death_by_signal(bench):
     assert "signal 10" in ad["ExitReason"]
 
 
+def test_the_prepare_hook_finds_the_job_ad_file_as_the_startd_wrote_it(bench):
+    # Nothing changed the ad before the prepare hook: `.job.ad` is not written
+    # again (same file), and the hook's stdin carries the texts as read.
+    prepare = bench.hook("prepare", tail=f'stat -c %i "$_CONDOR_JOB_AD" > {bench.work}/inode')
+    run = bench.start({"Cmd": "/bin/true", "Custom": "kept"}, standby=True,
+                      hold_arguments=True, T_HOOK_PREPARE_JOB=prepare)
+    written = run.sandbox / ".job.ad"
+    inode, text = written.stat().st_ino, written.read_text()
+    machine_text = (run.sandbox / ".machine.ad").read_text()
+    run.give_arguments()
+    assert run.finish()["how"] == "exit"
+    assert int((bench.work / "inode").read_text()) == inode
+    assert bench.recorded("prepare", "stdin") == [f"{text}-----\n{machine_text}"]
+
+
 def test_prepare_failure_means_no_job_and_evict(bench):
     marker = bench.work / "ran"
     run = bench.start({"Cmd": "/bin/touch", "Arguments": str(marker)},
