@@ -33,13 +33,13 @@ from fetchwork.startd.fetchoutput import describe, log_level, note, read_fetch_o
 from fetchwork.startd.localid import name_if_anonymous
 from fetchwork.startd.metrics import serve_startd_metrics
 from fetchwork.startd.outcomes import OutcomeReporter
+from fetchwork.startd.sandboxes import remove_stale_sandboxes
 from fetchwork.startd.settings import StartdSettings, keep_slots, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.signals import SignalInbox
 from fetchwork.startd.slot import Claim, Slot, new_claim_id
 from fetchwork.startd.slotad import build_slot_ad, gather_facts, job_label, slot_name
 from fetchwork.startd.slotadcache import SlotAdCache
-from fetchwork.startd.starterproc import remove_stale_sandboxes
 from fetchwork.startd.starters import StarterSupervisor
 from fetchwork.startd.states import Activity, State, initial_status
 from fetchwork.startd.withdrawal import Withdrawer
@@ -90,6 +90,7 @@ class Startd:
             os.makedirs(self.settings.execute_dir, exist_ok=True)
             for path in remove_stale_sandboxes(self.settings.execute_dir):
                 log.info("removed %s, left behind by a startd that is gone", path)
+            self.starters.sandboxes.refill()
             self._announce()
             for slot in self.slots:
                 self.update_owner(slot)
@@ -382,6 +383,7 @@ class Startd:
 
     def _close(self) -> None:
         self.starters.standby.close()
+        self.starters.sandboxes.close()
         self._selector.close()
         for fd in (self._wake_r, self._wake_w):
             try:

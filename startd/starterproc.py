@@ -19,12 +19,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import classad2
-import psutil
 
 from fetchwork.config import ads
 from fetchwork.config.protocol import CONTROL_WORDS, JOB_AD_FILE, MACHINE_AD_FILE, STANDBY_FLAG
 from fetchwork.errors import StarterError
 from fetchwork.hooks.pipes import open_pidfd, read_available
+from fetchwork.startd.sandboxes import Sandboxes
 from fetchwork.startd.zygoteclient import ForkedStarter, ZygoteClient
 
 log = logging.getLogger(__name__)
@@ -51,18 +51,16 @@ class StarterProcess:
 
     @classmethod
     def spawn(cls, slot_id: int, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
-              sandbox: str, keyword: str | None,
+              sandboxes: Sandboxes, keyword: str | None,
               env: Mapping[str, str] | None = None,
               standby: StandbyStarters | None = None) -> StarterProcess:
-        """Make the sandbox, write both ads into it and start the starter
+        """Make the sandbox with both ads in it and start the starter
         (forked by the zygote, or a standby one, when `standby` is given)."""
         try:
-            os.makedirs(sandbox, mode=0o755, exist_ok=False)
-            _write(os.path.join(sandbox, JOB_AD_FILE), ads.format_ad(job_ad))
-            _write(os.path.join(sandbox, MACHINE_AD_FILE), ads.format_ad(slot_ad))
+            sandbox = sandboxes.make(slot_id, ads.format_ad(job_ad), ads.format_ad(slot_ad))
         except OSError as exc:
-            shutil.rmtree(sandbox, ignore_errors=True)
-            raise StarterError(f"cannot set up the sandbox {sandbox}: {exc.strerror or exc} "
+            where = exc.filename or sandboxes.execute_dir
+            raise StarterError(f"cannot set up the sandbox {where}: {exc.strerror or exc} "
                                f"(check EXECUTE)") from exc
         args = ["--job-ad", os.path.join(sandbox, JOB_AD_FILE),
                 "--slot-ad", os.path.join(sandbox, MACHINE_AD_FILE),
@@ -273,39 +271,6 @@ def _close_pipes(proc: Starter) -> None:
                 stream.close()
             except OSError:
                 pass
-
-
-def sandbox_name(startd_pid: int, slot_id: int, number: int) -> str:
-    return f"dir_{startd_pid}_{slot_id}_{number}"
-
-
-def remove_stale_sandboxes(execute_dir: str) -> list[str]:
-    """Remove sandboxes left by startds that are gone (a crash, SIGKILL); return their paths.
-
-    HTCondor's startd empties its execute directory when it starts; here
-    several startds may share one, so only folders whose startd process no
-    longer exists are removed.
-    """
-    removed = []
-    try:
-        names = os.listdir(execute_dir)
-    except OSError:
-        return removed
-    for name in names:
-        parts = name.split("_")
-        if len(parts) != 4 or parts[0] != "dir" or not parts[1].isdigit():
-            continue
-        if int(parts[1]) == os.getpid() or psutil.pid_exists(int(parts[1])):
-            continue
-        path = os.path.join(execute_dir, name)
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-    return removed
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
 
 
 def _parse_event(line: bytes, pid: int) -> dict[str, Any] | None:

@@ -8,9 +8,7 @@ slot changes.
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import selectors
 import subprocess
 import time
@@ -27,10 +25,11 @@ from fetchwork.startd import eviction
 from fetchwork.startd.carving import Carving
 from fetchwork.startd.eviction import Effect
 from fetchwork.startd.running import RunAction, running_action
+from fetchwork.startd.sandboxes import Sandboxes
 from fetchwork.startd.settings import StartdSettings
 from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.slot import Slot
-from fetchwork.startd.starterproc import StandbyStarters, StarterProcess, sandbox_name
+from fetchwork.startd.starterproc import StandbyStarters, StarterProcess
 from fetchwork.startd.states import Activity, State
 from fetchwork.startd.zygoteclient import ZygoteClient
 
@@ -62,25 +61,28 @@ class StarterSupervisor:
     def __init__(self, host: SupervisorHost, selector: selectors.BaseSelector):
         self.host = host
         self.selector = selector
-        self._sandbox_numbers = itertools.count(1)
+        self.sandboxes = Sandboxes(host.settings.execute_dir)  # the first made once it exists
         # Starters are forked by the zygote (or are new Pythons); some stand by.
         self.standby = StandbyStarters(
             host.settings.starter_standby,
             ZygoteClient() if host.settings.starter_zygote else None)
         self.standby.refill()
 
+    def refill(self) -> None:
+        """Have a standby starter and a sandbox ready for the next job (off its path)."""
+        self.standby.refill()
+        self.sandboxes.refill()
+
     def spawn(self, slot: Slot, accepted: Callable[[], None] = lambda: None) -> None:
         """Start the claim's job; `accepted()` (the reply hook) is called once the
         starter has it, or before the claim is evicted when no starter could start."""
         claim = slot.claim
         assert claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
-        sandbox = os.path.join(self.host.settings.execute_dir, sandbox_name(
-            os.getpid(), slot.slot_id, next(self._sandbox_numbers)))
         keyword = keywords.starter_keyword(self.host.config,
                                            keywords.hook_keyword_of(claim.job_ad))
         try:
             starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad(slot),
-                                           sandbox, keyword, standby=self.standby)
+                                           self.sandboxes, keyword, standby=self.standby)
         except StarterError as exc:
             log.error("%s: job %s not started: %s; the claim is given back", slot.label,
                       claim.job_id, exc)
@@ -203,7 +205,7 @@ class StarterSupervisor:
             log.info("%s: job %s started, pid %s", slot.label, claim.job_id, event.get("pid"))
             # Replace the standby starter now, not while this job was starting.
             if self.host.shutdown_plan is None:
-                self.standby.refill()
+                self.refill()
         elif kind == "state" and slot.is_in(State.CLAIMED):
             target = {"Running": Activity.BUSY, "Suspended": Activity.SUSPENDED,
                       "Idle": Activity.IDLE}.get(  # Idle: run until cancelled
@@ -236,7 +238,7 @@ class StarterSupervisor:
         starter.close()
         slot.starter = None
         if self.host.shutdown_plan is None:
-            self.standby.refill()  # in case the job never started
+            self.refill()  # in case the job never started
         level = logging.INFO if status == 0 else logging.WARNING
         log.log(level, "%s: starter %s exited with status %s (job %s)", slot.label,
                 starter.pid, status, starter.exit_how or "ended without an exit event")

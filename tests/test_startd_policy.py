@@ -14,6 +14,7 @@ from fetchwork.errors import ConfigError, SlotStateError
 from fetchwork.startd import acceptance, fetchdelay, fetchoutput, running
 from fetchwork.startd.acceptance import Verdict
 from fetchwork.startd.fetchdelay import FetchClock
+from fetchwork.startd.sandboxes import remove_stale_sandboxes, sandbox_name
 from fetchwork.startd.settings import StartdSettings, slot_hooks
 from fetchwork.startd.shutdown import KILL_WAIT_S, ShutdownPlan
 from fetchwork.startd.slotad import (
@@ -25,7 +26,6 @@ from fetchwork.startd.slotad import (
     job_label,
     read_policy,
 )
-from fetchwork.startd.starterproc import remove_stale_sandboxes, sandbox_name
 from fetchwork.startd.states import (
     Activity,
     SlotStatus,
