@@ -120,6 +120,30 @@ def format_ad(ad: classad2.ClassAd | Mapping[str, Any]) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+class AdText(str):
+    """The text of an ad (`format_ad`) that also carries the ad itself, so a
+    reader in the same process takes the ad (`take`) instead of parsing the
+    text back. An in-process hook returns one; to anyone else it is the text."""
+
+    _ad: classad2.ClassAd | None
+
+    def __new__(cls, ad: classad2.ClassAd) -> AdText:
+        text = super().__new__(cls, format_ad(ad))
+        text._ad = ad
+        return text
+
+    def take(self) -> classad2.ClassAd | None:
+        """The ad, to the first reader only (it may change it); None after."""
+        ad, self._ad = self._ad, None
+        return ad
+
+
+def parse_taken(text: str, source: str | None = None) -> classad2.ClassAd:
+    """`parse_ad`, or the ad an AdText carries when it is the first to ask."""
+    ad = text.take() if isinstance(text, AdText) else None
+    return ad if ad is not None else parse_ad(text, source)
+
+
 def unparse(expr: classad2.ExprTree) -> str:
     """ClassAd text of one expression on one line.
 

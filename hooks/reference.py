@@ -136,7 +136,7 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
         raise
     if job_ad is None:
         return None
-    return ads.format_ad(job_ad)
+    return ads.AdText(job_ad)  # the startd takes the ad rather than parse the text
 
 
 def reply_fetch(args: Sequence[str], stdin_text: str) -> None:

@@ -43,7 +43,7 @@ def read_fetch_output(stdout: str, *, failure: str | None = None,
     if failure is not None:
         return Fetched(bad_reason=f"hook did not finish ({failure})")
     try:
-        job_ad = ads.parse_ad(stdout, "fetch hook output")
+        job_ad = ads.parse_taken(stdout, "fetch hook output")
     except AdError as exc:
         return Fetched(bad_reason=f"not a ClassAd: {exc}")
     if "Cmd" not in job_ad:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from fetchwork.config import ads
 from fetchwork.errors import AdError
+from fetchwork.startd import fetchoutput
 
 DELAY = 'ifThenElse(State == "Claimed" && Activity == "Idle", 0, 300)'
 
@@ -225,3 +226,20 @@ def test_joined_texts_are_the_joined_pair(job, slot):
 def test_a_text_without_its_last_newline_still_gets_the_dash_line_alone():
     assert ads.join_texts('Cmd = "/bin/true"', 'Name = "x"\n') == \
         'Cmd = "/bin/true"\n-----\nName = "x"\n'
+
+
+def test_an_ad_text_is_the_formatted_ad_and_gives_its_ad_to_the_first_reader_only():
+    ad = ads.parse_ad(f'Cmd = "/bin/true"\nFetchWorkDelay = {DELAY}\nRequestCpus = 2\n')
+    text = ads.AdText(ad)
+    assert text == ads.format_ad(ad) and isinstance(text, str)
+    first = ads.parse_taken(text)
+    assert first is ad
+    second = ads.parse_taken(text)  # parsed from the text: the first reader may change its ad
+    assert second is not ad and second == ad
+    assert ads.parse_taken(str(text)) == ad
+
+
+def test_a_fetch_hooks_ad_text_is_read_as_its_ad():
+    ad = ads.parse_ad('Cmd = "/bin/true"\nClusterId = 4\n')
+    fetched = fetchoutput.read_fetch_output(ads.AdText(ad))
+    assert fetched.found_work and fetched.job_ad is ad
