@@ -83,14 +83,20 @@ class Call:
     def watch(self, timeout_s: float, cancel: threading.Event | None = None) -> None:
         """Until the outcome is delivered: deliver a timeout or a cancellation when due."""
         deadline = time.monotonic() + timeout_s
-        while not self.done.is_set():
+        while not self.settle(deadline, cancel):
             left_s = deadline - time.monotonic()
-            if left_s <= 0:
-                self.deliver(CallOutcome(timed_out=True))
-            elif cancel is not None and cancel.is_set():
-                self.deliver(CallOutcome(cancelled=True))
-            else:
-                self.done.wait(left_s if cancel is None else min(left_s, _CANCEL_POLL_S))
+            self.done.wait(left_s if cancel is None else min(left_s, _CANCEL_POLL_S))
+
+    def settle(self, deadline: float, cancel: threading.Event | None = None) -> bool:
+        """Deliver a timeout (`deadline` is a `time.monotonic()`) or a cancellation
+        if one is due; whether the outcome has been delivered."""
+        if self.done.is_set():
+            return True
+        if time.monotonic() >= deadline:
+            self.deliver(CallOutcome(timed_out=True))
+        elif cancel is not None and cancel.is_set():
+            self.deliver(CallOutcome(cancelled=True))
+        return self.done.is_set()
 
 
 def start_call(value: str, args: list[str], stdin_text: str, timeout_s: float,

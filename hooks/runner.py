@@ -18,6 +18,7 @@ from fetchwork.config import keywords
 from fetchwork.config.argsyntax import parse_hook_args
 from fetchwork.config.loader import Config
 from fetchwork.hooks.inprocess import (
+    Call,
     CallOutcome,
     HookCall,
     call_function,
@@ -93,10 +94,16 @@ def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] =
                env: Mapping[str, str] | None = None, cwd: str | None = None,
                user: tuple[int, int] | None = None,
                on_done: Callable[[HookResult], None] | None = None, *,
-               cancel: threading.Event | None = None) -> None:
+               cancel: threading.Event | None = None, watched: bool = True) -> Call | None:
     """Run the hook in a thread of `workers.WORKERS` (a program is reaped there);
     `on_done` gets the result, in a hook thread (an in-process hook's own, as
-    soon as it returns)."""
+    soon as it returns).
+
+    An in-process hook's call is returned. Unless `watched`, no hook thread
+    watches its timeout and `cancel`: the caller calls `settle()` on it (with
+    `time.monotonic()` + the spec's timeout) until the result is in, and the
+    timeout's or cancellation's result then comes in the caller's thread.
+    """
 
     def done(result: HookResult) -> None:
         if on_done is not None:
@@ -115,12 +122,13 @@ def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] =
             _ended(result, started)
             done(result)
 
-        start_call(spec.value, argv_args, stdin_text, spec.timeout_s,
-                   HookCall(spec.hook, spec.keyword, env, cwd), finish, cancel)
-        return
+        return start_call(spec.value, argv_args, stdin_text, spec.timeout_s,
+                          HookCall(spec.hook, spec.keyword, env, cwd), finish, cancel,
+                          watched=watched)
     WORKERS.run(lambda: done(run_hook(spec, stdin_text, extra_args, env, cwd, user,
                                       cancel=cancel)),
                 f"hook-{spec.keyword}-{spec.hook}")
+    return None
 
 
 def _in_process_result(spec: HookSpec, args: list[str], outcome: CallOutcome) -> HookResult:

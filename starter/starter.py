@@ -198,8 +198,11 @@ class Starter:
             box.append(result)
             os.write(done_write, b"x")  # the last use of the pipe: the loop below ends on it
 
-        start_hook(spec, self._prepare_input(), env=self._hook_env(),
-                   cwd=self.sandbox, user=self.user, on_done=finished, cancel=cancel)
+        deadline = time.monotonic() + spec.timeout_s
+        # An in-process hook's timeout and cancellation are watched by this loop
+        # (no hook thread is woken for it); a program's by the thread running it.
+        call = start_hook(spec, self._prepare_input(), env=self._hook_env(), cwd=self.sandbox,
+                          user=self.user, on_done=finished, cancel=cancel, watched=False)
         if self.status.how is not None:  # asked to stop before the hook even started
             cancel.set()
         selector = self._selector
@@ -209,12 +212,15 @@ class Starter:
             # spin, holding the GIL that thread needs to finish.
             done = False
             while not done:
-                for key, _ in selector.select():
+                wait_s = None if call is None else max(0.0, deadline - time.monotonic())
+                for key, _ in selector.select(wait_s):
                     if isinstance(key.data, LineReader):
                         self._serve(selector, key.data)
                     done = done or key.data == "done"
                 if self.status.how is not None:
                     cancel.set()
+                if call is not None:
+                    call.settle(deadline, cancel)
         finally:
             selector.unregister(done_read)
             os.close(done_read)

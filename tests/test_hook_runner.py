@@ -261,6 +261,50 @@ def test_an_in_process_hook_past_its_timeout_is_reported_once(tmp_path):
         sys.path.remove(str(hook_dir))
 
 
+@pytest.mark.parametrize("ending", ["timeout", "cancel"])
+def test_an_unwatched_in_process_call_is_settled_by_its_caller(tmp_path, ending):
+    # No hook thread watches it: the caller's settle() delivers the timeout or
+    # the cancellation, in the caller's thread, once.
+    hook_dir = tmp_path / "slow"
+    hook_dir.mkdir()
+    (hook_dir / "slow_hook.py").write_text(
+        "import time\n\n\n"
+        "def hook(args, stdin_text):\n"
+        "    time.sleep(1.0)\n"
+        "    return 'too late'\n")
+    sys.path.insert(0, str(hook_dir))
+    try:
+        results: list[tuple[HookResult, str]] = []
+        cancel = threading.Event()
+        call = start_hook(HookSpec(hook="TEST", keyword="T", value="python:slow_hook:hook",
+                                   timeout_s=30), "", cancel=cancel, watched=False,
+                          on_done=lambda result: results.append(
+                              (result, threading.current_thread().name)))
+        assert call is not None
+        deadline = time.monotonic() + 30
+        assert not call.settle(deadline, cancel) and not results
+        if ending == "timeout":
+            deadline = time.monotonic()
+        else:
+            cancel.set()
+        assert call.settle(deadline, cancel)
+        [(result, thread)] = results
+        assert thread == threading.current_thread().name
+        assert result.timed_out if ending == "timeout" else result.cancelled
+        assert call.settle(deadline, cancel)  # delivered already: nothing more
+        with pytest.raises(WaitTimeout):  # the abandoned call returns (1 s), unheard
+            wait_until(lambda: len(results) > 1, 1.5)
+    finally:
+        sys.path.remove(str(hook_dir))
+
+
+def test_a_program_hook_has_no_call_to_settle(make_hook):
+    done = threading.Event()
+    assert start_hook(make_hook("program", "ignore_stdin"), "", on_done=lambda _r: done.set(),
+                      watched=False) is None
+    assert done.wait(20)
+
+
 def _pids_in(path: Path) -> list[int]:
     try:
         return [int(word) for word in path.read_text().split()]

@@ -14,6 +14,7 @@ import pwd
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -403,6 +404,37 @@ def test_a_killed_starter_takes_its_job_with_it(bench):
     run.proc.kill()
     run.proc.wait(10)
     wait_until(lambda: not alive(pid), 10, what="the job died with its starter")
+
+
+@pytest.mark.parametrize("ending", ["timeout", "stop request"])
+def test_an_in_process_prepare_hook_that_hangs_is_given_up(bench, ending):
+    # The starter's own loop watches an in-process prepare hook's timeout and
+    # stop requests: the job does not run, and the exit hook hears why.
+    entered = bench.work / "entered"
+    (bench.hooks / "hanghook.py").write_text(
+        "import time\n\n\n"
+        "def prepare(args, stdin_text):\n"
+        f"    open({str(entered)!r}, 'w').close()\n"
+        "    time.sleep(1000)\n")
+    marker = bench.work / "ran"
+    knobs = {"T_HOOK_PREPARE_JOB": "python:hanghook:prepare", "T_HOOK_JOB_EXIT": bench.hook("exit")}
+    if ending == "timeout":
+        knobs["T_HOOK_PREPARE_JOB_TIMEOUT"] = "1"
+    started = time.monotonic()
+    run = bench.start({"Cmd": "/bin/touch", "Arguments": str(marker)}, **knobs)
+    wait_until(entered.exists, 30, fail_if=run._died, what="the prepare hook to be called")
+    if ending == "stop request":
+        run.send("remove")
+    exited = run.finish(30)
+    assert time.monotonic() - started < 30
+    assert not marker.exists()
+    if ending == "timeout":
+        assert exited["how"] == "evict"
+        assert "timed out" in exited["ad"]["ExitReason"]
+        assert bench.recorded("exit", "args") == ["evict\n"]
+    else:
+        assert exited["how"] == "remove"
+        assert bench.recorded("exit", "args") == ["remove\n"]
 
 
 def test_a_stop_request_during_prepare_kills_the_hook(bench):
