@@ -22,13 +22,13 @@ from typing import IO, Any
 import classad2
 
 from fetchwork.config import keywords
-from fetchwork.config.ads import format_ad, join_pair, join_texts, parse_ad
+from fetchwork.config.ads import format_ad
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
-from fetchwork.errors import AdError, StarterError
+from fetchwork.errors import StarterError
 from fetchwork.hooks import control
-from fetchwork.hooks.runner import HookResult, HookSpec, resolve_hook, start_hook
-from fetchwork.starter import keepslot, lifecycle, limits
+from fetchwork.hooks.runner import HookSpec, resolve_hook, start_hook
+from fetchwork.starter import keepslot, lifecycle, limits, preparing
 from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper
 from fetchwork.starter.jobspec import (
@@ -132,7 +132,7 @@ class Starter:
             shutil.rmtree(self.sandbox, ignore_errors=True)
 
     def _run(self) -> str:
-        reason = self._prepare()
+        reason = preparing.prepare(self)
         self._drain_requests()
         how = lifecycle.EVICT  # a failed prepare hook: the exit hook gets evict
         if self.status.how is not None:
@@ -178,73 +178,6 @@ class Starter:
             return
         replace_file(os.path.join(self.sandbox, JOB_AD_FILE), text, self.user)
         self._written = text
-
-    def _prepare(self) -> str | None:
-        """Run the prepare hook and merge its output; the failure reason or None.
-
-        Control requests are served meanwhile; a stop request kills the hook
-        (no job will run, so there is nothing to prepare).
-        """
-        spec = resolve_hook(self.config, self.keyword, keywords.PREPARE_JOB)
-        if spec is None:
-            self.events.emit("prepared")
-            return None
-        self._write_ads(spec)
-        done_read, done_write = os.pipe()
-        cancel = threading.Event()
-        box: list[HookResult] = []
-
-        def finished(result: HookResult) -> None:
-            box.append(result)
-            os.write(done_write, b"x")  # the last use of the pipe: the loop below ends on it
-
-        deadline = time.monotonic() + spec.timeout_s
-        # An in-process hook's timeout and cancellation are watched by this loop
-        # (no hook thread is woken for it); a program's by the thread running it.
-        call = start_hook(spec, self._prepare_input(), env=self._hook_env(), cwd=self.sandbox,
-                          user=self.user, on_done=finished, cancel=cancel, watched=False)
-        if self.status.how is not None:  # asked to stop before the hook even started
-            cancel.set()
-        selector = self._selector
-        selector.register(done_read, selectors.EVENT_READ, "done")
-        try:
-            # Blocked until the hook's thread wrote: a loop on `box` alone would
-            # spin, holding the GIL that thread needs to finish.
-            done = False
-            while not done:
-                wait_s = None if call is None else max(0.0, deadline - time.monotonic())
-                for key, _ in selector.select(wait_s):
-                    if isinstance(key.data, LineReader):
-                        self._serve(selector, key.data)
-                    done = done or key.data == "done"
-                if self.status.how is not None:
-                    cancel.set()
-                if call is not None:
-                    call.settle(deadline, cancel)
-        finally:
-            selector.unregister(done_read)
-            os.close(done_read)
-            os.close(done_write)
-        result = box[0]
-        if not result.ok:
-            return f"the prepare hook failed: {result.outcome()}"
-        if result.stdout.strip():
-            try:
-                self.ad.update(parse_ad(result.stdout, "prepare hook output"))
-            except AdError as exc:
-                return f"the prepare hook printed bad output: {exc}"
-            self._write_ads()
-        self.events.emit("prepared")
-        return None
-
-    def _prepare_input(self) -> str:
-        """Job ad, `-----`, slot ad. The prepare hook is the first to see the ads,
-        before anything here changed them: the texts they were read from serve."""
-        if self._as_read is None:
-            return join_pair(self.ad, self.slot_ad)
-        job_text, slot_text = self._as_read
-        self._as_read = None
-        return join_texts(job_text, slot_text)
 
     def _spawn(self) -> None:
         marker = (f"_CONDOR_ANCESTOR_{os.getpid()}", f"{os.getpid()}:{uuid.uuid4().hex}")
