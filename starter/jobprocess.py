@@ -86,7 +86,7 @@ class JobProcess:
 
     def spawn(self) -> int:
         """Start the job; StarterError (with the reason) when it cannot start."""
-        with _file_identity(self.user):
+        with file_identity(self.user):
             streams = self._open_streams()
         try:
             self.pid = launch.start(self.plan, self.user, self.cores, streams)
@@ -307,7 +307,7 @@ def _open_output(path: str, stream: str) -> Any:
 
 
 @contextlib.contextmanager
-def _file_identity(user: tuple[int, int] | None) -> Iterator[None]:
+def file_identity(user: tuple[int, int] | None) -> Iterator[None]:
     """Within the block, this thread opens files as `user` (Linux setfsuid/setfsgid).
 
     A root starter must not open a job's `In`/`Out`/`Err` with root's

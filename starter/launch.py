@@ -92,11 +92,18 @@ def _spawn(plan: LaunchPlan, user: tuple[int, int] | None, cores: tuple[int, ...
     actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, stream.fileno(), target)
                                       for target, stream in enumerate(streams)]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
-    with _ids_lock, _as_real(user), _inside(plan.cwd), _pinned(cores):
+    with ids_switched(user, plan.cwd), _pinned(cores):
         # argv[0] is a path (`launch_plan` resolves Cmd against the job's directory).
         return os.posix_spawn(plan.argv[0], list(plan.argv), dict(plan.env),
                               file_actions=actions, setsid=True, resetids=user is not None,
                               setsigmask=(), setsigdef=_DEFAULT_SIGNALS)
+
+
+@contextlib.contextmanager
+def ids_switched(user: tuple[int, int] | None, folder: str) -> Iterator[None]:
+    """For the block: `user`'s real ids (`_as_real`) in `folder`, one thread at a time."""
+    with _ids_lock, _as_real(user), _inside(folder):
+        yield
 
 
 @contextlib.contextmanager

@@ -6,7 +6,8 @@ the interpreter's inline caches, the allocator's free lists): the first run
 of each step copies a few hundred pages, a few microseconds each. A standby
 starter that has waited IDLE_S for its job has time to spare, so it runs the
 steps of a job's start on a sample job: parse and format the ads, build a
-`Starter`, plan the launch and open its streams, call an in-process hook
+`Starter`, plan the launch, open its streams and make the id and folder
+switches of the spawn (to this process's own ids), call an in-process hook
 that does nothing through the hook machinery, read a control word, emit an
 event and log a line. Nothing is written anywhere, no hook of the site runs
 and nothing is logged; the real job then finds those pages copied already
@@ -35,7 +36,7 @@ from fetchwork.config.loader import Config
 from fetchwork.hooks.runner import HookSpec, resolve_hook, run_hook
 from fetchwork.starter import launch, limits
 from fetchwork.starter.events import Events, LineReader
-from fetchwork.starter.jobprocess import JobProcess
+from fetchwork.starter.jobprocess import JobProcess, file_identity
 from fetchwork.starter.jobspec import exit_attributes, launch_plan
 from fetchwork.starter.starter import Starter
 
@@ -144,10 +145,17 @@ def _starter(state: dict[str, Any]) -> None:
 def _launch(state: dict[str, Any]) -> None:
     marker = (f"_CONDOR_ANCESTOR_{os.getpid()}", f"{os.getpid()}:{uuid.uuid4().hex}")
     plan = launch_plan(state["job_ad"], _SANDBOX, 1, marker)
-    job = JobProcess(plan, None, marker, limits.cpu_affinity(state["slot_ad"]))
-    for stream in {id(s): s for s in job._open_streams()}.values():  # /dev/null
+    # This process's own ids stand for the job user's: each switch below is
+    # made, with no change, as the job's spawn makes it.
+    own = (os.getuid(), os.getgid()) if os.geteuid() == 0 else None
+    job = JobProcess(plan, own, marker, limits.cpu_affinity(state["slot_ad"]))
+    with file_identity(own):
+        streams = job._open_streams()  # /dev/null
+    for stream in {id(s): s for s in streams}.values():
         stream.close()
     launch._inheritable_fds()
+    with launch.ids_switched(own, os.sep):
+        pass
 
 
 def _hook(state: dict[str, Any]) -> None:

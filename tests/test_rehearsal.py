@@ -50,8 +50,11 @@ def test_a_rehearsal_runs_every_step_and_leaves_nothing_behind(tmp_path, monkeyp
     work.mkdir()
     monkeypatch.chdir(work)
     fds = _open_fds()
+    ids = (os.getresuid(), os.getresgid(), sorted(os.getgroups()))
     assert rehearsal.rehearse(config) == rehearsal.step_count()
     assert _open_fds() == fds
+    assert (os.getresuid(), os.getresgid(), sorted(os.getgroups())) == ids  # switched, back
+    assert os.getcwd() == str(work)
     assert list(work.iterdir()) == []
     assert sorted(path.name for path in tmp_path.iterdir()) == ["cwd", "rehearsal.conf"]
     assert not os.path.exists(rehearsal._SANDBOX)
