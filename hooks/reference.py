@@ -341,8 +341,15 @@ def _stop_keeper(job_id: str) -> None:
 
 def prepare_standby() -> None:
     """Called in a standby starter while it waits for a job: the exit hook's
-    broker connection is then made before the job, not on its way out."""
+    broker connection is then made before the job, not on its way out, and
+    the prepare hook's own steps are run once on a sample (a lease keeper
+    made, not started), so the job's call finds their code run before."""
     broker()
+    job_ad = _job_ad_of(f'{CLAIM_ATTR} = "sample"\nClusterId = 1\nProcId = 0\n'
+                        f'JobLeaseDuration = 1200\n{ads.SEPARATOR}\n')
+    lease_s = ads.as_number(ads.evaluate_attr(job_ad, "JobLeaseDuration")) or 1.0
+    LeaseKeeper(job_id_of(job_ad), _token_of(job_ad), lease_s,
+                get_config().get_duration_s("FETCHWORK_RENEW_INTERVAL"))
 
 
 def prepare_fork() -> None:

@@ -33,8 +33,8 @@ import classad2
 from fetchwork.config import keywords
 from fetchwork.config.ads import first_of_pair, format_ad, join_pair, parse_ad
 from fetchwork.config.loader import Config
-from fetchwork.hooks.runner import HookSpec, resolve_hook, run_hook
-from fetchwork.starter import launch, limits
+from fetchwork.hooks.runner import resolve_hook
+from fetchwork.starter import launch, limits, preparing
 from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, file_identity
 from fetchwork.starter.jobspec import exit_attributes, launch_plan
@@ -80,6 +80,9 @@ Start = true
 _LOGGERS = tuple(f"fetchwork.{name}" for name in (
     "hooks.runner", "hooks.inprocess", "hooks.workers", "starter.runas", "starter.starter",
     "starter.events", "starter.jobprocess", "starter.limits"))
+
+# The hook keyword of the rehearsal's prepare step (its only hook: `nothing`).
+_KEYWORD = "FETCHWORK_REHEARSAL"
 
 # The sandbox named in the rehearsal: never created, never written.
 _SANDBOX = os.path.join(os.sep, "nonexistent-fetchwork-rehearsal")
@@ -159,13 +162,27 @@ def _launch(state: dict[str, Any]) -> None:
 
 
 def _hook(state: dict[str, Any]) -> None:
+    """The starter's own prepare step (`preparing.prepare`), its hook `nothing`
+    under a keyword of the rehearsal's: no hook of the site's is called."""
     config = state["config"]
     for keyword in keywords.starter_keywords(config):
         for hook in keywords.STARTER_HOOKS:
             resolve_hook(config, keyword, hook)
-    spec = HookSpec(hook=keywords.PREPARE_JOB, keyword="REHEARSAL",
-                    value=f"python:{__name__}:nothing", timeout_s=60.0)
-    run_hook(spec, state["pair"], env=state["env"], cwd=_SANDBOX)
+    config = config.with_values(STARTER_JOB_HOOK_KEYWORD=_KEYWORD,
+                                **{f"{_KEYWORD}_HOOK_{keywords.PREPARE_JOB}":
+                                   f"python:{__name__}:nothing"})
+    starter = Starter(config, state["job_ad"], state["slot_ad"], 1, _SANDBOX,
+                      events=io.StringIO())
+    fds = [*os.pipe(), *os.pipe()]
+    starter._wake, starter._stdin = LineReader(fds[0]), LineReader(fds[2])
+    starter._selector = selectors.DefaultSelector()
+    try:
+        starter._watch(starter._selector)
+        preparing.prepare(starter)
+    finally:
+        starter._selector.close()
+        for fd in fds:
+            os.close(fd)
 
 
 def _control(state: dict[str, Any]) -> None:
