@@ -43,37 +43,80 @@ from fetchwork.starter.starter import Starter
 # Seconds a standby starter waits for its job before it rehearses.
 IDLE_S = 0.05
 
-# A job ad as the startd writes it, with the kinds of value real ones have.
+# A job ad and a slot ad as the startd writes them (the reference hooks' and
+# a static slot's attributes), with the kinds of value real ones have.
 SAMPLE_JOB_AD = """\
-ClusterId = 1
-ProcId = 0
-GlobalJobId = "rehearsal#1.0#0"
-Owner = "nobody"
 Cmd = "/bin/true"
+Iwd = "/"
+Owner = "nobody"
+QDate = 1700000000
+ProcId = 0
+ClaimId = "<slot1@rehearsal>#1700000000#1#0123456789abcdef"
+JobPrio = 0
 Arguments = "a 'b c'"
 Environment = "A=1 B=2"
-Iwd = "/"
 In = "/dev/null"
 Out = "/dev/null"
 Err = "/dev/null"
+ClusterId = 1
+JobStatus = 2
+RemoteHost = "slot1@rehearsal"
+Rerunnable = true
+GlobalJobId = "rehearsal#1.0#1700000000"
+HookKeyword = "FETCHWORK"
+JobRunCount = 1
+JobStartDate = 1700000000
+NumJobStarts = 1
+NumJobMatches = 1
 RequestCpus = 1
 RequestMemory = 128
-JobPrio = 0
-QDate = 0
-JobStatus = 2
 Requirements = TARGET.Memory >= RequestMemory && TARGET.Cpus >= RequestCpus
 Rank = 0.0
+FetchworkClaim = "0123456789abcdef0123456789abcdef"
+FetchworkOrder = 1
+FetchworkState = "RUNNING"
+JobLeaseDuration = 2400
+JobCurrentStartDate = 1700000000
+EnteredCurrentStatus = 1700000000
+FetchworkAutocluster = "rehearsal00"
+FetchworkLeaseExpiry = 1700002400.5
 """
 
 SAMPLE_SLOT_AD = """\
-Name = "slot1@rehearsal"
-Machine = "rehearsal"
-SlotID = 1
+Arch = "X86_64"
 Cpus = 1
-Memory = 1024
-State = "Claimed"
-Activity = "Busy"
+Disk = 1000000
+Mips = 1000
+Name = "slot1@rehearsal"
+Rank = 0
+JobId = "1.0"
+OpSys = "LINUX"
 Start = true
+State = "Claimed"
+Memory = 1024
+MyType = "Machine"
+SlotID = 1
+LoadAvg = 0.25
+Machine = "rehearsal"
+Activity = "Idle"
+SlotType = "Static"
+TotalCpus = 1
+TotalDisk = 1000000
+TotalSlots = 1
+CurrentRank = 0.0
+DynamicSlot = false
+TotalMemory = 1024
+Requirements = true
+TotalLoadAvg = 0.25
+MyCurrentTime = 1700000000
+TotalSlotCpus = 1
+TotalSlotDisk = 1000000
+TotalSlotMemory = 1024
+PartitionableSlot = false
+FetchworkExclusive = false
+EnteredCurrentState = 1700000000
+FetchworkRunningJobs = 1
+EnteredCurrentActivity = 1700000000
 """
 
 # The loggers of the modules whose code the steps run.
