@@ -338,6 +338,7 @@ class Startd:
             return
         settings = keep_slots(settings, self.settings, config)
         self.config, self.settings = config, settings
+        self.starters.sandboxes.use(settings.execute_dir)
         for slot, slot_hook in zip(self.slots, hooks, strict=True):
             slot.hooks = slot_hook
         self._delay_problem.clear()

@@ -79,6 +79,13 @@ class Sandboxes:
             raise
         return path
 
+    def use(self, execute_dir: str) -> None:
+        """Make sandboxes under `execute_dir` from now on (EXECUTE reloaded): the
+        one made ahead under the previous folder is removed."""
+        if execute_dir != self.execute_dir:
+            self.close()
+            self.execute_dir = execute_dir
+
     def close(self) -> None:
         """Remove the sandbox made ahead (the startd exits)."""
         ahead, self._ahead = self._ahead, None

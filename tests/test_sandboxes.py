@@ -75,3 +75,18 @@ def test_a_gone_startds_sandbox_made_ahead_is_stale(tmp_path):
     (tmp_path / f"dir_999999999_{AHEAD}_1").mkdir()
     (tmp_path / f"dir_{os.getpid()}_{AHEAD}_1").mkdir()
     assert remove_stale_sandboxes(str(tmp_path)) == [str(tmp_path / f"dir_999999999_{AHEAD}_1")]
+
+
+def test_a_reloaded_execute_directory_takes_the_next_sandbox(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    sandboxes = Sandboxes(str(old))
+    sandboxes.refill()
+    sandboxes.use(str(old))  # unchanged: the one ahead stays
+    assert len(_ahead(old)) == 1
+    sandboxes.use(str(new))
+    assert list(old.iterdir()) == []
+    path = sandboxes.make(2, JOB, MACHINE)  # EXECUTE made, as a job's start makes it
+    assert os.path.dirname(path) == str(new)
+    sandboxes.refill()
+    assert len(_ahead(new)) == 1
