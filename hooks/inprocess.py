@@ -104,7 +104,7 @@ def start_call(value: str, args: list[str], stdin_text: str, timeout_s: float,
                cancel: threading.Event | None = None, watched: bool = True) -> Call:
     """Call the hook named by `value` in a hook thread; `on_outcome` gets what it did,
     once, in a hook thread. `watched`: another hook thread delivers the timeout or
-    cancellation; else the caller calls `watch()` itself.
+    cancellation; else the caller calls `watch()` or `settle()` itself.
 
     The outcome goes straight from the hook's thread to `on_outcome`, so a hook
     that returns in time costs one switch of threads each way, not two.
@@ -133,17 +133,6 @@ def start_call(value: str, args: list[str], stdin_text: str, timeout_s: float,
         WORKERS.run(lambda: handle.watch(timeout_s, cancel),
                     f"hook-watch-{call.keyword}-{call.hook}")
     return handle
-
-
-def call_function(value: str, args: list[str], stdin_text: str, timeout_s: float,
-                  call: HookCall, cancel: threading.Event | None = None) -> CallOutcome:
-    """Load and call the hook named by `value`, waiting here for it (or its timeout);
-    never raises for the hook's failures."""
-    box: list[CallOutcome] = []
-    handle = start_call(value, args, stdin_text, timeout_s, call, box.append, cancel,
-                        watched=False)
-    handle.watch(timeout_s, cancel)
-    return box[0]
 
 
 def _outcome(value: str, returned: Any) -> CallOutcome:

@@ -318,12 +318,17 @@ class LeaseKeeper:
         self._stop_event.set()
 
 
-def _start_keeper(job_id: str, token: str, job_ad: classad2.ClassAd) -> None:
+def _keeper_for(job_id: str, token: str, job_ad: classad2.ClassAd) -> LeaseKeeper:
+    """A lease keeper for the job (not started): its lease, else the default one."""
     lease_s = ads.as_number(ads.evaluate_attr(job_ad, "JobLeaseDuration"))
     if lease_s is None or lease_s <= 0:
         lease_s = get_config().get_duration_s("JOB_DEFAULT_LEASE_DURATION")
     renew_s = get_config().get_duration_s("FETCHWORK_RENEW_INTERVAL")
-    keeper = LeaseKeeper(job_id, token, lease_s, renew_s)
+    return LeaseKeeper(job_id, token, lease_s, renew_s)
+
+
+def _start_keeper(job_id: str, token: str, job_ad: classad2.ClassAd) -> None:
+    keeper = _keeper_for(job_id, token, job_ad)
     with _keepers_lock:
         old = _keepers.pop(job_id, None)
         _keepers[job_id] = keeper
@@ -347,9 +352,7 @@ def prepare_standby() -> None:
     broker()
     job_ad = _job_ad_of(f'{CLAIM_ATTR} = "sample"\nClusterId = 1\nProcId = 0\n'
                         f'JobLeaseDuration = 1200\n{ads.SEPARATOR}\n')
-    lease_s = ads.as_number(ads.evaluate_attr(job_ad, "JobLeaseDuration")) or 1.0
-    LeaseKeeper(job_id_of(job_ad), _token_of(job_ad), lease_s,
-                get_config().get_duration_s("FETCHWORK_RENEW_INTERVAL"))
+    _keeper_for(job_id_of(job_ad), _token_of(job_ad), job_ad)
 
 
 def prepare_fork() -> None:

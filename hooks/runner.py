@@ -21,7 +21,6 @@ from fetchwork.hooks.inprocess import (
     Call,
     CallOutcome,
     HookCall,
-    call_function,
     current_call,
     start_call,
 )
@@ -63,20 +62,42 @@ def run_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] = (
     `cancel` ends the run early: a program's group is killed, an in-process
     call is abandoned, and the result says `cancelled`.
     """
+    if spec.in_process:
+        box: list[HookResult] = []
+        call = _start_in_process(spec, stdin_text, extra_args, env, cwd, box.append, cancel,
+                                 watched=False)
+        call.watch(spec.timeout_s, cancel)
+        return box[0]
+    started = time.monotonic()
+    result = run_program(spec, [spec.value, *_hook_args(spec, extra_args)], stdin_text, env,
+                         cwd, user, cancel)
+    _ended(result, started)
+    return result
+
+
+def _hook_args(spec: HookSpec, extra_args: Sequence[str]) -> list[str]:
     # The configured <KEYWORD>_HOOK_<NAME>_ARGS come first and the protocol's
     # word (accept/reject, exit/evict/...) last, so a hook can be an
     # interpreter with its script in _ARGS: `python3 hook.py accept`.
-    argv_args = [*spec.args, *extra_args]
+    return [*spec.args, *extra_args]
+
+
+def _start_in_process(spec: HookSpec, stdin_text: str, extra_args: Sequence[str],
+                      env: Mapping[str, str] | None, cwd: str | None,
+                      on_result: Callable[[HookResult], None],
+                      cancel: threading.Event | None, watched: bool) -> Call:
+    """Call an in-process hook in a hook thread; `on_result` gets its logged result, once."""
+    argv_args = _hook_args(spec, extra_args)
     started = time.monotonic()
-    if spec.in_process:
-        outcome = call_function(spec.value, argv_args, stdin_text, spec.timeout_s,
-                                HookCall(spec.hook, spec.keyword, env, cwd), cancel)
+
+    def finish(outcome: CallOutcome) -> None:
         result = _in_process_result(spec, argv_args, outcome)
-    else:
-        result = run_program(spec, [spec.value, *argv_args], stdin_text, env, cwd, user,
-                              cancel)
-    _ended(result, started)
-    return result
+        _ended(result, started)
+        on_result(result)
+
+    return start_call(spec.value, argv_args, stdin_text, spec.timeout_s,
+                      HookCall(spec.hook, spec.keyword, env, cwd), finish, cancel,
+                      watched=watched)
 
 
 def _ended(result: HookResult, started: float) -> None:
@@ -114,17 +135,7 @@ def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] =
                               spec.keyword, spec.hook)
 
     if spec.in_process:
-        argv_args = [*spec.args, *extra_args]
-        started = time.monotonic()
-
-        def finish(outcome: CallOutcome) -> None:
-            result = _in_process_result(spec, argv_args, outcome)
-            _ended(result, started)
-            done(result)
-
-        return start_call(spec.value, argv_args, stdin_text, spec.timeout_s,
-                          HookCall(spec.hook, spec.keyword, env, cwd), finish, cancel,
-                          watched=watched)
+        return _start_in_process(spec, stdin_text, extra_args, env, cwd, done, cancel, watched)
     WORKERS.run(lambda: done(run_hook(spec, stdin_text, extra_args, env, cwd, user,
                                       cancel=cancel)),
                 f"hook-{spec.keyword}-{spec.hook}")

@@ -7,9 +7,9 @@ of each step copies a few hundred pages, a few microseconds each. A standby
 starter that has waited IDLE_S for its job has time to spare, so it runs the
 steps of a job's start on a sample job: parse and format the ads, build a
 `Starter`, plan the launch, open its streams and make the id and folder
-switches of the spawn (to this process's own ids), call an in-process hook
-that does nothing through the hook machinery, read a control word, emit an
-event and log a line. Nothing is written anywhere, no hook of the site runs
+switches of the spawn (to this process's own ids), run the starter's prepare
+step with an in-process hook that does nothing while it reads a control
+word, emit an event and log a line. Nothing is written anywhere, no hook of the site runs
 and nothing is logged; the real job then finds those pages copied already
 (about a millisecond less from fetch to start).
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import selectors
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +34,7 @@ from fetchwork.config.ads import first_of_pair, format_ad, join_pair, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.hooks.runner import resolve_hook
 from fetchwork.starter import launch, limits, preparing
-from fetchwork.starter.events import Events, LineReader
+from fetchwork.starter.events import Events
 from fetchwork.starter.jobprocess import JobProcess, file_identity
 from fetchwork.starter.jobspec import exit_attributes, launch_plan
 from fetchwork.starter.starter import Starter
@@ -175,16 +174,19 @@ def sample_ads() -> tuple[classad2.ClassAd, classad2.ClassAd]:
 
 def _ads(state: dict[str, Any]) -> None:
     job_ad, slot_ad = sample_ads()
-    state["pair"] = join_pair(job_ad, slot_ad)
-    first_of_pair(state["pair"])
+    first_of_pair(join_pair(job_ad, slot_ad))
     format_ad(job_ad)
     state.update(job_ad=job_ad, slot_ad=slot_ad)
 
 
 def _starter(state: dict[str, Any]) -> None:
-    starter = Starter(state["config"], state["job_ad"], state["slot_ad"], 1, _SANDBOX,
-                      events=io.StringIO())
-    state["env"] = starter._hook_env()
+    """A `Starter` of the sample job whose only hook is `nothing` (its prepare
+    hook, under a keyword of the rehearsal's): no hook of the site's is called."""
+    config = state["config"].with_values(STARTER_JOB_HOOK_KEYWORD=_KEYWORD,
+                                         **{f"{_KEYWORD}_HOOK_{keywords.PREPARE_JOB}":
+                                            f"python:{__name__}:nothing"})
+    state["starter"] = Starter(config, state["job_ad"], state["slot_ad"], 1, _SANDBOX,
+                               events=io.StringIO())
     logging.FileHandler(os.devnull, encoding="utf-8").close()  # as StarterLog.slotN is opened
 
 
@@ -205,41 +207,27 @@ def _launch(state: dict[str, Any]) -> None:
 
 
 def _hook(state: dict[str, Any]) -> None:
-    """The starter's own prepare step (`preparing.prepare`), its hook `nothing`
-    under a keyword of the rehearsal's: no hook of the site's is called."""
+    """The starter's own prepare step (`preparing.prepare`) with its hook
+    `nothing`, a control word (one that changes nothing before a job) waiting
+    on the sample starter's stdin; the site's starter hooks only resolved."""
     config = state["config"]
     for keyword in keywords.starter_keywords(config):
         for hook in keywords.STARTER_HOOKS:
             resolve_hook(config, keyword, hook)
-    config = config.with_values(STARTER_JOB_HOOK_KEYWORD=_KEYWORD,
-                                **{f"{_KEYWORD}_HOOK_{keywords.PREPARE_JOB}":
-                                   f"python:{__name__}:nothing"})
-    starter = Starter(config, state["job_ad"], state["slot_ad"], 1, _SANDBOX,
-                      events=io.StringIO())
-    fds = [*os.pipe(), *os.pipe()]
-    starter._wake, starter._stdin = LineReader(fds[0]), LineReader(fds[2])
-    starter._selector = selectors.DefaultSelector()
+    starter = state["starter"]
+    wake_read, wake_write = os.pipe()
+    starter.control_fd, control_write = os.pipe()
     try:
-        starter._watch(starter._selector)
-        preparing.prepare(starter)
+        os.write(control_write, b"continue\n")
+        starter._listen(wake_read)
+        try:
+            starter._watch(starter._selector)
+            preparing.prepare(starter)
+        finally:
+            starter._selector.close()
     finally:
-        starter._selector.close()
-        for fd in fds:
+        for fd in (wake_read, wake_write, starter.control_fd, control_write):
             os.close(fd)
-
-
-def _control(state: dict[str, Any]) -> None:
-    selector = selectors.DefaultSelector()
-    read_fd, write_fd = os.pipe()
-    try:
-        selector.register(read_fd, selectors.EVENT_READ, LineReader(read_fd))
-        os.write(write_fd, b"continue\n")
-        for key, _ in selector.select(0):
-            key.data.read()
-    finally:
-        selector.close()
-        os.close(read_fd)
-        os.close(write_fd)
 
 
 def _event(state: dict[str, Any]) -> None:
@@ -249,7 +237,7 @@ def _event(state: dict[str, Any]) -> None:
 
 
 _STEPS: tuple[Callable[[dict[str, Any]], None], ...] = (
-    _ads, _starter, _launch, _hook, _control, _event)
+    _ads, _starter, _launch, _hook, _event)
 
 
 def _log_a_line() -> None:

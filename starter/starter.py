@@ -108,12 +108,7 @@ class Starter:
         control.install(wake_write)
         previous = {number: signal.signal(number, self._on_signal(wake_write))
                     for number in _STOP_SIGNALS}
-        self._wake = LineReader(wake_read)
-        self._stdin = LineReader(self.control_fd, self._control_pending)
-        self._requests(self._stdin.buffered())
-        # One selector for the whole run: the prepare hook's pipe and then the
-        # job's pidfd join the wake-up pipe and stdin in it while they are used.
-        self._selector = selectors.DefaultSelector()
+        self._listen(wake_read)
         try:
             self._watch(self._selector)
             how = self._run()
@@ -134,6 +129,15 @@ class Starter:
             os.close(wake_read)
             os.close(wake_write)
             shutil.rmtree(self.sandbox, ignore_errors=True)
+
+    def _listen(self, wake_read: int) -> None:
+        """The readers of the wake-up pipe and of stdin (the requests it held
+        already taken), and one selector for the whole run: the prepare hook's
+        pipe and then the job's pidfd join them in it while they are used."""
+        self._wake = LineReader(wake_read)
+        self._stdin = LineReader(self.control_fd, self._control_pending)
+        self._requests(self._stdin.buffered())
+        self._selector = selectors.DefaultSelector()
 
     def _run(self) -> str:
         reason = preparing.prepare(self)
