@@ -13,6 +13,7 @@ once still share one server.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -27,6 +28,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psutil
 import redis
@@ -307,6 +309,7 @@ def broker_url(config: Config | None = None, start: bool = True) -> str:
     return server.url
 
 
+@functools.cache
 def _quiet_connection() -> dict[str, object]:
     """Connection options that skip CLIENT SETINFO: two round trips, and a look through
     every installed package for redis-py's version, on each new connection (each job's
@@ -320,11 +323,13 @@ def _quiet_connection() -> dict[str, object]:
 
 
 def connect(config: Config | None = None, start: bool = True, pool: str | None = None,
-            **kwargs: object) -> redis.Redis:
+            ping: bool = True, **kwargs: object) -> redis.Redis:
     """A Redis client for the configured broker (bytes responses unless asked otherwise);
     TLS files and credentials come from the knobs connection.py reads. On a Redis
     Cluster (FETCHWORK_BROKER_CLUSTER) it is a client of the master serving `pool`
-    (default FETCHWORK_POOL)."""
+    (default FETCHWORK_POOL). With `ping` false a plain client is returned before it
+    has connected (its first command connects); Sentinel and Cluster clients talk to
+    their servers as they are made."""
     config = config or get_config()
     url = broker_url(config, start=start)
     options = {**_quiet_connection(), **client_options(url, config), **kwargs}
@@ -332,18 +337,37 @@ def connect(config: Config | None = None, start: bool = True, pool: str | None =
     if is_sentinel_url(url):  # Redis Sentinel: a client that follows failovers
         client = sentinel_client(url, client_options(url, config),
                                  **{**_quiet_connection(), **kwargs})
-    elif (config.get("FETCHWORK_BROKER_CLUSTER") or "").strip() \
-            and config.get_bool("FETCHWORK_BROKER_CLUSTER"):
+    elif _on_cluster(config):
         from .clusternode import pool_node_client
 
         pool = pool or config.require("FETCHWORK_POOL").strip()
         client = pool_node_client(url, pool, options)
     else:
         client = redis.Redis.from_url(url, **options)
+    if ping:
+        check_reachable(client, url)
+    return client
+
+
+def check_reachable(client: redis.Redis, url: str) -> None:
+    """Connect `client` (a PING); RedisUnavailableError naming the knob when it cannot."""
     try:
         client.ping()
     except redis.RedisError as exc:
         raise RedisUnavailableError(
             f"cannot reach the broker at {redacted(url)}: {exc}; check FETCHWORK_BROKER, "
             "or unset it to use the embedded Redis") from exc
-    return client
+
+
+def plain_client_key(config: Config) -> tuple[str, dict[str, Any]] | None:
+    """What `connect(config, start=False)` makes a plain client from (its URL and the
+    options from the knobs, credentials read now), or None for Sentinel and Cluster."""
+    url = broker_url(config, start=False)
+    if is_sentinel_url(url) or _on_cluster(config):
+        return None
+    return url, client_options(url, config)
+
+
+def _on_cluster(config: Config) -> bool:
+    return bool((config.get("FETCHWORK_BROKER_CLUSTER") or "").strip()) \
+        and config.get_bool("FETCHWORK_BROKER_CLUSTER")

@@ -38,7 +38,7 @@ from fetchwork.config import ads, protocol
 from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
-from fetchwork.hooks import control, slotads, slotadtext, slotclaim
+from fetchwork.hooks import brokerconn, control, slotads, slotadtext, slotclaim
 from fetchwork.hooks.retrying import quietly, through_outage
 from fetchwork.hooks.workers import WORKERS
 
@@ -55,8 +55,6 @@ CLAIM_ATTR = "FetchworkClaim"
 # Seconds from a job's start to its lease keeper's first check of the claim.
 FIRST_CHECK_S = 1.0
 
-_broker_lock = threading.Lock()
-_broker: Any = None
 _keepers: dict[str, LeaseKeeper] = {}
 _keepers_lock = threading.Lock()
 
@@ -65,20 +63,14 @@ class HookUsageError(FetchworkError):
     """A reference hook was called with arguments or input it cannot use."""
 
 
-def broker() -> Any:
+def broker() -> Broker:
     """The process's broker client, connected on first use (never starts a server)."""
-    global _broker
-    with _broker_lock:
-        if _broker is None:
-            _broker = Broker.from_config(get_config(), start=False)
-        return _broker
+    return brokerconn.broker()
 
 
 def reset_broker() -> None:
     """Forget the cached client (after a configuration reload, or in tests)."""
-    global _broker
-    with _broker_lock:
-        _broker = None
+    brokerconn.reset()
     slotads.forget()
 
 
@@ -358,11 +350,12 @@ def prepare_standby() -> None:
 def prepare_fork() -> None:
     """Called by the starter zygote before it forks starters: what each starter's
     first broker call needs (the client's modules, the Lua scripts' text and
-    digests) is then done once, not once per job."""
+    digests, the client itself, not connected) is then done once, not once per job."""
     from fetchwork.broker import embedded, scripts  # noqa: F401 - imported ahead on purpose
 
     for name in (*scripts.TRANSITIONS, *scripts.STANDALONE):
         scripts.sha(name)
+    brokerconn.make_before_fork()
 
 
 HOOKS = {

@@ -23,7 +23,7 @@ ALLOWED = {
     "startd": {"config", "hooks", "starter"},
     "submit": {"config", "broker"},
 }
-HOOKS_THAT_SPEAK_TO_THE_BROKER = {"fetchwork.hooks.reference"}
+HOOKS_THAT_SPEAK_TO_THE_BROKER = {"fetchwork.hooks.reference", "fetchwork.hooks.brokerconn"}
 
 
 def product_modules() -> dict[str, Path]:
