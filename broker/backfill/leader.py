@@ -57,9 +57,10 @@ IDLE_REFRESH_S = 10.0
 class BackfillLeader:
     """Computes the reservation of one pool while this replica leads."""
 
-    def __init__(self, store: Store, default_walltime_s: float):
+    def __init__(self, store: Store, default_walltime_s: float, min_interval_s: float = 0.0):
         self.store = store
         self.default_walltime_s = default_walltime_s
+        self.min_interval_s = min_interval_s
         self._last_event: str | None = None
         self._started: list[str] = []  # jobs started since the last pass (read, not counted)
         self._stored_at = -RESTORE_S  # monotonic time the reservation was last written
@@ -74,7 +75,8 @@ class BackfillLeader:
 
     @classmethod
     def from_config(cls, store: Store, config: Any) -> BackfillLeader:
-        return cls(store, config.get_duration_s("DEFAULT_JOB_WALLTIME"))
+        return cls(store, config.get_duration_s("DEFAULT_JOB_WALLTIME"),
+                   config.get_duration_s("BACKFILL_MIN_INTERVAL"))
 
     def is_backfill_start(self, job_id: str) -> bool:
         """Whether starting `job_id` now starts a lower job ahead of the reserved one."""
@@ -83,7 +85,8 @@ class BackfillLeader:
                 and job_id not in self._not_bypass)
 
     def serve(self, stop: threading.Event, leading: Callable[[], bool], interval_s: float) -> None:
-        """Passes while `leading()`: after every transition event, at least every
+        """Passes while `leading()`: after transition events (at most one pass every
+        `min_interval_s`: events meanwhile wait for the next one), at least every
         `interval_s` (remaining walltimes shrink), until `stop`. The events that wake
         it are the ones the next pass counts bypasses from (read once)."""
         while not stop.is_set():
@@ -92,17 +95,24 @@ class BackfillLeader:
                     self._last_event = self.store.last_event_id()
                 if leading():
                     self.run_pass()
-                deadline = time.monotonic() + interval_s
-                while not stop.is_set() and time.monotonic() < deadline:
-                    block_ms = max(1, int(min(deadline - time.monotonic(), MAX_BLOCK_S) * 1000))
-                    events = self.store.events(self._last_event, block_ms=block_ms,
-                                               count=EVENTS_READ)
-                    if events:
-                        self._take(events)
-                        break
+                self._wait_for_pass(stop, time.monotonic(), interval_s)
             except (redis.RedisError, FetchworkError):
                 log.exception("backfill pass failed; retrying in %ss", interval_s)
                 stop.wait(interval_s)
+
+    def _wait_for_pass(self, stop: threading.Event, passed_at: float, interval_s: float) -> None:
+        """Read events until the next pass is due (next_pass_at), or `stop`."""
+        pending = False
+        while not stop.is_set():
+            now = time.monotonic()
+            due_at = next_pass_at(passed_at, interval_s, self.min_interval_s, pending)
+            if now >= due_at:
+                return
+            block_ms = max(1, int(min(due_at - now, MAX_BLOCK_S) * 1000))
+            events = self.store.events(self._last_event, block_ms=block_ms, count=EVENTS_READ)
+            if events:
+                self._take(events)
+                pending = True
 
     def run_pass(self, now: float | None = None) -> Plan:
         """One pass: count the bypasses since the last one, then compute and store the
@@ -253,6 +263,20 @@ class BackfillLeader:
             if grown:
                 log.info("%d job(s) started ahead of reserved job %s (BypassCount %s)",
                          bypasses, reservation.job_id, grown)
+
+
+def next_pass_at(passed_at: float, interval_s: float, min_interval_s: float,
+                 pending: bool) -> float:
+    """When the pass after the one that ended at `passed_at` is due: `interval_s`
+    later, or, once a transition event is `pending`, `min_interval_s` after it (at
+    once when that is past). Under a stream of starts and finishes the passes then
+    come at most every `min_interval_s`, each counting every event since the last
+    one, instead of one pass (some milliseconds of reading) per batch of events;
+    HTCondor's NEGOTIATOR_MIN_INTERVAL spaces its negotiation cycles likewise."""
+    periodic_at = passed_at + interval_s
+    if not pending:
+        return periodic_at
+    return min(periodic_at, passed_at + min_interval_s)
 
 
 class _MachineMemo:
