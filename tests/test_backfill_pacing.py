@@ -105,3 +105,18 @@ def test_the_first_transition_after_a_quiet_spell_is_passed_at_once(served):
     broker.submit([job("late", 1, 60)])
     wait_until(lambda: len(leader.passes) > before, 10, what="a pass after the submit")
     assert leader.passes[before] - submitted_at < MIN_INTERVAL_S * 0.8
+
+
+def test_an_event_about_the_reserved_job_is_passed_at_once(served):
+    broker, leader, head = served
+    quiet(leader)
+    before = len(leader.passes)
+    broker.submit([job("other", 1, 60)])  # passed at once: the minimum then runs
+    wait_until(lambda: len(leader.passes) > before, 10, what="a pass after the submit")
+    plan = leader.last_plan
+    assert plan is not None and plan.reservation is not None
+    assert plan.reservation.job_id == head
+    broker.remove([head])
+    wait_until(lambda: len(leader.passes) > before + 1, 10, what="a pass after the removal")
+    assert leader.passes[before + 1] - leader.passes[before] < MIN_INTERVAL_S * 0.8
+    assert leader.last_plan is not None and leader.last_plan.reservation is None

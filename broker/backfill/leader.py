@@ -101,7 +101,10 @@ class BackfillLeader:
                 stop.wait(interval_s)
 
     def _wait_for_pass(self, stop: threading.Event, passed_at: float, interval_s: float) -> None:
-        """Read events until the next pass is due (next_pass_at), or `stop`."""
+        """Read events until the next pass is due (next_pass_at), or `stop`. An event
+        about the reserved job itself (it started, or left the queue) makes the pass
+        due at once: a claim judges every job behind it by the reservation, and one
+        whose job is no longer waiting would hold them all back until the next pass."""
         pending = False
         while not stop.is_set():
             now = time.monotonic()
@@ -111,8 +114,9 @@ class BackfillLeader:
             block_ms = max(1, int(min(due_at - now, MAX_BLOCK_S) * 1000))
             events = self.store.events(self._last_event, block_ms=block_ms, count=EVENTS_READ)
             if events:
-                self._take(events)
                 pending = True
+                if self._take(events):
+                    return
 
     def run_pass(self, now: float | None = None) -> Plan:
         """One pass: count the bypasses since the last one, then compute and store the
@@ -229,17 +233,22 @@ class BackfillLeader:
             log.debug("job %s reserved on %s from %.0f", reservation.job_id,
                       reservation.machine, reservation.start_at)
 
-    def _take(self, events: list[tuple[str, dict[str, Any]]]) -> None:
-        """Move past `events`, keeping the starts a reservation in force may count."""
+    def _take(self, events: list[tuple[str, dict[str, Any]]]) -> bool:
+        """Move past `events`, keeping the starts a reservation in force may count;
+        whether one of them is about the reserved job."""
         self._last_event = events[-1][0]
+        reserved = self._reservation.job_id if self._reservation is not None else None
+        about_reserved = False
         for _id, fields in events:
             job = fields.get("job", "")
+            about_reserved = about_reserved or job == reserved
             self._idle_known.pop(job, None)  # it changed: read it again
             if fields.get("state") != "RUNNING":
                 continue
             self._running_known.pop(job, None)  # a job that started again is read again
             if self._reservation is not None and fields.get("type") == "claim":
                 self._started.append(job)
+        return about_reserved
 
     def _count_bypasses(self) -> None:
         """Starts since the last pass of jobs below the reservation then in force."""
