@@ -41,6 +41,7 @@ from fetchwork.errors import AdError
 
 from . import codec
 from .backfill.claimside import BackfillCheck
+from .backfill.plan import Reservation
 from .backfill.sorting import SlotSorting
 from .filters.claimside import ActivationClaims, is_activation
 from .filters.gate import ClaimView, block_floor, group_of, may_offer
@@ -181,16 +182,26 @@ class Claimer:
         """Offer the matching jobs among `rows` to claim.lua, a few at a time (jobs in
         `prechecked` matched through their autocluster)."""
         reservation = self.backfill.reservation_of(view.backfill)
-        rows = self.backfill.offerable(rows, reservation, last_resort)
-        scores = {codec.text(member): score for member, score in rows}
+        offerable = self.backfill.offerable(rows, reservation, last_resort)
+        checked = False  # whether the reservation's job was looked for in the idle set
+        if len(offerable) < len(rows):
+            checked = True
+            if self._lapsed(reservation):
+                reservation, offerable = None, rows
+        scores = {codec.text(member): score for member, score in offerable}
         now_ms = time.time() * 1000
         matched: list[str] = []
         for job_id, data in self.store.hashes(list(scores)):
             if view.quiet or may_offer(job_id, data, scores[job_id], view, name, now_ms):
-                if self.backfill.verdict(job_id, data, None if last_resort else scores[job_id],
-                                         name, reservation, now_ms / 1000).allowed \
-                        and ((prechecked and job_id in prechecked)
-                             or self._fits(job_id, data, slot)):
+                order = None if last_resort else scores[job_id]
+                allowed = self.backfill.verdict(job_id, data, order, name, reservation,
+                                                now_ms / 1000).allowed
+                if not allowed and not checked:
+                    checked = True
+                    if self._lapsed(reservation):
+                        reservation, allowed = None, True
+                if allowed and ((prechecked and job_id in prechecked)
+                                or self._fits(job_id, data, slot)):
                     matched.append(job_id)
             if len(matched) == CLAIM_GROUP:
                 claimed = self._claim_first(matched, slot, name, view, last_resort)
@@ -200,6 +211,13 @@ class Claimer:
         if matched:
             return self._claim_first(matched, slot, name, view, last_resort)
         return None, False
+
+    def _lapsed(self, reservation: Reservation | None) -> bool:
+        """Whether the reservation the leader last stored names a job no longer idle: it
+        started (or was removed or held) since that pass, so it holds no job back (the
+        leader's next pass, due at once on its event, stores the next one)."""
+        return reservation is not None and self.store.client.zscore(
+            self.store.keys.idle, reservation.job_id) is None
 
     @staticmethod
     def _fits(job_id: str, data: dict[str, Any], slot: classad2.ClassAd) -> bool:

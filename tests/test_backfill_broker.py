@@ -231,3 +231,20 @@ def test_the_idle_head_is_read_once_until_an_event_names_a_job(pool, monkeypatch
     asked.clear()
     pool.leader.run_pass()
     assert waiting <= set(asked)  # everything read again after the refresh interval
+
+
+def test_a_reservation_whose_job_left_the_queue_holds_no_claim_back(pool):
+    pool.broker.remove([pool.ids["window"]])  # "long" is then the best job big could take
+    assert pool.broker.claim(slot("big", 8, 16)) is None  # it would delay the head
+    # The head leaves the idle set (it started elsewhere, or was removed) before the
+    # leader's next pass: the reservation claims read is about a job no longer waiting.
+    pool.broker.remove([pool.ids["head"]])
+    assert _stored(pool).job_id == pool.ids["head"]
+    assert tag(pool.broker.claim(slot("big", 8, 16))) == "long"
+
+
+def test_with_backfill_off_a_lapsed_reservation_holds_no_claim_back(redis_client, pool_name):
+    strict = Pool(redis_client, pool_name, BACKFILL=False)
+    assert strict.broker.claim(slot("small", 4, 4)) is None
+    strict.broker.remove([strict.ids["head"]])
+    assert tag(strict.broker.claim(slot("small", 4, 4))) == "wide"
