@@ -277,8 +277,8 @@ class BackfillLeader:
 def next_pass_at(passed_at: float, interval_s: float, min_interval_s: float,
                  pending: bool) -> float:
     """When the pass after the one that ended at `passed_at` is due: `interval_s`
-    later, or, once a transition event is `pending`, `min_interval_s` after it (at
-    once when that is past). Under a stream of starts and finishes the passes then
+    later, or, once a transition event is `pending`, `min_interval_s` after that
+    pass (at once when that is past). Under a stream of starts and finishes the passes then
     come at most every `min_interval_s`, each counting every event since the last
     one, instead of one pass (some milliseconds of reading) per batch of events;
     HTCondor's NEGOTIATOR_MIN_INTERVAL spaces its negotiation cycles likewise."""
