@@ -19,7 +19,8 @@ a chain naming an undefined filter) stops `from_config`: the broker refuses
 to start.
 
 The leader also runs backfill passes (broker/backfill/leader.py) on a thread
-of their own, after every transition and at least every POLICY_INTERVAL: the
+of their own, after transitions (at most every BACKFILL_MIN_INTERVAL, at once
+on an event of the reserved job) and at least every POLICY_INTERVAL: the
 reservation of the best idle job that cannot start, and its BypassCount.
 
 With scheduling policy knobs set, the leader also runs policy passes
