@@ -26,6 +26,7 @@ resort; claim.lua re-checks every job's PS budget.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -182,12 +183,11 @@ class Claimer:
         """Offer the matching jobs among `rows` to claim.lua, a few at a time (jobs in
         `prechecked` matched through their autocluster)."""
         reservation = self.backfill.reservation_of(view.backfill)
+        # Looked for once, and only when the reservation would hold a job back.
+        lapsed = functools.cache(functools.partial(self._lapsed, reservation))
         offerable = self.backfill.offerable(rows, reservation, last_resort)
-        checked = False  # whether the reservation's job was looked for in the idle set
-        if len(offerable) < len(rows):
-            checked = True
-            if self._lapsed(reservation):
-                reservation, offerable = None, rows
+        if len(offerable) < len(rows) and lapsed():
+            reservation, offerable = None, rows
         scores = {codec.text(member): score for member, score in offerable}
         now_ms = time.time() * 1000
         matched: list[str] = []
@@ -196,10 +196,8 @@ class Claimer:
                 order = None if last_resort else scores[job_id]
                 allowed = self.backfill.verdict(job_id, data, order, name, reservation,
                                                 now_ms / 1000).allowed
-                if not allowed and not checked:
-                    checked = True
-                    if self._lapsed(reservation):
-                        reservation, allowed = None, True
+                if not allowed and lapsed():
+                    reservation, allowed = None, True
                 if allowed and ((prechecked and job_id in prechecked)
                                 or self._fits(job_id, data, slot)):
                     matched.append(job_id)

@@ -60,15 +60,13 @@ class Broker:
                                     ReplicaWait.from_config(config))
 
     @classmethod
-    def from_config(cls, config: Config | None = None, start: bool = True,
-                    ping: bool = True) -> Broker:
-        """A broker on the configured Redis (the embedded one, started if needed);
-        connected unless `ping` is false (see embedded.connect)."""
+    def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:
+        """A broker on the configured Redis (the embedded one, started if needed)."""
         from .embedded import connect
 
         config = config if config is not None else get_config()
         pool = config.require("FETCHWORK_POOL").strip()
-        return cls(connect(config, start=start, pool=pool, ping=ping), pool, config)
+        return cls(connect(config, start=start, pool=pool), pool, config)
 
     # -- reading helpers -----------------------------------------------------
 

@@ -323,16 +323,13 @@ def _quiet_connection() -> dict[str, object]:
 
 
 def connect(config: Config | None = None, start: bool = True, pool: str | None = None,
-            ping: bool = True, **kwargs: object) -> redis.Redis:
+            **kwargs: object) -> redis.Redis:
     """A Redis client for the configured broker (bytes responses unless asked otherwise);
     TLS files and credentials come from the knobs connection.py reads. On a Redis
     Cluster (FETCHWORK_BROKER_CLUSTER) it is a client of the master serving `pool`
-    (default FETCHWORK_POOL). With `ping` false a plain client is returned before it
-    has connected (its first command connects); Sentinel and Cluster clients talk to
-    their servers as they are made."""
+    (default FETCHWORK_POOL)."""
     config = config or get_config()
     url = broker_url(config, start=start)
-    options = {**_quiet_connection(), **client_options(url, config), **kwargs}
     client: redis.Redis
     if is_sentinel_url(url):  # Redis Sentinel: a client that follows failovers
         client = sentinel_client(url, client_options(url, config),
@@ -341,11 +338,11 @@ def connect(config: Config | None = None, start: bool = True, pool: str | None =
         from .clusternode import pool_node_client
 
         pool = pool or config.require("FETCHWORK_POOL").strip()
-        client = pool_node_client(url, pool, options)
+        client = pool_node_client(url, pool, {**_quiet_connection(),
+                                              **client_options(url, config), **kwargs})
     else:
-        client = redis.Redis.from_url(url, **options)
-    if ping:
-        check_reachable(client, url)
+        client = plain_client((url, client_options(url, config)), **kwargs)
+    check_reachable(client, url)
     return client
 
 
@@ -366,6 +363,13 @@ def plain_client_key(config: Config) -> tuple[str, dict[str, Any]] | None:
     if is_sentinel_url(url) or _on_cluster(config):
         return None
     return url, client_options(url, config)
+
+
+def plain_client(key: tuple[str, dict[str, Any]], **kwargs: object) -> redis.Redis:
+    """A plain client from its URL and options (`plain_client_key`); it connects at
+    its first command (redis-py's pool makes a new connection in a forked process)."""
+    url, options = key
+    return redis.Redis.from_url(url, **{**_quiet_connection(), **options, **kwargs})
 
 
 def _on_cluster(config: Config) -> bool:

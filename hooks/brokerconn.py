@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.embedded import check_reachable, plain_client_key
+from fetchwork.broker.embedded import check_reachable, plain_client, plain_client_key
 from fetchwork.config.loader import Config, get_config
 from fetchwork.errors import FetchworkError
 
@@ -77,7 +77,7 @@ def make_before_fork() -> None:
             config = Config.load()
             key = plain_client_key(config)
             if key is not None:
-                _ahead = _Unconnected(config, key, Broker.from_config(config, start=False,
-                                                                      ping=False))
+                pool = config.require("FETCHWORK_POOL").strip()
+                _ahead = _Unconnected(config, key, Broker(plain_client(key), pool, config))
         except FetchworkError:
             pass
