@@ -10,6 +10,12 @@ One private pool (embedded Redis, broker, a startd with the reference
   end to the last one's (so start-up is not counted); rq's forking `Worker`
   and its `SimpleWorker` (as many workers as slots, `--burst`) run a
   function that runs `/bin/true` the same way; the ratios on their own line;
+  the CPU a job of each of the pool's processes (the starters' is their
+  zygote's, with its reaped children and their jobs);
+- the floor of a fork per job: the CPU of a child forked from an
+  interpreter preloaded as the starter zygote is, which only spawns
+  `/bin/true`, waits and exits, and the rate it alone allows on this
+  machine's cores;
 - latency, one job at a time onto idle slots: fetch-to-start (the fetch hook
   handed the job out -> the job's program runs, `/bin/date +%s%N` writes it)
   and submit-to-start, median and p99;
@@ -43,6 +49,7 @@ import redis
 from fetchwork.broker.client import Broker
 from fetchwork.config.loader import Config
 from fetchwork.pool import Pool
+from fetchwork.startd.zygoteclient import ZYGOTE_MODULE
 
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -159,15 +166,76 @@ class StartdRun:
         self.pool.stop()
 
 
-def throughput(run: StartdRun, jobs: int) -> float:
-    before = run.ended()
+    def processes(self) -> dict[str, psutil.Process]:
+        """The pool's processes by role: the zygote's CPU includes its reaped starters'."""
+        startd = self.startd()
+        found = {"startd": startd,
+                 "broker": psutil.Process(self.pool.children["broker"].pid),
+                 "Redis": psutil.Process(int(self.client.info("server")["process_id"]))}
+        deadline = time.monotonic() + 30  # the startd starts its zygote once it runs
+        while "starters" not in found and time.monotonic() < deadline:
+            for child in startd.children():
+                if ZYGOTE_MODULE in child.cmdline():
+                    found["starters"] = child
+            time.sleep(0.05)
+        return found
+
+
+def cpu_seconds(procs: dict[str, psutil.Process]) -> dict[str, float]:
+    spent = {}
+    for role, proc in procs.items():
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        spent[role] = times.user + times.system + times.children_user + times.children_system
+    return spent
+
+
+def throughput(run: StartdRun, jobs: int) -> tuple[float, dict[str, float]]:
+    """Jobs/s, and the milliseconds of CPU a job each of the pool's processes spent."""
+    procs = run.processes()
+    before, spent_before = run.ended(), cpu_seconds(procs)
     job_ids = run.broker.submit([{"Cmd": "/bin/true", "Iwd": "/tmp"}] * jobs, owner="bench")
     rate = rate_between_ends(lambda: run.ended() - before, jobs)
+    done, spent = run.ended() - before, cpu_seconds(procs)
+    per_job_ms = {role: (spent[role] - spent_before[role]) * 1000 / max(done, 1)
+                  for role in spent if role in spent_before}
     run.broker.remove(job_ids)  # those left when the run stopped
     deadline = time.monotonic() + 30
     while run.client.zcard(run.broker.keys.running) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return rate
+    return rate, per_job_ms
+
+
+# A child of an interpreter that has imported and warmed up what the starter
+# zygote does, which only spawns /bin/true, waits for it and exits: what a
+# fork per job costs before any of a starter's own work.
+FORK_FLOOR = """
+import gc, os, resource, sys, time
+from fetchwork.starter import zygote
+zygote._preload()
+gc.freeze()
+count = int(sys.argv[1])
+started = os.times()
+for _ in range(count):
+    pid = os.fork()
+    if pid == 0:
+        os.waitpid(os.posix_spawn("/bin/true", ["/bin/true"], os.environ), 0)
+        os._exit(0)
+    os.waitpid(pid, 0)
+ended = os.times()
+children = resource.getrusage(resource.RUSAGE_CHILDREN)
+spent = ended.user - started.user + ended.system - started.system
+print((spent + children.ru_utime + children.ru_stime) / count * 1000)
+"""
+
+
+def fork_floor_ms(count: int = 300) -> float:
+    """CPU milliseconds a job of FORK_FLOOR (parent and child), in a fresh interpreter."""
+    out = subprocess.run([sys.executable, "-c", FORK_FLOOR, str(count)], check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.split()[-1])
 
 
 def latencies(run: StartdRun, count: int, work: Path) -> tuple[list[float], list[float]]:
@@ -319,14 +387,21 @@ def main() -> None:
         run.start()
         print(f"/bin/true throughput, {args.jobs} jobs (or 30 s), {args.slots} slots / "
               "workers:")
-        ours = throughput(run, args.jobs)
+        ours, per_job_ms = throughput(run, args.jobs)
         print(f"  {'fetchwork startd (python: hooks)':<34} {ours:8.1f} jobs/s")
+        print(f"    CPU a job {sum(per_job_ms.values()):.1f} ms: " + ", ".join(
+            f"{role} {ms:.1f}" for role, ms in sorted(per_job_ms.items(), key=lambda kv: -kv[1])))
         theirs = {}
         for worker_class in ("Worker", "SimpleWorker"):
             theirs[worker_class] = rq_rate(run.pool.url, worker_class, args.jobs, args.slots)
             print(f"  {'rq ' + worker_class:<34} {theirs[worker_class]:8.1f} jobs/s")
         print("ratio fetchwork/rq: " + ", ".join(f"{ours / rate:.2f} x {name}"
                                                  for name, rate in theirs.items()))
+        floor_ms = fork_floor_ms()
+        cores = os.cpu_count() or 1
+        print(f"floor of a fork per job: {floor_ms:.1f} ms of CPU (a fork of an interpreter "
+              f"preloaded as the zygote is, spawning /bin/true and exiting): at most "
+              f"{cores * 1000 / floor_ms:.0f} jobs/s on {cores} cores with nothing else")
         work = root / "work"
         work.mkdir()
         work.chmod(0o777)  # jobs run as nobody under a root startd
