@@ -57,6 +57,11 @@ def starter_keywords(config: Config) -> list[str]:
     return list(dict.fromkeys(word for word in found if word))
 
 
+def starter_hooks(config: Config) -> list[tuple[str, str]]:
+    """(keyword, hook) for each starter hook of each keyword in `starter_keywords`."""
+    return [(keyword, hook) for keyword in starter_keywords(config) for hook in STARTER_HOOKS]
+
+
 def starter_hook_values(config: Config) -> list[str]:
     """The value of every starter hook knob set (`<KEYWORD>_HOOK_PREPARE_JOB`, ...),
     whatever its keyword: what a starter may have to run."""

@@ -110,8 +110,7 @@ def _stand_by() -> tuple[list[str], bytes] | None:
         config = Config.load()
         failed = inprocess.preload(keywords.starter_hook_values(config))
         used = [keywords.hook_value(config, keyword, hook)
-                for keyword in keywords.starter_keywords(config)
-                for hook in keywords.STARTER_HOOKS]
+                for keyword, hook in keywords.starter_hooks(config)]
         inprocess.prepare_modules([value for value in used if value], "prepare_standby", failed)
     except FetchworkError:
         pass  # the job's own start reports configuration errors

@@ -211,9 +211,8 @@ def _hook(state: dict[str, Any]) -> None:
     `nothing`, a control word (one that changes nothing before a job) waiting
     on the sample starter's stdin; the site's starter hooks only resolved."""
     config = state["config"]
-    for keyword in keywords.starter_keywords(config):
-        for hook in keywords.STARTER_HOOKS:
-            resolve_hook(config, keyword, hook)
+    for keyword, hook in keywords.starter_hooks(config):
+        resolve_hook(config, keyword, hook)
     starter = state["starter"]
     wake_read, wake_write = os.pipe()
     starter.control_fd, control_write = os.pipe()

@@ -149,6 +149,14 @@ def test_the_starters_keywords_are_the_startds_and_the_slots_unless_forced(conf)
     assert keywords.starter_keywords(forced) == ["LOCAL"]
 
 
+def test_the_starters_hooks_are_each_hook_of_each_of_their_keywords(conf):
+    assert keywords.starter_hooks(load()) == []
+    config = load(conf("STARTD_JOB_HOOK_KEYWORD = DATABASE\nSLOT2_JOB_HOOK_KEYWORD = WEB\n"))
+    assert keywords.starter_hooks(config) == [
+        ("DATABASE", "PREPARE_JOB"), ("DATABASE", "UPDATE_JOB_INFO"), ("DATABASE", "JOB_EXIT"),
+        ("WEB", "PREPARE_JOB"), ("WEB", "UPDATE_JOB_INFO"), ("WEB", "JOB_EXIT")]
+
+
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     full_env = environ_without_config()
     full_env.update(env)
