@@ -120,7 +120,6 @@ local function shared_fields(key, seen, out)
       end
     end
   end
-  return shared
 end
 
 -- The job's whole ad as a flat {name, packed value, ...}: the cluster's
@@ -165,16 +164,14 @@ local function detach(key)
   if not seen[JOB_LINK] then return end
   local ckey = cluster_key(key)
   local copy = {}
-  local shared = shared_fields(key, seen, copy)
-  local names = {}
-  for i = 1, #shared, 2 do names[#names + 1] = shared[i] end
+  shared_fields(key, seen, copy)
   call_chunked('HSET', key, copy, 1, #copy, 200)
   redis.call('HDEL', key, JOB_LINK)
   local left = (tonumber(redis.call('HGET', ckey, CLUSTER_PROCS)) or 1) - 1
   if left > 0 then
     redis.call('HSET', ckey, CLUSTER_PROCS, left)
-  elseif #names > 0 then
-    call_chunked('HDEL', ckey, names, 1, #names, 200)  -- the last field gone deletes the hash
+  else
+    redis.call('DEL', ckey)  -- the last linked proc: no one reads the cluster hash now
   end
 end
 
