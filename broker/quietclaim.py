@@ -1,15 +1,19 @@
 """The quiet claim: the common case of a claim in one round trip (claim.lua, '*groups').
 
-A pool with no activation filters, no backfill reservation and no slot
-sorting window (the quiet view) needs no job read before its claim: the
-claimer keeps, per slot ad, which autoclusters match the slot (their
-representative decides for every job), which cannot, and which need each
-job judged, and claim.lua claims the head of the best matching autocluster
-with idle jobs, in the idle set's priority order. claim.lua answers with
-the autoclusters the claimer has not judged yet when it meets one (the
-claimer judges them and asks again), and hands anything else to the full
-claim (broker/claiming.py): activation, reservations, blocks, a backfill
-reservation, jobs to judge one by one, a head the checks hold back.
+A pool with no activation filters and no slot sorting window (the quiet
+view) needs no job read before its claim: the claimer keeps, per slot ad,
+which autoclusters match the slot (their representative decides for every
+job), which cannot, and which need each job judged, and claim.lua claims
+the head of the best matching autocluster with idle jobs, in the idle set's
+priority order. The leader's backfill reservation does not stop it when
+that head is at or before the reserved job in the idle order (such a job
+always may start), nor once the reserved job has left the idle set: with
+jobs queued behind busy slots the reservation is usually on the very head
+the claim takes. claim.lua answers with the autoclusters the claimer has
+not judged yet when it meets one (the claimer judges them and asks again),
+and hands anything else to the full claim (broker/claiming.py): activation,
+reservations, blocks, a head after the reserved job, jobs to judge one by
+one, a head the checks hold back.
 """
 
 from __future__ import annotations

@@ -1,11 +1,15 @@
-"""The quiet claim and the exit: one Lua call each in a pool without activation or backfill."""
+"""The quiet claim and the exit: one Lua call each in a pool without activation, and with
+no backfill reservation that holds the claimed job back."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
+from fetchwork.broker import codec
+from fetchwork.broker.backfill.plan import Reservation, Resources, to_record
 from fetchwork.broker.client import Broker
 from fetchwork.config.ads import parse_ad
 from fetchwork.config.loader import Config
@@ -86,6 +90,71 @@ def test_an_exit_policy_still_decides_after_the_one_call(broker: Broker,
     assert broker.finish(held, ads[0]["FetchworkClaim"], "exit", {"ExitCode": 3})
     assert broker.get(held)["JobStatus"] == JobStatus.HELD
     assert broker.get(plain)["JobStatus"] == JobStatus.COMPLETED
+
+
+def reserve(broker: Broker, job_id: str) -> None:
+    """Store a backfill reservation of `job_id` as the leader does: another machine,
+    from an hour on."""
+    order = broker.store.client.zscore(broker.keys.idle, job_id)
+    now = time.time()
+    one = Resources(1, 1, 1)
+    reservation = Reservation(job_id, order, "elsewhere", now + 3600, one, one, one, now)
+    broker.store.client.set(broker.keys.backfill, codec.pack(to_record(reservation)))
+
+
+def test_a_reservation_of_the_head_job_leaves_its_claim_one_round_trip(
+        broker: Broker, round_trips: list[int]) -> None:
+    jobs = broker.submit([SMALL] * 3)
+    assert jid(broker.claim(SLOT)) == jobs[0]  # judges the autoclusters, loads the scripts
+    reserve(broker, jobs[1])
+    round_trips[0] = 0
+    assert jid(broker.claim(SLOT)) == jobs[1]
+    assert round_trips[0] == 1
+
+
+def test_a_reservation_whose_job_is_no_longer_idle_holds_nothing_back(
+        broker: Broker, round_trips: list[int]) -> None:
+    jobs = broker.submit([SMALL] * 3)
+    assert jid(broker.claim(SLOT)) == jobs[0]
+    reserve(broker, jobs[1])
+    broker.remove([jobs[1]])
+    round_trips[0] = 0
+    assert jid(broker.claim(SLOT)) == jobs[2]
+    assert round_trips[0] == 1
+
+
+def test_a_job_after_the_reserved_one_is_left_to_the_full_claim(
+        broker: Broker, round_trips: list[int]) -> None:
+    (warm,) = broker.submit([SMALL])
+    assert jid(broker.claim(SLOT)) == warm
+    (big,) = broker.submit([BIG])  # this slot cannot take it: another machine will
+    (small,) = broker.submit([SMALL])
+    reserve(broker, big)
+    round_trips[0] = 0
+    # The full claim's backfill check decides: the reservation is on another machine.
+    assert jid(broker.claim(SLOT)) == small
+    assert round_trips[0] > 1
+
+
+def test_with_backfill_off_no_job_after_the_reserved_one_is_claimed(
+        redis_client: Any, pool_name: str) -> None:
+    config = Config.load(environ={}).with_values(BACKFILL=False)
+    strict = Broker(redis_client, pool_name, config)
+    (big,) = strict.submit([BIG])
+    (small,) = strict.submit([SMALL])
+    reserve(strict, big)
+    assert strict.claim(SLOT) is None
+    assert strict.get(small)["JobStatus"] == JobStatus.IDLE
+
+
+def test_an_unreadable_reservation_is_left_to_the_full_claim(
+        broker: Broker, round_trips: list[int]) -> None:
+    jobs = broker.submit([SMALL] * 2)
+    assert jid(broker.claim(SLOT)) == jobs[0]
+    broker.store.client.set(broker.keys.backfill, b"not msgpack")
+    round_trips[0] = 0
+    assert jid(broker.claim(SLOT)) == jobs[1]
+    assert round_trips[0] > 1
 
 
 def test_a_finish_with_a_lost_claim_changes_nothing(broker: Broker) -> None:

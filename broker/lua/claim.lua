@@ -39,8 +39,12 @@
 -- no autocluster with idle jobs matches, {'groups', ids...} (ac:groups from
 -- the first one the caller has not judged on) when it must judge more, or
 -- 'slow' when the full claim must decide (activation configured, a
--- reservation, a block, a backfill reservation, an index that does not cover
--- the idle set, a job to judge alone, or a head the checks hold back).
+-- reservation, a block, a head after the job of a backfill reservation, an
+-- index that does not cover the idle set, a job to judge alone, or a head the
+-- checks hold back). The backfill reservation (the leader's msgpack record,
+-- backfill/plan.py to_record) holds back no job at or before its job in the
+-- idle order (backfill/claimside.py), and nothing once its job is no longer
+-- idle (it started, or left the queue, since the leader's pass).
 local token, slot, slot_ad = ARGV[3], ARGV[4], ARGV[6]
 local quiet_mode = ARGV[7] == '*groups'
 local job_count = quiet_mode and 0 or #ARGV - 6
@@ -129,14 +133,29 @@ local function id_set(text)
   return set
 end
 
+-- The idle order up to which the backfill reservation in `raw` holds nothing
+-- back: +inf when there is none or its job is no longer idle; nil when the
+-- record cannot be read here.
+local function backfill_bound(raw)
+  if not raw then return math.huge end
+  local ok, record = pcall(cmsgpack.unpack, raw)
+  if not ok or type(record) ~= 'table' or type(record['job']) ~= 'string'
+      or type(record['order']) ~= 'number' then
+    return nil
+  end
+  if not redis.call('ZSCORE', K_IDLE, record['job']) then return math.huge end
+  return record['order']
+end
+
 -- The quiet claim: see the header.
 local function quiet_claim()
   local backfill_key = K_SOFT
   if summary[1] == '1' or (summary[2] and summary[2] ~= '') or reserved or #blocks > 0
-      or redis.call('EXISTS', backfill_key) > 0
       or redis.call('ZCARD', K_IDLE) ~= redis.call('ZCARD', K_AC_MEMBERS) then
     return 'slow'
   end
+  local bound = backfill_bound(redis.call('GET', backfill_key))
+  if not bound then return 'slow' end
   local matching, refusing, judged = id_set(ARGV[9]), id_set(ARGV[10]), id_set(ARGV[11])
   local first, page = 0, 64
   while true do
@@ -150,7 +169,8 @@ local function quiet_claim()
         if not id then return 'slow' end
         local key = ARGV[8] .. id
         local order = redis.call('ZSCORE', K_IDLE, id)
-        if order and allowed(key, id, tonumber(order)) and not needs_activation(key)
+        if order and tonumber(order) <= bound and allowed(key, id, tonumber(order))
+            and not needs_activation(key)
             and policy_allows(key, id) then
           return {'job', start_claim(key, id, token, slot, ARGV[5])}
         end
