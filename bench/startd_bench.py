@@ -14,8 +14,8 @@ One private pool (embedded Redis, broker, a startd with the reference
   zygote's, with its reaped children and their jobs);
 - the floor of a fork per job: the CPU of a child forked from an
   interpreter preloaded as the starter zygote is, which only spawns
-  `/bin/true`, waits and exits, and the rate it alone allows on this
-  machine's cores;
+  `/bin/true`, waits and exits (the least of three batches), and the rate
+  it alone allows on this machine's cores;
 - latency, one job at a time onto idle slots: fetch-to-start (the fetch hook
   handed the job out -> the job's program runs, `/bin/date +%s%N` writes it)
   and submit-to-start, median and p99;
@@ -216,26 +216,28 @@ import gc, os, resource, sys, time
 from fetchwork.starter import zygote
 zygote._preload()
 gc.freeze()
-count = int(sys.argv[1])
-started = os.times()
-for _ in range(count):
-    pid = os.fork()
-    if pid == 0:
-        os.waitpid(os.posix_spawn("/bin/true", ["/bin/true"], os.environ), 0)
-        os._exit(0)
-    os.waitpid(pid, 0)
-ended = os.times()
-children = resource.getrusage(resource.RUSAGE_CHILDREN)
-spent = ended.user - started.user + ended.system - started.system
-print((spent + children.ru_utime + children.ru_stime) / count * 1000)
+count, batches = int(sys.argv[1]), int(sys.argv[2])
+def spent():
+    own, children = os.times(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.user + own.system + children.ru_utime + children.ru_stime
+for _ in range(batches):
+    started = spent()
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            os.waitpid(os.posix_spawn("/bin/true", ["/bin/true"], os.environ), 0)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    print((spent() - started) / count * 1000)
 """
 
 
-def fork_floor_ms(count: int = 300) -> float:
-    """CPU milliseconds a job of FORK_FLOOR (parent and child), in a fresh interpreter."""
-    out = subprocess.run([sys.executable, "-c", FORK_FLOOR, str(count)], check=True,
-                         capture_output=True, text=True).stdout
-    return float(out.split()[-1])
+def fork_floor_ms(count: int = 500, batches: int = 3) -> float:
+    """CPU milliseconds a job of FORK_FLOOR (parent and child), in a fresh interpreter:
+    the least of `batches` batches (this machine's speed drifts; a floor is the least)."""
+    out = subprocess.run([sys.executable, "-c", FORK_FLOOR, str(count), str(batches)],
+                         check=True, capture_output=True, text=True).stdout
+    return min(float(word) for word in out.split())
 
 
 def latencies(run: StartdRun, count: int, work: Path) -> tuple[list[float], list[float]]:
