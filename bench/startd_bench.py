@@ -52,6 +52,9 @@ from fetchwork.pool import Pool
 from fetchwork.startd.zygoteclient import ZYGOTE_MODULE
 
 BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR.parent) not in sys.path:  # run as a script: bench/ is not a package then
+    sys.path.insert(0, str(BENCH_DIR.parent))
+from bench.floors import fork_exec_ms, fork_floor_ms  # noqa: E402
 
 # The reference fetch hook, noting when it handed each job out (in a file kept
 # open, so the note adds no open and close to the path it measures).
@@ -92,13 +95,6 @@ done
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
-
-
-def fork_exec_ms(count: int) -> float:
-    started = time.perf_counter()
-    for _ in range(count):
-        subprocess.run(["/bin/true"], check=True)
-    return (time.perf_counter() - started) / count * 1000
 
 
 def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 30) -> float:
@@ -206,38 +202,6 @@ def throughput(run: StartdRun, jobs: int) -> tuple[float, dict[str, float]]:
     while run.client.zcard(run.broker.keys.running) and time.monotonic() < deadline:
         time.sleep(0.05)
     return rate, per_job_ms
-
-
-# A child of an interpreter that has imported and warmed up what the starter
-# zygote does, which only spawns /bin/true, waits for it and exits: what a
-# fork per job costs before any of a starter's own work.
-FORK_FLOOR = """
-import gc, os, resource, sys, time
-from fetchwork.starter import zygote
-zygote._preload()
-gc.freeze()
-count, batches = int(sys.argv[1]), int(sys.argv[2])
-def spent():
-    own, children = os.times(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.user + own.system + children.ru_utime + children.ru_stime
-for _ in range(batches):
-    started = spent()
-    for _ in range(count):
-        pid = os.fork()
-        if pid == 0:
-            os.waitpid(os.posix_spawn("/bin/true", ["/bin/true"], os.environ), 0)
-            os._exit(0)
-        os.waitpid(pid, 0)
-    print((spent() - started) / count * 1000)
-"""
-
-
-def fork_floor_ms(count: int = 500, batches: int = 3) -> float:
-    """CPU milliseconds a job of FORK_FLOOR (parent and child), in a fresh interpreter:
-    the least of `batches` batches (this machine's speed drifts; a floor is the least)."""
-    out = subprocess.run([sys.executable, "-c", FORK_FLOOR, str(count), str(batches)],
-                         check=True, capture_output=True, text=True).stdout
-    return min(float(word) for word in out.split())
 
 
 def latencies(run: StartdRun, count: int, work: Path) -> tuple[list[float], list[float]]:
