@@ -10,7 +10,7 @@ after a moment, as a supervisor would. Then it waits for every job to end and
 checks: every job completed exactly once in the queue, no two runs of a job
 overlapped while a lease held, no run after a finished one, nothing missing.
 Prints jobs, kills, reruns and the worst requeue delay; exits 1 on any
-problem. The short form runs in the test suite (tests/test_chaos.py).
+problem. The short form runs in the test suite (tests/pool/test_chaos.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.chaos import ChaosPlan, ChaosPool  # noqa: E402
+from tests.support.chaos import ChaosPlan, ChaosPool  # noqa: E402
 
 
 def main() -> int:

@@ -28,9 +28,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from fetchwork.broker.client import Broker  # noqa: E402
-from fetchwork.broker.embedded import EmbeddedRedis  # noqa: E402
+from fetchwork.broker.connections.embedded import EmbeddedRedis  # noqa: E402
 from fetchwork.broker.filters.runner import FilterCall  # noqa: E402
-from fetchwork.broker.service import BrokerService  # noqa: E402
+from fetchwork.broker.leader.service import BrokerService  # noqa: E402
 from fetchwork.config.loader import Config  # noqa: E402
 
 SLOT = {"Name": "slot1@bench", "Cpus": 1, "Memory": 1024, "Disk": 10**6}

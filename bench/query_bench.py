@@ -22,7 +22,7 @@ import time
 from click.testing import CliRunner
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.embedded import embedded_for
+from fetchwork.broker.connections.embedded import embedded_for
 from fetchwork.cli import main
 from fetchwork.config.loader import Config
 

@@ -43,7 +43,7 @@ import redis
 import redis.connection
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.embedded import EmbeddedRedis
+from fetchwork.broker.connections.embedded import EmbeddedRedis
 from fetchwork.config.ads import from_dict, parse_expr
 from fetchwork.config.loader import Config
 

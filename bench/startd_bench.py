@@ -49,7 +49,7 @@ import redis
 from fetchwork.broker.client import Broker
 from fetchwork.config.loader import Config
 from fetchwork.pool import Pool
-from fetchwork.startd.zygoteclient import ZYGOTE_MODULE
+from fetchwork.startd.starters.zygoteclient import ZYGOTE_MODULE
 
 BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR.parent) not in sys.path:  # run as a script: bench/ is not a package then

@@ -20,14 +20,14 @@ the common significant ones (`start_reads_only`); otherwise the claimer
 evaluates each member, as without groups, so a group never hides a job a
 slot would refuse or accept on another attribute.
 
-Redis representation (one pool; all keys through keys.py and KEYS):
+Redis representation (one pool; all keys through store/keys.py and KEYS):
 
     fw:{P}:ac:groups   zset  group id -> best (lowest) FetchworkOrder of its idle jobs
     fw:{P}:ac:members  zset  every idle job, all scores 0, member
-                             "<group id>|<order, fixed width>|<job id>" (order_text), so a
-                             ZRANGEBYLEX on "[<gid>|" gives a group's idle jobs
+                             "<group id>|<order, fixed width>|<job id>" (store/acmembers.py),
+                             so a ZRANGEBYLEX on "[<gid>|" gives a group's idle jobs
                              in priority order and its head in O(log N)
-    fw:{P}:ac:reps     hash  group id -> msgpack of the representative attributes
+    fw:{P}:ac:reps     hash  group id -> watched names and the representative (rep_entry)
 
 The submit script adds members and lowers group scores; claim, hold,
 remove and finish remove members and raise a group's score to its new head
@@ -35,8 +35,8 @@ remove and finish remove members and raise a group's score to its new head
 adds it back. A claim walks `ac:groups` in score order, evaluates each
 group's representative once, and claims the head of the first that
 matches: with G groups, at most G evaluations and one claim call, whatever
-the number of idle jobs. This module is the pure part: names, signatures,
-group ids, member keys, and the choice of a group.
+the number of idle jobs (broker/claim/index.py). This module is the pure
+part: names, signatures, group ids and representatives.
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
 import classad2
 
+from fetchwork.broker.store import codec
 from fetchwork.config.ads import EXPR_KEY
 
 SIGNIFICANT_ATTRS = ("Requirements", "Rank", "RequestCpus", "RequestMemory", "RequestDisk",
@@ -60,26 +60,8 @@ SIGNIFICANT_ATTRS = ("Requirements", "Rank", "RequestCpus", "RequestMemory", "Re
                      "Exclusive", "MemoryUsage", "ImageSize", "DiskUsage")
 # Expressions whose references join the significant attributes.
 _REFERRING = ("requirements", "rank")
-# |FetchworkOrder| < 2^52 (priority within +-2^18, 2^34 positions each); shifted
-# by this it is never negative and still exact in a Lua number.
-ORDER_OFFSET = 2**52
-# The shifted order in a member: ORDER_WIDTH digits of base 64, the digits being
-# the 64 ASCII characters from ORDER_ZERO on (in byte order, so a ZRANGEBYLEX
-# sorts members by order): 9 characters hold 2^54, where 16 decimal digits
-# did; an index member is one allocation size smaller.
-ORDER_WIDTH = 9
-ORDER_ZERO = ord("0")
-ORDER_BASE = 64
-# Group ids before base64: their members spell the order in LEGACY_ORDER_WIDTH
-# decimal digits, so a queue written by an older broker keeps its index.
-LEGACY_GROUP_ID_LENGTH = 16
-LEGACY_ORDER_WIDTH = 16
+# Bytes of a group id before base64.
 GROUP_ID_BYTES = 8
-SEPARATOR = "|"
-# The job attribute that names its autocluster (group id; '' or absent: none).
-AUTOCLUSTER_ATTR = "FetchworkAutocluster"
-
-
 def _ref_names(expr_text: str) -> tuple[str, ...]:
     """Attribute names (lower case, without MY.) an expression may read of its own ad."""
     return _refs_cached(expr_text)
@@ -182,38 +164,10 @@ def watched_names(rep: Mapping[str, Any]) -> list[str]:
     return sorted(names)
 
 
-def order_text(gid: str, order: int) -> str:
-    """FetchworkOrder `order` as group `gid`'s members spell it (fixed width, sorting
-    as the number; lua/acindex.lua order_text does the same)."""
-    shifted = order + ORDER_OFFSET
-    if len(gid) == LEGACY_GROUP_ID_LENGTH:
-        return f"{shifted:0{LEGACY_ORDER_WIDTH}d}"
-    digits = []
-    for _ in range(ORDER_WIDTH):
-        shifted, digit = divmod(shifted, ORDER_BASE)
-        digits.append(chr(ORDER_ZERO + digit))
-    return "".join(reversed(digits))
-
-
-def order_value(text: str) -> int:
-    """The FetchworkOrder that order_text spelt (either way: by its width)."""
-    if len(text) == LEGACY_ORDER_WIDTH:
-        return int(text) - ORDER_OFFSET
-    shifted = 0
-    for char in text:
-        shifted = shifted * ORDER_BASE + ord(char) - ORDER_ZERO
-    return shifted - ORDER_OFFSET
-
-
-def member(gid: str, order: int, job_id: str) -> str:
-    """The `ac:members` entry of a job: sorts by group, then priority order."""
-    return f"{gid}{SEPARATOR}{order_text(gid, order)}{SEPARATOR}{job_id}"
-
-
-def parse_member(text: str) -> tuple[str, int, str]:
-    """(group id, order, job id) of an `ac:members` entry."""
-    gid, order, job_id = text.split(SEPARATOR, 2)
-    return gid, order_value(order), job_id
+def rep_entry(rep: Mapping[str, Any]) -> bytes:
+    """The `ac:reps` value: watched names (lua/acindex.lua ac_watch), a newline, the
+    representative (msgpack)."""
+    return " ".join(watched_names(rep)).encode() + b"\n" + codec.pack(dict(rep))
 
 
 def start_reads_only(slot_ad: classad2.ClassAd, names: Iterable[str]) -> bool:
@@ -247,42 +201,6 @@ def start_job_reads(slot_ad: classad2.ClassAd) -> frozenset[str] | None:
         elif lowered not in slot_names:
             reads.add(lowered)
     return frozenset(reads)
-
-
-@dataclass
-class Group:
-    """Idle jobs that share one signature, best first."""
-
-    gid: str
-    rep: dict[str, Any]
-    members: list[tuple[int, str]] = field(default_factory=list)  # (order, job id)
-
-    @property
-    def best(self) -> int:
-        return self.members[0][0]
-
-
-def group_jobs(jobs: Iterable[tuple[str, int, Mapping[str, Any]]],
-               extra: Sequence[str] = ()) -> list[Group]:
-    """Group (job id, order, attrs) by signature; groups by their best order, members by
-    order."""
-    groups: dict[str, Group] = {}
-    for job_id, order, attrs in jobs:
-        gid = group_id(signature(attrs, extra))
-        if gid not in groups:
-            groups[gid] = Group(gid, representative(attrs, extra))
-        groups[gid].members.append((order, job_id))
-    for grp in groups.values():
-        grp.members.sort()
-    return sorted(groups.values(), key=lambda grp: (grp.best, grp.gid))
-
-
-def first_matching(groups: Iterable[Group], fits: Callable[[Group], bool]) -> Group | None:
-    """The first group, in the given (best-first) order, whose representative fits."""
-    for grp in groups:
-        if fits(grp):
-            return grp
-    return None
 
 
 class Grouper:

@@ -9,11 +9,11 @@ from types import FrameType
 
 import click
 
+from fetchwork.broker.leader.service import BrokerService
 from fetchwork.config.loader import get_config
 
 from .client import Broker
 from .metrics import serve_broker_metrics
-from .service import BrokerService
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""The broker's client API, over a pool's store (store.py).
+"""The broker's client API, over a pool's store (store/__init__.py).
 
-Every state change is one Lua script (see `states.py` for the transitions);
+Every state change is one Lua script (see `store/states.py` for the transitions);
 job ads are read in bulk through read_ads.lua. Ads come back as classad2
 ClassAds with HTCondor attribute names plus `FetchworkState`. The Redis
 client must return bytes (redis-py's default); one Broker may be shared by
@@ -17,20 +17,20 @@ from typing import Any
 import classad2
 import redis
 
+from fetchwork.broker.claim.claimer import Claimer
+from fetchwork.broker.connections.durability import ReplicaWait
+from fetchwork.broker.jobpolicy.expressions import Action
+from fetchwork.broker.jobpolicy.onexit import POLICY, exit_args, finished, judge_exit
+from fetchwork.broker.scheduling.settings import scheduling_in_force
+from fetchwork.broker.store import codec
+from fetchwork.broker.store.jobads import caller_attrs
+from fetchwork.broker.submission.submitter import Submitted, Submitter
 from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
 from fetchwork.config.loader import Config, get_config
 from fetchwork.config.protocol import EXIT, EXIT_HOWS, HOLD, HoldCode, job_id_key, parse_job_id
 from fetchwork.errors import AdError, BrokerError
 
-from . import codec
-from .claiming import Claimer
-from .durability import ReplicaWait
-from .jobads import caller_attrs
-from .jobpolicy import Action
-from .policy.settings import policy_in_force
-from .policyexit import POLICY, exit_args, finished, judge_exit
 from .store import READ_BATCH, Store
-from .submitting import Submitted, Submitter
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +50,19 @@ class Broker:
         self.pool = pool
         self.keys = self.store.keys
         self.default_lease_s = config.get_duration_s("JOB_DEFAULT_LEASE_DURATION")
-        # Scheduling policy (broker/policy): None while every policy knob is 0.
-        self.policy = policy_in_force(config)
+        # Scheduling policy (broker/scheduling): None while every scheduling knob is 0.
+        self.scheduling = scheduling_in_force(config)
         self._claimer = Claimer.from_config(
             self.store, self.default_lease_s, config,
-            soft_tier=self.policy is not None and self.policy.limits_on())
-        self._submitter = Submitter(self.store, self.default_lease_s, self.policy,
+            soft_tier=self.scheduling is not None and self.scheduling.limits_on())
+        self._submitter = Submitter(self.store, self.default_lease_s, self.scheduling,
                                     config.get_bool("DEFAULT_JOB_EXCLUSIVE"),
                                     ReplicaWait.from_config(config))
 
     @classmethod
     def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:
         """A broker on the configured Redis (the embedded one, started if needed)."""
-        from .embedded import connect
+        from fetchwork.broker.connections.clients import connect
 
         config = config if config is not None else get_config()
         pool = config.require("FETCHWORK_POOL").strip()
@@ -239,7 +239,7 @@ class Broker:
     # -- the execute side --------------------------------------------------------
 
     def claim(self, slot_ad: AdLike, wait_s: float = 0.0) -> classad2.ClassAd | None:
-        """Claim the best idle job for `slot_ad` (see claiming.py); None when there is none
+        """Claim the best idle job for `slot_ad` (see claim/claimer.py); None when there is none
         within `wait_s` seconds."""
         return self._claimer.claim(slot_ad, wait_s)
 

@@ -4,7 +4,7 @@ words of the hook and starter protocols, and the names of sandbox files.
 This module sits at the bottom of the dependency graph (it imports nothing
 of fetchwork but the errors), so the broker, the hooks, the starter and the
 startd all spell these facts the same way, from here. The Lua scripts get
-the codes from here too (`broker/scripts.py` writes them into each script).
+the codes from here too (`broker/store/scripts.py` writes them into each script).
 """
 
 from __future__ import annotations

@@ -35,9 +35,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("fetchwork.broker.cli", "broker_command"),
     "hook": ("fetchwork.hooks.cli", "hook_command"),
     "config": ("fetchwork.config.cli", "config_command"),
-    "redis": ("fetchwork.broker.redis_cli", "redis_group"),
-    "acl": ("fetchwork.broker.aclcli", "acl_command"),
-    "glidein": ("fetchwork.startd.glideincli", "glidein_command"),
+    "redis": ("fetchwork.broker.connections.redis_cli", "redis_group"),
+    "acl": ("fetchwork.broker.connections.aclcli", "acl_command"),
+    "glidein": ("fetchwork.startd.glidein.cli", "glidein_command"),
     "completion": ("fetchwork.completion", "completion_command"),
 }
 

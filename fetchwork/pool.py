@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from fetchwork.broker.embedded import EmbeddedRedis, embedded_for
+from fetchwork.broker.connections.embedded import EmbeddedRedis, embedded_for
 from fetchwork.config.loader import DEFAULTS_FILE, POOL_FILE, Config
 from fetchwork.errors import FetchworkError
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.embedded import check_reachable, plain_client, plain_client_key
+from fetchwork.broker.connections.clients import check_reachable, plain_client, plain_client_key
 from fetchwork.config.loader import Config, get_config
 from fetchwork.errors import FetchworkError
 

@@ -351,7 +351,8 @@ def prepare_fork() -> None:
     """Called by the starter zygote before it forks starters: what each starter's
     first broker call needs (the client's modules, the Lua scripts' text and
     digests, the client itself, not connected) is then done once, not once per job."""
-    from fetchwork.broker import embedded, scripts  # noqa: F401 - imported ahead on purpose
+    from fetchwork.broker.connections import clients  # noqa: F401 - imported ahead on purpose
+    from fetchwork.broker.store import scripts  # noqa: F401 - imported ahead on purpose
 
     for name in (*scripts.TRANSITIONS, *scripts.STANDALONE):
         scripts.sha(name)

@@ -13,7 +13,7 @@ import classad2
 
 from fetchwork.config import ads
 
-# The name of the next dynamic slot of a partitionable slot (startd/carving.py writes it).
+# The name of the next dynamic slot of a partitionable slot (startd/slots/carving.py writes it).
 DYNAMIC_NAME_ATTR = "FetchworkDynamicSlotName"
 
 

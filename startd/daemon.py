@@ -28,19 +28,19 @@ from fetchwork.hooks.pipes import drain
 from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
 from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
-from fetchwork.startd.carving import new_carving
 from fetchwork.startd.fetchoutput import describe, log_level, note, read_fetch_output
-from fetchwork.startd.localid import name_if_anonymous
 from fetchwork.startd.metrics import serve_startd_metrics
-from fetchwork.startd.outcomes import OutcomeReporter
-from fetchwork.startd.sandboxes import remove_stale_sandboxes
 from fetchwork.startd.settings import StartdSettings, keep_slots, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.signals import SignalInbox
-from fetchwork.startd.slot import Claim, Slot, new_claim_id
-from fetchwork.startd.slotad import build_slot_ad, gather_facts, job_label, slot_name
-from fetchwork.startd.slotadcache import SlotAdCache
-from fetchwork.startd.starters import StarterSupervisor
+from fetchwork.startd.slots.carving import new_carving
+from fetchwork.startd.slots.localid import name_if_anonymous
+from fetchwork.startd.slots.slot import Claim, Slot, new_claim_id
+from fetchwork.startd.slots.slotad import build_slot_ad, gather_facts, job_label, slot_name
+from fetchwork.startd.slots.slotadcache import SlotAdCache
+from fetchwork.startd.starters.outcomes import OutcomeReporter
+from fetchwork.startd.starters.sandboxes import remove_stale_sandboxes
+from fetchwork.startd.starters.supervisor import StarterSupervisor
 from fetchwork.startd.states import Activity, State, initial_status
 from fetchwork.startd.withdrawal import Withdrawer
 

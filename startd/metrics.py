@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from fetchwork.config.loader import Config
 from fetchwork.config.metricsport import metrics_port
 from fetchwork.hooks.runner import HookResult
-from fetchwork.startd.slot import Slot
+from fetchwork.startd.slots.slot import Slot
 
 log = logging.getLogger(__name__)
 

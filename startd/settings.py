@@ -15,8 +15,8 @@ from fetchwork.errors import ConfigError
 from fetchwork.hooks.runner import HookSpec, resolve_hook
 from fetchwork.startd.fetchdelay import DEFAULT_FETCH_DELAY_S
 from fetchwork.startd.running import RunningPolicy
-from fetchwork.startd.slotad import SlotPolicy, read_policy
-from fetchwork.startd.slottypes import SlotType, machine_resources, read_slot_types
+from fetchwork.startd.slots.slotad import SlotPolicy, read_policy
+from fetchwork.startd.slots.slottypes import SlotType, machine_resources, read_slot_types
 
 log = logging.getLogger(__name__)
 

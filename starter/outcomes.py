@@ -7,7 +7,7 @@ hook gets on stdin, how the job left (`exit`, `evict`, ...), the hook
 keyword and the starter's identity. The file goes once the hook has
 succeeded. A file that outlives its starter (the hook kept failing while the
 broker was out of reach, or the starter was killed) is reported again by the
-startd (startd/outcomes.py) until a hook succeeds, so a job that finished is
+startd (startd/starters/outcomes.py) until a hook succeeds, so a job that finished is
 not run again because its report was lost.
 """
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.embedded import embedded_for
+from fetchwork.broker.connections.embedded import embedded_for
 from fetchwork.config.loader import Config
 
 

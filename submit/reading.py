@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.states import FINISHED
+from fetchwork.broker.store.states import FINISHED
 from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
 from fetchwork.config.protocol import job_id_key, parse_job_id
 from fetchwork.errors import AdError

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from fetchwork.submit.policymap import POLICY_COMMANDS
+from .jobpolicymap import POLICY_COMMANDS
 
 # Submit commands fetchwork reads (submitmap.py) or that steer the file itself.
 USED_COMMANDS = frozenset({

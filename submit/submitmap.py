@@ -22,7 +22,8 @@ from fetchwork.config import convert
 from fetchwork.config.ads import EXPR_KEY, parse_expr, unparse
 from fetchwork.config.protocol import clip
 from fetchwork.errors import AdError, SubmitFileError
-from fetchwork.submit.policymap import policy_attrs
+
+from .jobpolicymap import policy_attrs
 
 VANILLA_UNIVERSE = 5
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGTP]?)B?\s*\Z", re.I)

@@ -16,7 +16,7 @@ import classad2
 from rich import box
 from rich.table import Table
 
-from fetchwork.broker.holdtime import format_hold_until
+from fetchwork.broker.store.holdtime import format_hold_until
 from fetchwork.config.protocol import STATUS_LETTERS, STATUS_NAMES, JobStatus, ad_job_id
 
 QUEUE_COLUMNS = ("ID", "OWNER", "SUBMITTED", "RUN_TIME", "ST", "PRI", "SIZE", "CMD")

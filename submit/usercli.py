@@ -22,9 +22,9 @@ from rich.live import Live
 from rich.text import Text
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.holdtime import format_hold_until, hold_for
-from fetchwork.broker.holdtime import hold_until as parse_until
-from fetchwork.broker.states import FINISHED
+from fetchwork.broker.store.holdtime import format_hold_until, hold_for
+from fetchwork.broker.store.holdtime import hold_until as parse_until
+from fetchwork.broker.store.states import FINISHED
 from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import JobStatus, parse_job_id
@@ -175,21 +175,22 @@ def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long:
 
 
 def policy_view(view: str, ids: Sequence[str]) -> None:
-    """q -showq, -analyze IDS or -priority (submit/policyview.py)."""
-    from fetchwork.broker.policy.settings import policy_settings
-    from fetchwork.submit import policyview
+    """q -showq, -analyze IDS or -priority (submit/schedview.py)."""
+    from fetchwork.broker.scheduling.settings import scheduling_settings
+
+    from . import schedview
 
     config = Config.load()
-    broker, settings = Broker.from_config(config), policy_settings(config)
+    broker, settings = Broker.from_config(config), scheduling_settings(config)
     if view == "showq":
-        click.echo(policyview.showq(broker, settings), nl=False)
+        click.echo(schedview.showq(broker, settings), nl=False)
     elif view == "priority":
-        table_console().print(policyview.priority_table(broker, settings))
+        table_console().print(schedview.priority_table(broker, settings))
     elif not ids:
         raise click.UsageError("-analyze needs job ids (C.P)")
     else:
         for job_id in ids:
-            click.echo(policyview.analyze(broker, settings, job_id.strip()))
+            click.echo(schedview.analyze(broker, settings, job_id.strip()))
 
 
 def _queue_view(ads: Sequence[Any], width: int | None = None) -> Group:

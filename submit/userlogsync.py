@@ -14,9 +14,9 @@ from typing import Any
 
 import click
 
-from fetchwork.broker import codec
 from fetchwork.broker.client import Broker
-from fetchwork.broker.userlog import stream_id
+from fetchwork.broker.store import codec
+from fetchwork.broker.userlog.writer import stream_id
 from fetchwork.config.loader import Config
 from fetchwork.errors import SubmitFileError
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from fetchwork.broker.embedded import EmbeddedRedis
+from fetchwork.broker.connections.embedded import EmbeddedRedis
 from fetchwork.config.loader import Config
-from tests.folders import open_folder
-from tests.starter_bench import Bench
+from tests.support.folders import open_folder
+from tests.support.starter_bench import Bench
 
 
 @pytest.fixture(scope="session")

@@ -26,13 +26,12 @@ from typing import Any
 import classad2
 import redis
 
+from fetchwork.broker.autoclusters import signature, start_job_reads
+from fetchwork.broker.store import Store, codec
 from fetchwork.config.ads import from_dict
 from fetchwork.config.matching import matches
 from fetchwork.errors import AdError, FetchworkError
 
-from .. import codec
-from ..autoclusters import signature, start_job_reads
-from ..store import Store
 from .plan import DEPTH, Machine, Plan, Reservation, Running, Waiting, plan, to_record
 from .pool import ideal_slots_by_machine, machines_of, running_of, waiting_of
 

@@ -17,7 +17,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..policy.snapshot import walltime_of
+from fetchwork.broker.store.jobads import walltime_of
+
 from .plan import Machine, Resources, Running, Waiting
 
 # Slot ad attributes that say the slot is busy or small right now: an ideal slot

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fetchwork.broker.store.states import is_managed
 from fetchwork.config.protocol import clip
 
-from ..states import is_managed
 from .runner import FilterRun
 
 SUBMISSION, ACTIVATION = "submission", "activation"

@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..states import PRIO_SCALE
+from fetchwork.broker.store.states import PRIO_SCALE
+
 from .settings import FilterSettings
 from .templates import TEMPLATE_ATTR
 
@@ -104,7 +105,7 @@ class ClaimView:
     reserved_job: str | None = None
     # (job id, group), lowest groups first.
     blocks: tuple[tuple[str, int], ...] = ()
-    # The leader's backfill reservation, as stored (broker/backfill/claimside.py reads it).
+    # The leader's backfill reservation, as stored (broker/claim/backfill.py reads it).
     backfill: bytes | None = None
 
     @property

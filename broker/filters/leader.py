@@ -21,15 +21,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from fetchwork.broker.autoclusters import Grouper, rep_entry
+from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
+from fetchwork.broker.store.jobads import ad_prio
+from fetchwork.broker.store.states import State, clamp_prio, is_managed
 from fetchwork.config.ads import from_dict
 from fetchwork.errors import AdError
 
-from .. import codec
-from ..autoclusters import AUTOCLUSTER_ATTR
-from ..groupindex import assign_one
-from ..matching import ad_prio
-from ..states import State, clamp_prio, is_managed
-from ..store import Store
 from .admission import activate, admit
 from .chain import Call, revert
 from .codes import Activation, backfill_action
@@ -169,7 +168,7 @@ class FilterLeader:
         deleted, stored = changed_fields(data, admission.ad)
         if deleted or stored:  # what a match reads of the job may have changed
             merged = {name: value for name, value in data.items() if name not in deleted}
-            stored[AUTOCLUSTER_ATTR] = assign_one(self.store, {**merged, **stored})
+            stored[AUTOCLUSTER_ATTR] = _assign_autocluster(self.store, {**merged, **stored})
         try:
             prio = clamp_prio(ad_prio(from_dict(admission.ad)))
         except AdError:
@@ -253,3 +252,12 @@ def request_facts(request: Mapping[bytes, bytes]) -> tuple[Facts, float]:
                   backfill=False, resource_count=int(cpus) if isinstance(cpus, int) else 1,
                   slot_ad=slot_ad)
     return facts, int(field("deadline")) / 1000.0
+
+
+def _assign_autocluster(store: Store, attrs: dict[str, Any]) -> str:
+    """A job's autocluster after its attributes changed (admission): its representative
+    is written when new; FetchworkAutocluster is set in `attrs`."""
+    grouper = Grouper()
+    gid = attrs[AUTOCLUSTER_ATTR] = grouper.gid(attrs)
+    store.client.hsetnx(store.keys.ac_reps, gid, rep_entry(grouper.reps[gid]))
+    return gid

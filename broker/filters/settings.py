@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fetchwork.broker.store.holdtime import check_default_hold_s
 from fetchwork.config.argsyntax import parse_hook_args
 from fetchwork.config.loader import Config
 from fetchwork.errors import ArgSyntaxError, ConfigError
 
-from ..holdtime import check_default_hold_s
 from .codes import ACTIVATION, SUBMISSION
 from .runner import FilterSpec
 from .templates import JobTemplate, load_templates

@@ -1,0 +1,270 @@
+"""Claiming: match idle jobs against a slot in priority order, then claim one atomically.
+
+Candidates are the idle jobs of the autoclusters that match the slot
+(claim/index.py), read in batches (small first, growing up to
+BROKER_CLAIM_SCAN_BATCH) in idle order, paging by score. The first match is
+claimed by claim.lua, which succeeds only while the job is still idle; a lost
+race moves on to the next candidate. With `wait_s` > 0 and nothing claimable, the claimer blocks on
+the event stream (XREAD BLOCK) from the last event seen before the scan and
+scans again when a job became IDLE, until the deadline: no busy polling.
+
+Activation (claim/activation.py): the first read also brings what the
+leader's activation filters left for this slot (reservation, blocks); jobs
+they hold back are not offered, and a job that claim.lua made ACTIVATING
+ends the claim with the leader's verdict: the job, or None.
+
+Backfill (broker/backfill): each candidate also passes the backfill check
+against the leader's reservation, read in the first round trip: a job below
+the reserved one is offered only when it does not delay its start. With
+MATCH_SORT_WINDOW set, a waiting claim registers its slot, and a claim gives
+way to a better waiting slot (more Memory, then Mips) for up to that window.
+
+Scheduling policy (broker/scheduling): with limits set, a slot no IDLE job fits
+may take a job BLOCKED only by a soft PS limit (the soft set), as a last
+resort; claim.lua re-checks every job's PS budget.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import classad2
+import msgpack
+
+from fetchwork.broker.backfill.plan import Reservation
+from fetchwork.broker.filters.gate import ClaimView, block_floor, group_of, may_offer
+from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store.jobads import slot_name
+from fetchwork.config.ads import from_dict
+from fetchwork.config.loader import Config
+from fetchwork.config.matching import matches
+from fetchwork.errors import AdError
+
+from .activation import ActivationClaims, is_activation
+from .backfill import BackfillCheck
+from .index import GroupIndex, GroupWalk, IdleWalk
+from .quiet import QuietClaim
+from .sorting import SlotSorting
+
+log = logging.getLogger(__name__)
+
+FIRST_BATCH = 8
+# Matched candidates offered to one claim.lua call: fewer round trips lost
+# when many slots race for the head of the queue.
+CLAIM_GROUP = 4
+GROWTH = 4
+# Longest single XREAD BLOCK (the wait loops until its deadline): well inside
+# a client's socket timeout (redis-py's default is 5 s).
+MAX_BLOCK_MS = 2000
+
+
+class Claimer:
+    """Claims jobs of one pool for slots; leases last `default_lease_s` unless the job
+    says JobLeaseDuration; scans read at most `scan_batch` idle jobs at a time."""
+
+    def __init__(self, store: Store, default_lease_s: float, scan_batch: int,
+                 soft_tier: bool = False, backfill: BackfillCheck | None = None,
+                 sorting: SlotSorting | None = None):
+        self.store = store
+        # The check of each candidate against the leader's backfill reservation.
+        self.backfill = backfill or BackfillCheck()
+        # MATCH_SORT_WINDOW: a waiting claim registers its slot; a claim gives way to
+        # a better waiting slot before it takes a job (off by default).
+        self.sorting = sorting or SlotSorting(store)
+        self.default_lease_s = default_lease_s
+        self.scan_batch = scan_batch
+        self.activation = ActivationClaims(store)
+        self.groups = GroupIndex(store)
+        self.quiet = QuietClaim(store, self.groups, default_lease_s)
+        # Scheduling policy limits are set: scan the soft set when nothing else fits.
+        self.soft_tier = soft_tier
+
+    @classmethod
+    def from_config(cls, store: Store, default_lease_s: float, config: Config,
+                    soft_tier: bool) -> Claimer:
+        """A claimer with the configured scan batch, backfill check and resource sorting."""
+        return cls(store, default_lease_s, max(1, config.get_int("BROKER_CLAIM_SCAN_BATCH")),
+                   soft_tier=soft_tier, backfill=BackfillCheck.from_config(config),
+                   sorting=SlotSorting(store, config.get_float("MATCH_SORT_WINDOW")))
+
+    def claim(self, slot_ad: classad2.ClassAd | Mapping[str, Any],
+              wait_s: float = 0.0) -> classad2.ClassAd | None:
+        slot = slot_ad if isinstance(slot_ad, classad2.ClassAd) else from_dict(slot_ad)
+        name = slot_name(slot)
+        if wait_s <= 0:
+            return self._find(slot, name)[0]
+        deadline = time.monotonic() + wait_s
+        last_id = self.store.last_event_id()
+        try:
+            while True:
+                job, final = self._find(slot, name)
+                if job is not None or final:
+                    return job
+                self.sorting.register(slot, name, deadline)
+                next_id = self._wait_for_idle(last_id, deadline)
+                if next_id is None:
+                    return None
+                last_id = next_id
+        finally:
+            self.sorting.unregister(name)
+
+    def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
+        """The scan of the idle set; then, with the soft tier, of the soft set (with the
+        activation view the first read brought). The quiet claim first, in one call."""
+        if not self.sorting.on:
+            decided, job = self.quiet.claim(slot, name)
+            if decided and (job is not None or not self.soft_tier):
+                return job, False
+        rows, view, groups = self.activation.first_read(name, FIRST_BATCH, self.groups.read)
+        walk = self.groups.walk(slot, rows, groups[0])
+        claimed = self._scan(slot, name, walk.rows_after(None, FIRST_BATCH), view, walk)
+        if claimed != (None, False) or not self.soft_tier:
+            return claimed
+        rows = self.store.client.zrangebyscore(self.store.keys.soft, "-inf", "+inf", start=0,
+                                               num=max(self.scan_batch, FIRST_BATCH),
+                                               withscores=True)
+        return self._offer(rows, slot, name, view, last_resort=True) if rows else claimed
+
+    def _scan(self, slot: classad2.ClassAd, name: str, rows: list[tuple[bytes, float]],
+              view: ClaimView, walk: GroupWalk | IdleWalk
+              ) -> tuple[classad2.ClassAd | None, bool]:
+        """(the claimed job or None, whether an activation verdict ended the claim), from
+        the first `rows` of the walk on."""
+        batch = FIRST_BATCH
+        if not view.quiet:
+            return self._scan_held_back(slot, name, view, rows, walk)
+        while True:
+            if not rows:
+                return None, False
+            claimed = self._offer(rows, slot, name, view, prechecked=walk.prechecked)
+            if claimed != (None, False) or len(rows) < batch \
+                    or self.backfill.all_held_back(rows[-1][1], view.backfill):
+                return claimed
+            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+            rows = walk.rows_after(rows[-1][1], batch)
+
+    def _scan_held_back(self, slot: classad2.ClassAd, name: str, view: ClaimView,
+                        rows: list[tuple[bytes, float]], walk: GroupWalk | IdleWalk
+                        ) -> tuple[classad2.ClassAd | None, bool]:
+        """The scan when activation may hold jobs back: a reserved slot looks at its job
+        only; past the first blocked priority group, only the blockers remain; jobs
+        reserved for other slots or not due for evaluation are passed over."""
+        client, keys = self.store.client, self.store.keys
+        if view.reserved_job is not None:
+            score = client.zscore(keys.idle, view.reserved_job)
+            rows = [] if score is None else [(view.reserved_job.encode(), score)]
+            return self._offer(rows, slot, name, view) if rows else (None, False)
+        floor = block_floor(view)
+        batch = FIRST_BATCH
+        while rows:
+            before = [row for row in rows if floor is None or group_of(row[1]) < floor]
+            claimed = (self._offer(before, slot, name, view, prechecked=walk.prechecked)
+                       if before else (None, False))
+            if claimed != (None, False):
+                return claimed
+            if len(before) < len(rows) or len(rows) < batch:
+                break
+            batch = min(batch * GROWTH, max(self.scan_batch, FIRST_BATCH))
+            rows = walk.rows_after(rows[-1][1], batch)
+        blockers = [job for job, _group in view.blocks]
+        scores = client.zmscore(keys.idle, blockers) if blockers else []
+        rows = [(job.encode(), score) for job, score in zip(blockers, scores, strict=True)
+                if score is not None]
+        return self._offer(sorted(rows, key=lambda row: row[1]), slot, name, view)
+
+    def _offer(self, rows: list[tuple[bytes, float]], slot: classad2.ClassAd, name: str,
+               view: ClaimView, last_resort: bool = False, prechecked: set[str] | None = None
+               ) -> tuple[classad2.ClassAd | None, bool]:
+        """Offer the matching jobs among `rows` to claim.lua, a few at a time (jobs in
+        `prechecked` matched through their autocluster)."""
+        reservation = self.backfill.reservation_of(view.backfill)
+        # Looked for once, and only when the reservation would hold a job back.
+        lapsed = functools.cache(functools.partial(self._lapsed, reservation))
+        offerable = self.backfill.offerable(rows, reservation, last_resort)
+        if len(offerable) < len(rows) and lapsed():
+            reservation, offerable = None, rows
+        scores = {codec.text(member): score for member, score in offerable}
+        now_ms = time.time() * 1000
+        matched: list[str] = []
+        for job_id, data in self.store.hashes(list(scores)):
+            if view.quiet or may_offer(job_id, data, scores[job_id], view, name, now_ms):
+                order = None if last_resort else scores[job_id]
+                allowed = self.backfill.verdict(job_id, data, order, name, reservation,
+                                                now_ms / 1000).allowed
+                if not allowed and lapsed():
+                    reservation, allowed = None, True
+                if allowed and ((prechecked and job_id in prechecked)
+                                or self._fits(job_id, data, slot)):
+                    matched.append(job_id)
+            if len(matched) == CLAIM_GROUP:
+                claimed = self._claim_first(matched, slot, name, view, last_resort)
+                if claimed != (None, False):
+                    return claimed
+                matched = []
+        if matched:
+            return self._claim_first(matched, slot, name, view, last_resort)
+        return None, False
+
+    def _lapsed(self, reservation: Reservation | None) -> bool:
+        """Whether the reservation the leader last stored names a job no longer idle: it
+        started (or was removed or held) since that pass, so it holds no job back (the
+        leader's next pass, due at once on its event, stores the next one)."""
+        return reservation is not None and self.store.client.zscore(
+            self.store.keys.idle, reservation.job_id) is None
+
+    @staticmethod
+    def _fits(job_id: str, data: dict[str, Any], slot: classad2.ClassAd) -> bool:
+        try:
+            job = from_dict(data)
+        except AdError as exc:
+            log.warning("skipping job %s: unreadable ad: %s", job_id, exc)
+            return False
+        return matches(job, slot)
+
+    def _claim_first(self, job_ids: list[str], slot: classad2.ClassAd, name: str,
+                     view: ClaimView, last_resort: bool = False
+                     ) -> tuple[classad2.ClassAd | None, bool]:
+        """claim.lua on matched candidates: the first one still idle is ours (or, with an
+        activation chain, the leader's verdict on it decides, and ends the claim)."""
+        self.sorting.give_way(job_ids[0], slot, name)
+        token = uuid.uuid4().hex
+        keys = self.store.keys
+        policy_keys = [keys.ps_ledger, keys.soft] if last_resort else [keys.ps_ledger]
+        reply = self.store.run("claim", job_ids,
+                               [token, name, str(self.default_lease_s),
+                                self.activation.slot_ad_arg(view, slot), *job_ids],
+                               extra_keys=[keys.activation(token), *policy_keys])
+        if reply is None:
+            return None, False
+        job_id, flat = msgpack.unpackb(reply, raw=True)
+        if is_activation((job_id, flat)):
+            ad = self.activation.await_verdict(job_id.decode(), token, view.summary.wait_ms)
+            return ad, True
+        log.debug("job %s claimed by %s", job_id.decode(), name)
+        return from_dict(codec.decode_flat(flat)), False
+
+    def _wait_for_idle(self, last_id: str, deadline: float) -> str | None:
+        """Block until an event shows a job becoming IDLE; its id, or None at the deadline."""
+        while True:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                return None
+            events = self.store.events(last_id, block_ms=min(remaining_ms, MAX_BLOCK_MS),
+                                        count=100)
+            for event_id, fields in events:
+                last_id = event_id
+                if fields.get("state") == "IDLE":
+                    # Read on to the newest event before scanning again.
+                    return self._newest(last_id)
+
+    def _newest(self, last_id: str) -> str:
+        while True:
+            more = self.store.events(last_id, count=1000)
+            if not more:
+                return last_id
+            last_id = more[-1][0]

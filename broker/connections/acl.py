@@ -1,0 +1,104 @@
+"""Redis ACL rules for the roles of one pool: submitter, execute and admin.
+
+Every job transition script takes the same nine pool keys, and Redis checks
+a script's declared keys (and each command the script runs) against the
+caller's permissions, so key patterns alone cannot tell a claim from a
+submit. Each role is therefore allowed EVALSHA only with the SHA1 of its own
+scripts (Redis's first-argument rule, `+evalsha|<sha1>`), plus the plain
+commands its reads and its scripts' bodies use, all on the pool's keys
+(`~fw:{P}:*`). ACL selectors give the execute role SET only on slot ads, and
+DEL only on the activation request and reply keys of its claims.
+No role may run commands without keys that reach beyond the pool (KEYS,
+SCAN, FLUSHALL, CONFIG, ...). The SHA1s change when the scripts change, so
+print the rules again after an upgrade.
+
+Redis runs a script's commands with the caller's rights, so a role can also
+send those same commands itself: the rules keep each role to its own
+scripts and to its pool, and keep the execute side away from submitting,
+removing, holding and releasing jobs and from every other pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from fetchwork.broker.store.keys import PoolKeys
+from fetchwork.broker.store.scripts import sha
+
+ROLES = ("submitter", "execute", "admin")
+
+# Commands both roles send themselves: reads of the pool's keys, pipelines,
+# loading a script the server lacks, choosing the database.
+COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|load",
+          "get", "mget", "exists", "type", "pttl", "hget", "hmget", "hgetall", "hkeys", "hlen",
+          "zrange", "zrangebyscore", "zrevrange", "zrevrangebyscore", "zscore", "zmscore",
+          "zrank", "zcard", "zrangebylex",
+          "zcount", "xread", "xrange", "xrevrange", "xlen")
+# On Redis Cluster (FETCHWORK_BROKER_CLUSTER): reading the slot map to find the pool's master.
+CLUSTER_MAP = ("cluster|slots",)
+# Commands the bodies of the job transition scripts run (the LIBRARY parts and each script).
+SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zadd", "zrem", "xadd", "hsetnx")
+
+SCRIPTS = {
+    "submitter": ("stage", "submit", "remove", "hold", "release", "requeue", "read_ads",
+                  "read_fields", "read_ids"),
+    "execute": ("claim", "reject", "renew", "finish", "activate_abandon", "read_ads",
+                "read_fields", "read_ids", "policy_exit", "read_groups"),
+}
+# Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers;
+# WAIT: FETCHWORK_BROKER_WAIT_REPLICAS, broker/connections/durability.py).
+OWN = {"submitter": ("incr", "incrby", "sadd", "wait"), "execute": ()}
+# Kept from the admin too: commands whose reach is the whole server, not one pool.
+SERVER_WIDE = ("keys", "scan", "randomkey", "flushall", "flushdb", "swapdb", "config", "debug",
+               "shutdown", "monitor", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",
+               "module", "acl", "client", "cluster", "failover", "migrate", "sync", "psync",
+               "info", "script|flush", "script|kill", "function")
+
+
+def pool_pattern(pool: str, suffix: str = "*") -> str:
+    """The ACL key pattern `fw:{P}:<suffix>`, with glob characters of the pool name escaped."""
+    prefix = PoolKeys(pool).prefix
+    return re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + suffix
+
+
+def role_rules(role: str, pool: str) -> list[str]:
+    """The ACL rules (without user name or password) of `role` for pool `pool`."""
+    keys = f"~{pool_pattern(pool)}"
+    if role == "admin":
+        return ["resetkeys", keys, "resetchannels", "+@all",
+                *(f"-{command}" for command in SERVER_WIDE),
+                *(f"+{command}" for command in CLUSTER_MAP)]
+    if role not in SCRIPTS:
+        raise ValueError(f"unknown role {role!r} (roles: {', '.join(ROLES)})")
+    rules = ["resetkeys", keys, "resetchannels", "-@all"]
+    rules += [f"+{command}" for command in (*COMMON, *CLUSTER_MAP, *SCRIPT_BODIES, *OWN[role])]
+    rules += [f"+evalsha|{sha(name)}" for name in SCRIPTS[role]]
+    if role == "execute":
+        # Publishing slot ads: SET and the expiry sweep only on the slot keys
+        # (DEL withdraws the ad of a slot whose startd exits).
+        rules.append(f"(~{pool_pattern(pool, 'slot:*')} ~{pool_pattern(pool, 'slots')} "
+                     "+set +zremrangebyscore +del)")
+        # A claim that waits for the activation filters: its request and reply keys,
+        # and the pass counter in the filter summary.
+        rules.append(f"(~{pool_pattern(pool, 'activation:*')} +pexpire +blpop +del)")
+        rules.append(f"(~{pool_pattern(pool, 'filters')} +hincrby)")
+    return rules
+
+
+def default_user(role: str, pool: str) -> str:
+    return f"fw-{pool}-{role}"
+
+
+def password_rule(password: str | None) -> str:
+    """`#<sha256>` for a password (the clear text never goes into the rules), else none."""
+    if password is None:
+        return "resetpass"
+    return "#" + hashlib.sha256(password.encode("utf-8")).hexdigest()
+
+
+def user_line(user: str, role: str, pool: str, password: str | None,
+              as_command: bool = False) -> str:
+    """One ACL file line (`user NAME ...`), or the ACL SETUSER command, for a role."""
+    words = [user, "reset", "on", password_rule(password), *role_rules(role, pool)]
+    return ("ACL SETUSER " if as_command else "user ") + " ".join(words)

@@ -1,0 +1,112 @@
+"""The key schema of a pool: the only place that spells Redis key names.
+
+Every key of pool P carries the hash tag `{P}`, so all of a pool's keys live
+in one Redis Cluster slot and every Lua script touches one slot.
+
+    fw:{P}:job:<C.P>     hash: one field per job ad attribute, msgpack values: the job's own,
+                         over the cluster's while linked (lua/jobad.lua)
+    fw:{P}:cluster:<C>   hash: the attributes the procs of cluster C share, stored once
+    fw:{P}:queue         zset: jobs not yet finished, scored by submission order
+    fw:{P}:idle          zset: IDLE jobs, scored by (-JobPrio, submission order)
+    fw:{P}:running       zset: claimed jobs, scored by lease expiry (ms)
+    fw:{P}:history       zset: COMPLETED/REMOVED/FAILED jobs, scored by end time (ms)
+    fw:{P}:events        stream: one entry per transition
+    fw:{P}:clusters      hash: cluster number -> the submission that owns it
+    fw:{P}:counter:<n>   string: counters (cluster, seq, head)
+    fw:{P}:slot:<name>   string: a published slot ad (msgpack), with a TTL
+    fw:{P}:slots         zset: published slot names, scored by expiry (ms)
+    fw:{P}:leader        string: the broker replica holding leadership, with a TTL
+    fw:{P}:filters       hash: the leader's filter summary (filters/gate.py), the pass counter
+    fw:{P}:validating    zset: VALIDATING jobs (submission filters pending), scored by sequence
+    fw:{P}:activating    zset: ACTIVATING jobs (activation chain running), scored by deadline (ms)
+    fw:{P}:blocks        zset: jobs whose activation answered 1, scored by priority group
+    fw:{P}:reservations  hash: slot name -> the job an activation answer 2 reserved it for
+    fw:{P}:holds         zset: held jobs with a HoldUntil, scored by it (s)
+    fw:{P}:activation:<token>        hash: a claim's activation request (slot ad, facts)
+    fw:{P}:activation:<token>:reply  list: the leader's verdict for that claim
+    fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
+    fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
+    fw:{P}:userlog       string: id of the last event the leader wrote to the jobs' user logs
+    fw:{P}:periodic      zset: jobs with a PeriodicHold/Release/Remove expression, by sequence
+    fw:{P}:depwait       set: jobs waiting on dependencies (FetchworkWaitingOn set)
+    fw:{P}:dependents:<C.P>  set: the jobs that wait on job C.P
+    fw:{P}:ac:groups     zset: autoclusters with idle jobs, scored by their best idle score
+    fw:{P}:ac:members    zset: idle jobs by autocluster then score, by lex (broker/claim/index.py)
+    fw:{P}:ac:reps       hash: autocluster -> what a match reads of its jobs
+    fw:{P}:backfill      string: the leader's backfill reservation (msgpack, backfill/plan.py)
+    fw:{P}:sortslots     hash: slot name -> its ad while it waits for work (claim/sorting.py)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+def _named(suffix: str) -> Any:
+    """A read-only attribute: the pool's key `fw:{P}:<suffix>`."""
+    return property(lambda self: f"{self.prefix}{suffix}", doc=f"fw:{{P}}:{suffix}")
+
+
+@dataclass(frozen=True)
+class PoolKeys:
+    """Key builders for one pool."""
+
+    pool: str
+
+    def __post_init__(self) -> None:
+        if not self.pool or any(ch in self.pool for ch in "{}: \t\n"):
+            raise ValueError(f"pool name {self.pool!r} must be non-empty without braces, "
+                             "colons or spaces")
+
+    @property
+    def prefix(self) -> str:
+        return f"fw:{{{self.pool}}}:"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    def cluster(self, cluster: int | str) -> str:
+        """The cluster ad of cluster number `cluster` (lua/jobad.lua makes the same name)."""
+        return f"{self.prefix}cluster:{cluster}"
+
+    def slot(self, name: str) -> str:
+        return f"{self.prefix}slot:{name}"
+
+    # The pool's fixed keys, one per line: attribute = its name after the prefix.
+    queue = _named("queue")
+    idle = _named("idle")
+    running = _named("running")
+    history = _named("history")
+    events = _named("events")
+    clusters = _named("clusters")
+    cluster_counter = _named("counter:cluster")
+    seq_counter = _named("counter:seq")
+    head_counter = _named("counter:head")
+    slots = _named("slots")
+    leader = _named("leader")
+    filters = _named("filters")
+    validating = _named("validating")
+    activating = _named("activating")
+    blocks = _named("blocks")
+    reservations = _named("reservations")
+    holds = _named("holds")
+    soft = _named("soft")
+    ps_ledger = _named("psledger")
+    userlog = _named("userlog")
+    periodic = _named("periodic")
+    dep_waiting = _named("depwait")
+    ac_groups = _named("ac:groups")
+    ac_members = _named("ac:members")
+    ac_reps = _named("ac:reps")
+
+    def dependents(self, job_id: str) -> str:
+        return f"{self.prefix}dependents:{job_id}"
+    backfill = _named("backfill")
+    sortslots = _named("sortslots")
+
+    def activation(self, token: str) -> str:
+        return f"{self.prefix}activation:{token}"
+
+    def activation_reply(self, token: str) -> str:
+        return f"{self.prefix}activation:{token}:reply"

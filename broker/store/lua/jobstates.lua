@@ -1,0 +1,269 @@
+-- jobstates.lua: the job state changes the transition scripts share;
+-- store/scripts.py puts it after lib.lua and acindex.lua, before each script.
+
+local function hset_chunked(key, flat, first, last)
+  return call_chunked('HSET', key, flat, first, last, 200)
+end
+
+-- Store caller attributes ARGV[first..last] (name, packed value pairs); a
+-- field that differs from a new name only in case is dropped, because ClassAd
+-- names are case-insensitive (one of the cluster's: the job is unlinked first).
+local function store_attrs(key, first, last)
+  if last < first then return end
+  ac_watch(key, first, last)
+  local lower, from_cluster = ad_names(key)
+  for i = first, last, 2 do
+    local low = string.lower(ARGV[i])
+    local old = lower[low]
+    if old and old ~= ARGV[i] then
+      if from_cluster[low] then
+        detach(key)
+        from_cluster = {}
+      end
+      redis.call('HDEL', key, old)
+    end
+  end
+  hset_chunked(key, ARGV, first, last)
+end
+
+local function event(kind, id, state, status, ...)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', MAXLEN, '*',
+             'type', kind, 'job', id, 'state', state, 'status', tostring(status), ...)
+end
+
+local function set_state(key, state, status)
+  setv(key, 'FetchworkState', state)
+  setv(key, 'JobStatus', status)
+  setv(key, 'EnteredCurrentStatus', NOW_S)
+end
+
+-- A claimed job keeps its state and claim while its JobStatus shows a
+-- pending removal or hold (or its cancellation); one event says so.
+local function set_pending_status(key, id, kind, state, status)
+  setv(key, 'JobStatus', status)
+  setv(key, 'EnteredCurrentStatus', NOW_S)
+  event(kind, id, state, status)
+end
+
+local function is_claimed(state)
+  return state == 'RUNNING' or state == 'SUSPENDED'
+end
+
+-- The claim named by `token` on a job, or nil when the job is gone or the
+-- claim is not (any longer) the caller's.
+local function own_claim(key, token)
+  local state = getv(key, 'FetchworkState')
+  if not state or not is_claimed(state) then return nil end
+  if getv(key, 'FetchworkClaim') ~= token then return nil end
+  return state
+end
+
+local function lease_ms(key, default_s)
+  local lease = getv(key, 'JobLeaseDuration')
+  if type(lease) ~= 'number' or lease <= 0 then lease = tonumber(default_s) end
+  return lease * 1000
+end
+
+-- The run that ends with a claim, counted as HTCondor's schedd counts it:
+-- its wall time (claim to end, whole seconds) joins RemoteWallClockTime, and
+-- times RequestCpus (1 unless a number) CumulativeSlotTime.
+local function account_run(key)
+  local started = tonumber(getv(key, 'JobCurrentStartDate'))
+  if not started then return end
+  local wall = math.max(0, NOW_S - started)
+  local cpus = tonumber(getv(key, 'RequestCpus')) or 1
+  setv(key, 'LastRemoteWallClockTime', wall)
+  setv(key, 'RemoteWallClockTime', (tonumber(getv(key, 'RemoteWallClockTime')) or 0) + wall)
+  setv(key, 'CumulativeSlotTime', (tonumber(getv(key, 'CumulativeSlotTime')) or 0) + wall * cpus)
+end
+
+-- RUNNING|SUSPENDED -> (not claimed): forget the slot and the lease; the
+-- run's accounting is done and JobState (the starter's word for a job on a
+-- slot) goes.
+local function leave_claim(key, id)
+  account_run(key)
+  hdel(key, 'JobState')
+  redis.call('ZREM', K_RUNNING, id)
+  local host = hget_raw(key, 'RemoteHost')
+  if host then redis.call('HSET', key, 'LastRemoteHost', host) end
+  hdel(key, 'RemoteHost', 'FetchworkClaim', 'FetchworkLeaseExpiry')
+end
+
+-- The priority group of an idle score (-JobPrio; see filters/gate.py group_of).
+local function group_of(order)
+  return math.floor(order / PRIO_SCALE + 0.5)
+end
+
+-- Whether the job is ACTIVATING under the claim named by `token`.
+local function own_activation(key, token)
+  return getv(key, 'FetchworkState') == 'ACTIVATING' and getv(key, 'FetchworkClaim') == token
+end
+
+-- ACTIVATING -> (not activating): forget the claim that asked.
+local function leave_activation(key, id)
+  redis.call('ZREM', K_ACTIVATING, id)
+  hdel(key, 'FetchworkClaim', 'FetchworkActivationSlot')
+end
+
+-- What activation left on a job that starts, is held or leaves the queue:
+-- its block, its slot reservation, its next evaluation time.
+local function forget_activation(key, id)
+  redis.call('ZREM', K_ACTIVATING, id)
+  redis.call('ZREM', K_VALIDATING, id)
+  redis.call('ZREM', K_BLOCKS, id)
+  local slot = getv(key, 'FetchworkReservedSlot')
+  if slot and redis.call('HGET', K_RESERVATIONS, slot) == id then
+    redis.call('HDEL', K_RESERVATIONS, slot)
+  end
+  hdel(key, 'FetchworkReservedSlot', 'FetchworkActivateAfter')
+end
+
+-- The leader's verdict for a waiting claim: one entry on its reply list.
+local function answer(reply, value, ttl_ms)
+  redis.call('RPUSH', reply, value)
+  redis.call('PEXPIRE', reply, ttl_ms)
+end
+
+-- (not running) -> RUNNING under claim `token` on `slot`: the lease starts,
+-- HoldUntil is cleared. Returns cmsgpack {job id, the job's ad flat (ad_flat)}.
+local function start_claim(key, id, token, slot, default_lease_s)
+  local expiry = NOW + lease_ms(key, default_lease_s)
+  idle_remove(key, id)
+  redis.call('ZADD', K_RUNNING, score(expiry), id)
+  forget_activation(key, id)
+  redis.call('ZREM', K_HOLDS, id)
+  hdel(key, 'HoldUntil', 'FetchworkActivationReason', 'FetchworkActivationSlot')
+  setv(key, 'RemoteHost', slot)
+  setv(key, 'FetchworkClaim', token)
+  setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
+  setv(key, 'NumJobMatches', (tonumber(getv(key, 'NumJobMatches')) or 0) + 1)
+  -- A run starts: JobStartDate is the first one's, JobCurrentStartDate this one's.
+  local previous = getv(key, 'JobCurrentStartDate')
+  if previous then setv(key, 'JobLastStartDate', previous) end
+  if not getv(key, 'JobStartDate') then setv(key, 'JobStartDate', NOW_S) end
+  setv(key, 'JobCurrentStartDate', NOW_S)
+  setv(key, 'JobRunCount', (tonumber(getv(key, 'JobRunCount')) or 0) + 1)
+  setv(key, 'NumJobStarts', (tonumber(getv(key, 'NumJobStarts')) or 0) + 1)
+  set_state(key, 'RUNNING', STATUS_RUNNING)
+  event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
+  return cmsgpack.pack({id, ad_flat(key)})
+end
+
+-- A job still waiting on dependencies (FetchworkWaitingOn, see
+-- broker/dependencies/resolver.py): it may not become IDLE.
+local function waits_on_deps(key)
+  return hget_raw(key, 'FetchworkWaitingOn') ~= false
+end
+
+-- -> IDLE, at the job's place in the idle order; a job waiting on
+-- dependencies goes BLOCKED instead (a release, an admission).
+local function to_idle(key, id, kind, ...)
+  if waits_on_deps(key) then
+    set_state(key, 'BLOCKED', STATUS_IDLE)
+    event(kind, id, 'BLOCKED', STATUS_IDLE, ...)
+    return
+  end
+  idle_add(key, id, getv(key, 'FetchworkOrder') or 0)
+  set_state(key, 'IDLE', STATUS_IDLE)
+  event(kind, id, 'IDLE', STATUS_IDLE, ...)
+end
+
+-- -> HELD
+local function to_held(key, id, kind, reason, code, subcode)
+  idle_remove(key, id)
+  forget_activation(key, id)
+  if reason then setv(key, 'HoldReason', reason) end
+  if code then setv(key, 'HoldReasonCode', code) end
+  if subcode then setv(key, 'HoldReasonSubCode', subcode) end
+  set_state(key, 'HELD', STATUS_HELD)
+  -- The hold's reason, code and subcode ride on the event (the user log's 012).
+  event(kind, id, 'HELD', STATUS_HELD, 'hold_reason', getv(key, 'HoldReason') or '',
+        'hold_code', tostring(getv(key, 'HoldReasonCode') or 0),
+        'hold_subcode', tostring(getv(key, 'HoldReasonSubCode') or 0))
+end
+
+-- -> COMPLETED | REMOVED | FAILED: out of the queue, into history.
+local function to_history(key, id, kind, state, status)
+  detach(key)  -- history keeps the whole ad (read while the job is still queued)
+  redis.call('ZREM', K_QUEUE, id)
+  idle_remove(key, id)
+  redis.call('ZREM', K_HOLDS, id)
+  forget_activation(key, id)
+  redis.call('ZADD', K_HISTORY, score(NOW), id)
+  if state == 'COMPLETED' then setv(key, 'CompletionDate', NOW_S) end
+  set_state(key, state, status)
+  event(kind, id, state, status)
+end
+
+local function rerunnable(key)
+  return getv(key, 'Rerunnable') ~= false
+end
+
+-- An exit: NumJobCompletions counts it and its run is committed
+-- (CommittedTime, CommittedSlotTime: runs that were not lost).
+local function count_exit(key)
+  setv(key, 'NumJobCompletions', (tonumber(getv(key, 'NumJobCompletions')) or 0) + 1)
+  local wall = tonumber(getv(key, 'LastRemoteWallClockTime')) or 0
+  local cpus = tonumber(getv(key, 'RequestCpus')) or 1
+  setv(key, 'CommittedTime', (tonumber(getv(key, 'CommittedTime')) or 0) + wall)
+  setv(key, 'CommittedSlotTime', (tonumber(getv(key, 'CommittedSlotTime')) or 0) + wall * cpus)
+end
+
+-- End a claim (the job is RUNNING or SUSPENDED): `how` is exit, evict, hold
+-- or remove. A pending removal (JobStatus 3) wins over any `how`; a pending
+-- hold (JobStatus 5) wins over evict; a pending requeue (FetchworkRequeue)
+-- wins over exit and evict and puts the job at the head of its group. `code` and `subcode` (numbers or nil)
+-- are the execute side's HoldReasonCode and HoldReasonSubCode for a hold; without
+-- a code the hold is the job policy's (3). `outcome` (nil: completed) is the
+-- job policy's verdict on an exit (policy_exit.lua): hold, requeue or remove,
+-- with `reason`. Returns the new state.
+local function settle(key, id, kind, how, reason, code, subcode, outcome)
+  local status = getv(key, 'JobStatus')
+  local requeue = getv(key, 'FetchworkRequeue')
+  hdel(key, 'FetchworkRequeue')
+  leave_claim(key, id)
+  if how == 'exit' then
+    count_exit(key)
+    if outcome == 'remove' then how = 'remove' end
+    if outcome == 'hold' then how = 'hold' end
+  end
+  if how == 'remove' or status == STATUS_REMOVED then
+    if not hget_raw(key, 'RemoveReason') then
+      setv(key, 'RemoveReason', reason ~= '' and reason or 'removed while running')
+    end
+    -- Stopped for running past its walltime (overrun.lua): a failure.
+    local final = getv(key, 'FetchworkOverrun') and 'FAILED' or 'REMOVED'
+    to_history(key, id, kind, final, STATUS_REMOVED)
+    return final
+  end
+  -- Requeued by the user (requeue.lua): back to IDLE at the head of its group.
+  if requeue and how ~= 'hold' and status ~= STATUS_HELD then
+    setv(key, 'FetchworkOrder', head_of_group(getv(key, 'FetchworkOrder') or 0))
+    to_idle(key, id, kind)
+    return 'IDLE'
+  end
+  if how == 'exit' and outcome == 'requeue' and status ~= STATUS_HELD then
+    to_idle(key, id, kind, 'reason', reason)
+    return 'IDLE'
+  end
+  if how == 'exit' and outcome ~= 'requeue' then
+    to_history(key, id, kind, 'COMPLETED', STATUS_COMPLETED)
+    return 'COMPLETED'
+  end
+  if how == 'hold' or status == STATUS_HELD then
+    if status == STATUS_HELD then
+      to_held(key, id, kind, nil, nil)
+    else
+      to_held(key, id, kind, reason ~= '' and reason or 'held by the execute side',
+              code or HOLD_JOB_POLICY, code and subcode)
+    end
+    return 'HELD'
+  end
+  if rerunnable(key) then
+    to_idle(key, id, kind)
+    return 'IDLE'
+  end
+  setv(key, 'RemoveReason', 'not rerunnable: ' .. (reason ~= '' and reason or 'evicted'))
+  to_history(key, id, kind, 'FAILED', STATUS_REMOVED)
+  return 'FAILED'
+end

@@ -1,0 +1,53 @@
+-- submit.lua: (new) -> IDLE | HELD | VALIDATING | BLOCKED for a batch of staged
+-- jobs (stage.lua wrote their hashes, FetchworkState and JobStatus included).
+-- KEYS: the pool keys of lib.lua (touches queue, idle, validating, events and
+--   the autocluster index only).
+-- ARGV[1] now ms or '', ARGV[2] events cap,
+-- ARGV[3] the batch: one msgpack array of {job id, sequence, FetchworkOrder
+--   as a decimal string, held (boolean), blocked (boolean: scheduling policy
+--   places it, see broker/scheduling/leaderpass.py), autocluster id (the job's
+--   FetchworkAutocluster, '' for none)} per job,
+-- ARGV[4] '1' when stage.lua made the batch VALIDATING: its jobs join the
+--   validating set (score = sequence) for the leader's submission filters,
+-- ARGV[5] msgpack array {autocluster id, representative, ...} of the batch's
+--   autoclusters (ac:reps entries; an existing entry is kept).
+-- Queued jobs join the queue set (score = sequence), IDLE ones the idle set
+-- (score = FetchworkOrder) and their autocluster; BLOCKED ones wait for the
+-- policy's pass; one 'submit' event per job.
+-- Returns the number of jobs queued.
+local batch = cmsgpack.unpack(ARGV[3])
+local validate = ARGV[4] == '1'
+local reps = cmsgpack.unpack(ARGV[5])
+for r = 1, #reps, 2 do redis.call('HSETNX', K_AC_REPS, reps[r], reps[r + 1]) end
+local queued, idle, validating, members, best = {}, {}, {}, {}, {}
+for j = 1, #batch do
+  local id, seq, order, held = batch[j][1], batch[j][2], batch[j][3], batch[j][4]
+  local blocked, gid = batch[j][5], batch[j][6] or ''
+  queued[#queued + 1] = score(seq)
+  queued[#queued + 1] = id
+  if validate then
+    validating[#validating + 1] = score(seq)
+    validating[#validating + 1] = id
+    event('submit', id, 'VALIDATING', STATUS_IDLE)
+  elseif held then
+    event('submit', id, 'HELD', STATUS_HELD)
+  elseif blocked then
+    event('submit', id, 'BLOCKED', STATUS_IDLE)
+  else
+    idle[#idle + 1] = order
+    idle[#idle + 1] = id
+    local number = tonumber(order)
+    members[#members + 1] = 0
+    members[#members + 1] = ac_member(gid, number, id)
+    if not best[gid] or number < best[gid] then best[gid] = number end
+    event('submit', id, 'IDLE', STATUS_IDLE)
+  end
+end
+zadd_chunked(K_QUEUE, queued)
+zadd_chunked(K_IDLE, idle)
+zadd_chunked(K_AC_MEMBERS, members)
+for gid, number in pairs(best) do
+  redis.call('ZADD', K_AC_GROUPS, 'LT', score(number), gid)
+end
+zadd_chunked(K_VALIDATING, validating)
+return #batch

@@ -1,0 +1,100 @@
+"""One slot at run time: its status, fetch clock, claim (ClaimId) and starter.
+
+A `Slot` holds what the daemon loop needs to remember about a slot; every
+status change goes through `move`, which takes the guarded edge and logs one
+line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+from dataclasses import dataclass, field
+
+import classad2
+
+from fetchwork.startd.fetchdelay import FetchClock
+from fetchwork.startd.settings import SlotHooks
+from fetchwork.startd.starters.eviction import Deadlines
+from fetchwork.startd.starters.process import StarterProcess
+from fetchwork.startd.states import Activity, SlotStatus, State, initial_status, transition
+
+from .partitionable import Carve
+from .slotad import ClaimView, job_id_of, job_label
+
+log = logging.getLogger(__name__)
+
+_claim_numbers = itertools.count(1)
+
+
+@dataclass
+class Claim:
+    """The startd's claim on a slot (HTCondor's ClaimId) for an accepted job, and the job's RANK.
+
+    Not the broker's token (`FetchworkClaim` in the job ad): that one belongs
+    to whatever the hooks speak to; the startd only passes the ad along.
+    """
+
+    claim_id: str
+    job_ad: classad2.ClassAd
+    rank: float
+    job_started_at: float | None = None   # wall clock, from the starter's "started" event
+    ended: bool = False                    # its job ran and ended (the claim may fetch again)
+
+    @property
+    def job_id(self) -> str:
+        return job_label(self.job_ad)
+
+    def view(self) -> ClaimView:
+        return ClaimView(job_id=job_id_of(self.job_ad), rank=self.rank,
+                         job_started_at=self.job_started_at)
+
+
+def new_claim_id(slot_name: str, started_at: float) -> str:
+    """Opaque and unique, in the spirit of HTCondor's `<addr>#<birth>#<seq>#<secret>`."""
+    return f"<{slot_name}>#{int(started_at)}#{next(_claim_numbers)}#{secrets.token_hex(8)}"
+
+
+@dataclass
+class Slot:
+    slot_id: int
+    name: str
+    hooks: SlotHooks
+    status: SlotStatus = field(default_factory=lambda: initial_status(0.0))
+    clock: FetchClock = field(default_factory=FetchClock)
+    claim: Claim | None = None
+    pending: Claim | None = None        # a preempting claim waiting for the slot
+    starter: StarterProcess | None = None
+    deadlines: Deadlines = field(default_factory=Deadlines)  # of an eviction under way
+    control_sent: str | None = None        # suspend/continue sent, until the starter reports
+    carve: Carve | None = None             # a dynamic slot: what it took of its p-slot
+
+    @property
+    def label(self) -> str:
+        return f"slot{self.slot_id}" if self.carve is None else \
+            f"slot{self.slot_id}_{self.carve.index}"
+
+    @property
+    def can_fetch(self) -> bool:
+        """A fetch hook is set, this is not a dynamic slot (its p-slot fetches), and no
+        starter keeps it Claimed/Idle for a job run until cancelled."""
+        return (self.hooks.fetch is not None and self.carve is None
+                and not (self.starter is not None and self.status.activity is Activity.IDLE))
+
+    @property
+    def running_job_ad(self) -> classad2.ClassAd | None:
+        """The job ad of the job running now (FetchWorkDelay's TARGET), or None."""
+        if self.claim is not None and self.starter is not None:
+            return self.claim.job_ad
+        return None
+
+    def is_in(self, state: State, *activities: Activity) -> bool:
+        return self.status.state is state and (not activities
+                                               or self.status.activity in activities)
+
+    def move(self, state: State, activity: Activity, now: float, why: str) -> None:
+        """Take the edge to (state, activity); SlotStateError when it does not exist."""
+        before = self.status
+        self.status = transition(before, state, activity, now)
+        log.info("%s: %s -> %s (%s)", self.label, before, self.status, why)

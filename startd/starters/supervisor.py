@@ -1,0 +1,306 @@
+"""The starters of claimed slots: spawn, evict (vacate or kill), reap, starter events.
+
+`StarterSupervisor` does what the daemon loop decides for a slot that holds a
+claim (the startd's ClaimId, `slot.Claim`). It registers each starter's stdout
+and pidfd in the loop's selector and turns the starter's JSON-line events into
+slot changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import classad2
+
+from fetchwork.config import ads, keywords
+from fetchwork.config.loader import Config
+from fetchwork.errors import AdError, StarterError
+from fetchwork.hooks.runner import HookSpec
+from fetchwork.startd.running import RunAction, running_action
+from fetchwork.startd.settings import StartdSettings
+from fetchwork.startd.shutdown import ShutdownPlan
+from fetchwork.startd.slots.carving import Carving
+from fetchwork.startd.slots.slot import Slot
+from fetchwork.startd.states import Activity, State
+
+from . import eviction
+from .eviction import Effect
+from .process import StandbyStarters, StarterProcess
+from .sandboxes import Sandboxes
+from .zygoteclient import ZygoteClient
+
+log = logging.getLogger(__name__)
+
+
+class SupervisorHost(Protocol):
+    """What `StarterSupervisor` needs from the daemon."""
+
+    config: Config
+    settings: StartdSettings
+    slots: list[Slot]
+    carving: Carving
+
+    @property
+    def shutdown_plan(self) -> ShutdownPlan | None: ...
+
+    def slot_ad(self, slot: Slot) -> classad2.ClassAd: ...
+
+    def advise(self, slot: Slot, spec: HookSpec | None, job_ad: classad2.ClassAd,
+               slot_ad: classad2.ClassAd, args: tuple[str, ...]) -> None: ...
+
+    def update_owner(self, slot: Slot) -> None: ...
+
+
+class StarterSupervisor:
+    """The starters of every slot: spawned, told to vacate or kill, read, reaped."""
+
+    def __init__(self, host: SupervisorHost, selector: selectors.BaseSelector):
+        self.host = host
+        self.selector = selector
+        self.sandboxes = Sandboxes(host.settings.execute_dir)  # the first made once it exists
+        # Starters are forked by the zygote (or are new Pythons); some stand by.
+        self.standby = StandbyStarters(
+            host.settings.starter_standby,
+            ZygoteClient() if host.settings.starter_zygote else None)
+        self.standby.refill()
+
+    def refill(self) -> None:
+        """Have a standby starter and a sandbox ready for the next job (off its path)."""
+        self.standby.refill()
+        self.sandboxes.refill()
+
+    def spawn(self, slot: Slot, accepted: Callable[[], None] = lambda: None) -> None:
+        """Start the claim's job; `accepted()` (the reply hook) is called once the
+        starter has it, or before the claim is evicted when no starter could start."""
+        claim = slot.claim
+        assert claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
+        keyword = keywords.starter_keyword(self.host.config,
+                                           keywords.hook_keyword_of(claim.job_ad))
+        try:
+            starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad(slot),
+                                           self.sandboxes, keyword, standby=self.standby)
+        except StarterError as exc:
+            log.error("%s: job %s not started: %s; the claim is given back", slot.label,
+                      claim.job_id, exc)
+            accepted()
+            # Not at once again: a failing fork must not run through the queue.
+            slot.clock.last_found_work = False
+            self.evict(slot, "the starter could not be started")
+            return
+        slot.starter = starter
+        self.selector.register(starter.fileno(), selectors.EVENT_READ, ("stdout", slot, starter))
+        if starter.pidfd is not None:
+            self.selector.register(starter.pidfd, selectors.EVENT_READ, ("exit", slot, starter))
+        slot.move(State.CLAIMED, Activity.BUSY, time.time(),
+                  f"starter {starter.pid} runs job {claim.job_id}")
+        accepted()
+
+    def evict(self, slot: Slot, why: str, fast: bool = False) -> None:
+        """Evict the slot's claim: evict hook, then vacate (or kill) its job."""
+        now = time.monotonic()
+        if slot.claim is not None and slot.is_in(State.CLAIMED):
+            self._evict_hook(slot, slot.claim.job_ad)
+        activity = Activity.KILLING if fast else Activity.VACATING
+        if slot.is_in(State.CLAIMED):
+            slot.move(State.PREEMPTING, activity, time.time(), why)
+        elif fast and slot.is_in(State.PREEMPTING, Activity.VACATING):
+            slot.move(State.PREEMPTING, Activity.KILLING, time.time(), why)
+        if slot.starter is None:
+            self.release(slot)
+        elif slot.is_in(State.PREEMPTING, Activity.KILLING):
+            self._step(slot, eviction.Kill(self._killing_timeout_s()), now)
+        else:
+            self._step(slot, eviction.Vacate(self.host.settings.max_vacate_s), now)
+
+    def _evict_hook(self, slot: Slot, job_ad: classad2.ClassAd) -> None:
+        """The evict-claim hook: job ad, `-----`, slot ad; never waited for."""
+        self.host.advise(slot, slot.hooks.evict, job_ad, self.host.slot_ad(slot), ())
+
+    def _killing_timeout_s(self) -> float:
+        if self.host.shutdown_plan is not None and self.host.shutdown_plan.fast:
+            return self.host.settings.fast_shutdown_grace_s
+        return self.host.settings.killing_timeout_s
+
+    def check_timers(self, slot: Slot, now: float) -> None:
+        """Carry out the eviction deadlines that are due."""
+        self._step(slot, eviction.Tick(
+            has_starter=slot.starter is not None,
+            vacating=slot.is_in(State.PREEMPTING, Activity.VACATING),
+            killing_timeout_s=self._killing_timeout_s()), now)
+
+    def _step(self, slot: Slot, event: eviction.Event, now: float) -> None:
+        slot.deadlines, effects = eviction.step(slot.deadlines, event, now)
+        for effect in effects:
+            self._carry_out(slot, effect)
+
+    def _carry_out(self, slot: Slot, effect: eviction.Effect) -> None:
+        starter = slot.starter
+        if starter is None:
+            return
+        if effect is Effect.SEND_VACATE:
+            starter.send("vacate")
+        elif effect is Effect.SEND_KILL:
+            starter.send("kill")
+        elif effect is Effect.VACATE_TIMED_OUT:
+            slot.move(State.PREEMPTING, Activity.KILLING, time.time(),
+                      "vacating took longer than MachineMaxVacateTime")
+        elif effect is Effect.KILL_STARTER:
+            log.warning("%s: starter %s did not exit in time; killing it", slot.label,
+                        starter.pid)
+            starter.kill_hard()
+
+    def release(self, slot: Slot) -> None:
+        """The Preempting slot's starter is gone: hand it to a waiting claim, or to Owner."""
+        slot.claim = None
+        slot.deadlines, _ = eviction.step(slot.deadlines, eviction.Released(), time.monotonic())
+        if slot.carve is not None and slot.pending is None:
+            # A dynamic slot is gone with its claim; its resources go back to its p-slot.
+            self.host.carving.drop(slot, self.host.slots)
+            return
+        if slot.pending is not None and self.host.shutdown_plan is None:
+            slot.claim, slot.pending = slot.pending, None
+            slot.move(State.CLAIMED, Activity.IDLE, time.time(),
+                      f"preempting job {slot.claim.job_id} takes the slot")
+            self.spawn(slot)
+            return
+        if slot.pending is not None:
+            self._evict_hook(slot, slot.pending.job_ad)
+            slot.pending = None
+        slot.move(State.OWNER, Activity.IDLE, time.time(), "claim released")
+        self.host.update_owner(slot)
+
+    def apply_policy(self, slot: Slot) -> None:
+        """SUSPEND / CONTINUE / PREEMPT for the slot's running job (HTCondor's policy)."""
+        if slot.starter is None or slot.claim is None:
+            return
+        action = running_action(slot.status, self.host.slot_ad(slot), slot.claim.job_ad,
+                                       self.host.settings.running)
+        if action is RunAction.VACATE:
+            self.evict(slot, "PREEMPT is true")
+        elif action is not None and slot.control_sent != action.value:
+            log.info("%s: %s job %s (%s is true)", slot.label, action.value, slot.claim.job_id,
+                     action.name)
+            slot.starter.send(action.value)
+            slot.control_sent = action.value
+
+    def read_events(self, slot: Slot) -> None:
+        starter = slot.starter
+        if starter is None:
+            return
+        for event in starter.read_events():
+            self._on_event(slot, event)
+        if starter.stdout_closed:
+            unregister(self.selector, starter.fileno())
+
+    def _on_event(self, slot: Slot, event: dict[str, Any]) -> None:
+        claim, kind = slot.claim, event.get("event")
+        if claim is None:
+            return
+        if kind == "started":
+            claim.job_started_at = time.time()
+            log.info("%s: job %s started, pid %s", slot.label, claim.job_id, event.get("pid"))
+            # Replace the standby starter now, not while this job was starting.
+            if self.host.shutdown_plan is None:
+                self.refill()
+        elif kind == "state" and slot.is_in(State.CLAIMED):
+            target = {"Running": Activity.BUSY, "Suspended": Activity.SUSPENDED,
+                      "Idle": Activity.IDLE}.get(  # Idle: run until cancelled
+                str(event.get("state")))
+            slot.control_sent = None
+            if target is not None and target is not slot.status.activity:
+                slot.move(State.CLAIMED, target, time.time(), f"job {claim.job_id} {target.value}")
+        elif kind in ("update", "exited"):
+            ad = event.get("ad")
+            if isinstance(ad, dict):
+                try:
+                    claim.job_ad = ads.from_dict(ad)
+                except AdError as exc:
+                    log.warning("%s: starter sent an unreadable ad: %s", slot.label, exc)
+            if kind == "exited":
+                log.info("%s: job %s exited (%s)", slot.label, claim.job_id, event.get("how"))
+
+    def reap(self, slot: Slot) -> None:
+        """If the slot's starter has exited: clean up, then fetch again or finish the eviction."""
+        starter = slot.starter
+        if starter is None:
+            return
+        status = starter.poll()
+        if status is None:
+            return
+        self.read_events(slot)
+        unregister(self.selector, starter.fileno())
+        if starter.pidfd is not None:
+            unregister(self.selector, starter.pidfd)
+        starter.close()
+        slot.starter = None
+        if self.host.shutdown_plan is None:
+            self.refill()  # in case the job never started
+        level = logging.INFO if status == 0 else logging.WARNING
+        log.log(level, "%s: starter %s exited with status %s (job %s)", slot.label,
+                starter.pid, status, starter.exit_how or "ended without an exit event")
+        if slot.claim is not None:
+            slot.claim.job_started_at = None
+            slot.claim.ended = True
+        slot.clock.last_empty = False  # a job ran since that fetch (`--once` fetches again)
+        if slot.is_in(State.CLAIMED):
+            if self.host.shutdown_plan is not None:
+                self.evict(slot, "the startd is shutting down")
+                return
+            if starter.exit_how is None:
+                # The starter failed before reporting an end: give the claim
+                # back, and do not fetch sooner than after an empty fetch, so a
+                # broken starter cannot run through the whole queue.
+                slot.clock.last_found_work = False
+                self.evict(slot, "the starter failed")
+                return
+            if not slot.is_in(State.CLAIMED, Activity.IDLE):  # a job kept it idle
+                slot.move(State.CLAIMED, Activity.IDLE, time.time(), "job ended")
+            if slot.carve is not None:
+                self.evict(slot, "job ended; the dynamic slot is given back")
+                return
+            # As the text says: after a job ends, fetch at once on the same claim.
+            slot.clock.due_now = True
+        elif slot.is_in(State.PREEMPTING):
+            self.release(slot)
+
+    def press_shutdown(self, plan: ShutdownPlan, slots: list[Slot], now: float) -> bool:
+        """A shutdown with starters still running: past its grace each is told to kill
+        its job; past its last limit each is killed and abandoned, and True: stop now."""
+        if plan.hard_stop_due(now):
+            for slot in slots:
+                if slot.starter is not None:
+                    log.warning("%s: shutdown grace over; killing starter %s", slot.label,
+                                slot.starter.pid)
+                    slot.starter.send("kill")
+            plan.hard_stop_sent(now)
+        if not plan.give_up_due(now):
+            return False
+        for slot in slots:
+            if slot.starter is not None:
+                slot.starter.kill_hard()
+                self.abandon(slot)
+        return True
+
+    def abandon(self, slot: Slot) -> None:
+        """At the end of a shutdown: the starter was SIGKILLed; reap it and clean up."""
+        starter = slot.starter
+        if starter is None:
+            return
+        try:
+            starter.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.error("%s: starter %s survived SIGKILL", slot.label, starter.pid)
+        starter.close()
+        slot.starter = None
+
+
+def unregister(selector: selectors.BaseSelector, fd: int) -> None:
+    try:
+        selector.unregister(fd)
+    except (KeyError, ValueError):
+        pass

@@ -1,0 +1,146 @@
+"""Jobs run as their owners: the pure choice of account, and a real root startd.
+
+The choice (`choose_account`) is tested with a made-up user database. The
+real test needs the suite to run as root and uses an existing non-root user
+of the machine (`daemon`, else `nobody`); no user is created.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fetchwork.config.loader import Config, environ_without_config
+from fetchwork.errors import StarterError
+from fetchwork.starter.runas import Account, choose_account, slot_user_setting
+from fetchwork.submit.rootwarning import root_warning
+from tests.support.poolprocs import Daemon, RedisProcess, kill_leftovers, pool_config
+from tests.support.startd import pool_root
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+USERS = {"root": Account("root", 0, 0), "alice": Account("alice", 1001, 1001),
+         "batch": Account("batch", 900, 900), "nobody": Account("nobody", 65534, 65534)}
+
+
+def lookup(name: str) -> Account | None:
+    return USERS.get(name)
+
+
+def choose(owner: str | None, allow: bool = True, slot_user: str | None = None):
+    return choose_account(owner, allow, slot_user, "SLOT_USER", lookup)
+
+
+def test_an_owner_who_exists_here_runs_the_job():
+    assert choose("alice").account.name == "alice"
+    assert choose("alice", slot_user="batch").account.name == "alice"
+
+
+def test_root_and_unknown_owners_fall_back_to_the_slot_user_then_nobody():
+    assert choose("root").account.name == "nobody"
+    assert choose("root", slot_user="batch").account.name == "batch"
+    assert choose("mallory", slot_user="batch").account.name == "batch"
+    assert choose(None).account.name == "nobody"
+    assert choose("0").account.name == "nobody"  # a number is not an Owner name
+
+
+def test_without_runas_owner_the_owner_is_ignored():
+    assert choose("alice", allow=False).account.name == "nobody"
+    assert choose("alice", allow=False, slot_user="batch").account.name == "batch"
+
+
+def test_a_root_or_unknown_slot_user_is_refused_with_its_knob():
+    with pytest.raises(StarterError, match="SLOT_USER must not be root"):
+        choose("root", slot_user="root")
+    with pytest.raises(StarterError, match="SLOT_USER 'ghost' is not a user"):
+        choose("root", slot_user="ghost")
+
+
+def test_no_nobody_is_a_clear_error():
+    with pytest.raises(StarterError, match="no user 'nobody'"):
+        choose_account(None, True, None, "SLOT_USER", lambda name: None)
+
+
+def test_a_slot_of_its_own_user_wins_over_slot_user():
+    config = Config.from_text("SLOT_USER = batch\nSLOT2_USER = alice\n")
+    assert slot_user_setting(config, 2) == ("alice", "SLOT2_USER")
+    assert slot_user_setting(config, 1) == ("batch", "SLOT_USER")
+
+
+def test_root_is_told_what_running_as_nobody_means_for_files():
+    text = root_warning("root", 0)
+    assert text is not None and "nobody" in text and "writable" in text
+    assert root_warning("alice", 1001) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the warning is for root")
+def test_submit_as_root_warns(redis_url, pool_name, tmp_path):
+    env = environ_without_config()
+    env.update(FETCHWORK_BROKER=redis_url, FETCHWORK_POOL=pool_name,
+               FETCHWORK_CONFIG=os.devnull, FETCHWORK_STATE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "fetchwork", "submit", "--", "/bin/true"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "you submit as root" in done.stderr and "nobody" in done.stderr
+
+
+def _existing_user() -> pwd.struct_passwd | None:
+    for name in ("daemon", "nobody"):
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if entry.pw_uid != 0:
+            return entry
+    return None
+
+
+@pytest.fixture
+def root_pool() -> Iterator[tuple[Path, RedisProcess, Daemon]]:
+    with pool_root("runas") as root:
+        work = root / "work"
+        work.mkdir()
+        work.chmod(0o777)
+        server = RedisProcess(root / "redis")
+        server.start()
+        config = pool_config(root, server.url, "runas")
+        startd = Daemon(config, root / "startd.log", "startd")
+        startd.start()
+        try:
+            yield work, server, startd
+        finally:
+            startd.stop()
+            server.stop()
+            kill_leftovers(str(work))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root starter switches users")
+@pytest.mark.skipif(_existing_user() is None, reason="no non-root user (daemon, nobody) here")
+def test_a_root_startd_runs_each_job_as_its_owner(root_pool):
+    import redis
+
+    from fetchwork.broker.client import Broker
+
+    work, server, startd = root_pool
+    user = _existing_user()
+    assert user is not None
+    broker = Broker(redis.Redis(unix_socket_path=server.socket), pool="runas",
+                    config=Config.load(environ={}))
+    jobs = broker.submit([{"Cmd": "/bin/sh", "Arguments": f"-c 'id -u > uid.{n}'",
+                           "Iwd": str(work)} for n in range(2)], owner=user.pw_name)
+    rooted = broker.submit([{"Cmd": "/bin/sh", "Arguments": "-c 'id -u > uid.root'",
+                             "Iwd": str(work)}], owner="root")
+    for job in [*jobs, *rooted]:
+        wait_until(lambda job=job: broker.get(job)["JobStatus"] == 4, 60, fail_if=startd.died,
+                   what=f"job {job} completed")
+    assert (work / "uid.0").read_text().strip() == str(user.pw_uid)
+    assert (work / "uid.1").read_text().strip() == str(user.pw_uid)
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert (work / "uid.root").read_text().strip() == str(nobody)

@@ -1,0 +1,267 @@
+"""The starter zygote and its client, on their own: real zygote, real starters, real jobs.
+
+Each test starts a zygote through `ZygoteClient`, asks it for starters and
+watches what the client reports: pids, pidfds, exit statuses, and what
+happens when the zygote dies, cannot fork, or a starter crashes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from fetchwork.config.ads import format_ad
+from fetchwork.errors import StarterError
+from fetchwork.startd.starters.process import StandbyStarters
+from fetchwork.startd.starters.zygoteclient import STATUS_UNKNOWN, ForkedStarter, ZygoteClient
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+# A zygote whose fork always fails, as under a process limit.
+FAILING_FORK = ("import errno, os, sys\n"
+                "def fork():\n"
+                "    raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))\n"
+                "os.fork = fork\n"
+                "from fetchwork.starter.zygote import main\n"
+                "sys.exit(main())\n")
+
+
+def _env(base: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("_FETCHWORK_") and key != "FETCHWORK_CONFIG"}
+    config = base / "empty.conf"
+    config.touch()
+    env.update(FETCHWORK_CONFIG=str(config), FETCHWORK_STATE_DIR=str(base / "state"))
+    return env
+
+
+class Client(ZygoteClient):
+    """A client that closes the starters it spawned when the test ends."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.spawned: list[ForkedStarter] = []
+
+    def spawn(self, args: Any) -> ForkedStarter:
+        starter = super().spawn(args)
+        self.spawned.append(starter)
+        return starter
+
+    def close(self) -> None:
+        for starter in self.spawned:
+            try:
+                os.killpg(starter.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            starter.close()
+        self.spawned = []
+        super().close()
+
+
+@pytest.fixture
+def client(job_tmp: Path) -> Iterator[Client]:
+    zygote = Client(env=_env(job_tmp))
+    yield zygote
+    zygote.close()
+
+
+def _out(base: Path, name: str) -> Path:
+    """A file a job may write (jobs run as nobody under a root test run)."""
+    folder = base / "out"
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o777)
+    return folder / name
+
+
+def _args(base: Path, name: str, job: dict[str, Any]) -> list[str]:
+    sandbox = base / "execute" / name
+    sandbox.mkdir(parents=True)
+    sandbox.chmod(0o755)
+    (sandbox / ".job.ad").write_text(format_ad({"Iwd": str(base), **job}))
+    (sandbox / ".machine.ad").write_text(format_ad({"Name": "slot1@test", "SlotID": 1}))
+    return ["--job-ad", str(sandbox / ".job.ad"), "--slot-ad", str(sandbox / ".machine.ad"),
+            "--slot", "1", "--sandbox", str(sandbox)]
+
+
+def _wait_status(client: ZygoteClient, starter: ForkedStarter) -> int:
+    box: list[int] = []
+
+    def ended() -> bool:
+        fd = client.fileno()
+        if fd is not None:
+            select.select([fd], [], [], 0.05)
+        status = client.exit_status(starter)
+        if status is not None:
+            box.append(status)
+        return bool(box)
+
+    wait_until(ended, 60, what=f"starter {starter.pid} to end")
+    return box[0]
+
+
+def _events(starter: ForkedStarter) -> list[dict[str, Any]]:
+    os.set_blocking(starter.stdout.fileno(), True)
+    return [json.loads(line) for line in starter.stdout.read().splitlines() if line.strip()]
+
+
+def test_a_forked_starter_runs_its_job_and_reports(client: Client, job_tmp: Path) -> None:
+    out = _out(job_tmp, "one")
+    starter = client.spawn(_args(job_tmp, "one", {"Cmd": "/bin/sh",
+                                                  "Arguments": f"-c 'echo ran > {out}'"}))
+    assert _wait_status(client, starter) == 0
+    kinds = [event["event"] for event in _events(starter)]
+    assert kinds[0] == "prepared" and "started" in kinds and kinds[-1] == "exited"
+    assert out.read_text().strip() == "ran"
+
+
+def test_a_starter_has_its_own_session_under_the_zygote(client: Client,
+                                                          job_tmp: Path) -> None:
+    starter = client.spawn(_args(job_tmp, "own", {"Cmd": "/bin/sleep", "Arguments": "30"}))
+    try:
+        assert os.getsid(starter.pid) == starter.pid
+        assert psutil.Process(starter.pid).ppid() == client.pid
+        assert starter.pidfd is not None
+    finally:
+        starter.stdin.close()  # EOF on stdin: the starter vacates its job
+    assert _wait_status(client, starter) == 0
+
+
+def test_a_crashed_starter_reports_its_signal(client: Client, job_tmp: Path) -> None:
+    starter = client.spawn(_args(job_tmp, "crash", {"Cmd": "/bin/sleep", "Arguments": "30"}))
+    wait_until(lambda: b"started" in (starter.stdout.read() or b""), 30, what="job start")
+    os.killpg(starter.pid, signal.SIGKILL)
+    assert _wait_status(client, starter) == -signal.SIGKILL
+
+
+def test_a_failing_starter_reports_its_exit_status(client: Client, job_tmp: Path) -> None:
+    starter = client.spawn(["--job-ad", str(job_tmp / "missing.ad"), "--slot-ad",
+                            str(job_tmp / "missing.ad"), "--slot", "1",
+                            "--sandbox", str(job_tmp / "nowhere")])
+    assert _wait_status(client, starter) == 1
+
+
+def test_a_zygote_that_died_between_jobs_is_replaced(client: Client,
+                                                     job_tmp: Path) -> None:
+    first = client.spawn(_args(job_tmp, "a", {"Cmd": "/bin/true"}))
+    assert _wait_status(client, first) == 0
+    old = client.pid
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: not psutil.pid_exists(old) or
+               psutil.Process(old).status() == psutil.STATUS_ZOMBIE, 30)
+    out = _out(job_tmp, "b")
+    second = client.spawn(_args(job_tmp, "b", {"Cmd": "/bin/sh",
+                                               "Arguments": f"-c 'echo b > {out}'"}))
+    assert client.pid != old and client.starts == 2
+    assert _wait_status(client, second) == 0
+    assert out.read_text().strip() == "b"
+
+
+def test_a_starter_outlives_its_dead_zygote(client: Client, job_tmp: Path) -> None:
+    starter = client.spawn(_args(job_tmp, "orphan", {"Cmd": "/bin/sleep", "Arguments": "30"}))
+    wait_until(lambda: b"started" in (starter.stdout.read() or b""), 30, what="job start")
+    zygote = client.pid
+    assert zygote is not None
+    os.kill(zygote, signal.SIGKILL)
+    client.read_reports()
+    assert client.exit_status(starter) is None  # still running, now an orphan
+    starter.stdin.close()
+    assert _wait_status(client, starter) == STATUS_UNKNOWN
+
+
+def test_a_fork_that_fails_is_a_clear_error(job_tmp: Path) -> None:
+    client = Client([sys.executable, "-P", "-c", FAILING_FORK], env=_env(job_tmp))
+    try:
+        with pytest.raises(StarterError, match="fork failed: Resource temporarily unavailable"):
+            client.spawn(_args(job_tmp, "nofork", {"Cmd": "/bin/true"}))
+        assert client.alive() and client.starts == 1  # the zygote itself is fine
+    finally:
+        client.close()
+
+
+def test_a_zygote_that_cannot_start_is_a_clear_error(job_tmp: Path) -> None:
+    client = Client([str(job_tmp / "no-such-python")], env=_env(job_tmp))
+    with pytest.raises(StarterError, match="cannot start the starter zygote"):
+        client.spawn(_args(job_tmp, "nozygote", {"Cmd": "/bin/true"}))
+
+
+def test_the_zygote_leaves_when_the_startd_closes(client: Client, job_tmp: Path) -> None:
+    starter = client.spawn(_args(job_tmp, "last", {"Cmd": "/bin/true"}))
+    assert _wait_status(client, starter) == 0
+    proc = client.proc
+    assert proc is not None
+    client.close()
+    assert proc.returncode == 0
+    assert client.proc is None
+
+
+def test_a_forked_starter_answers_as_a_popen_would(client: Client, job_tmp: Path) -> None:
+    starter = client.spawn(_args(job_tmp, "popen", {"Cmd": "/bin/sleep", "Arguments": "30"}))
+    assert starter.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        starter.wait(timeout=0.2)
+    starter.kill()
+    assert starter.wait(timeout=30) == -signal.SIGKILL
+    assert starter.poll() == starter.returncode == -signal.SIGKILL
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_killed_starters_job_and_its_children_die_with_it(client: Client,
+                                                            job_tmp: Path) -> None:
+    """A forked starter spawns its job without the parent-death signal: the zygote,
+    a subreaper, adopts what the dead starter leaves and kills it."""
+    child = _out(job_tmp, "child")
+    starter = client.spawn(_args(job_tmp, "killed", {
+        "Cmd": "/bin/sh", "Arguments": f"-c 'sleep 300 & echo $! > {child}; wait'"}))
+    wait_until(lambda: child.exists() and child.read_text().strip(), 30, what="the job's child")
+    job = psutil.Process(int(child.read_text())).ppid()
+    assert psutil.Process(job).ppid() == starter.pid
+    os.kill(starter.pid, signal.SIGKILL)
+    assert _wait_status(client, starter) == -signal.SIGKILL
+    wait_until(lambda: _gone(job), 30, what="the job to die with its starter")
+    wait_until(lambda: _gone(int(child.read_text())), 30, what="the job's child to die too")
+    assert client.alive()
+
+
+def test_standby_starters_are_forks_of_the_ready_zygote(client: Client,
+                                                         job_tmp: Path) -> None:
+    standby = StandbyStarters(1, client)
+    wait_until(lambda: standby.refill() or standby.waiting(), 60, what="a standby starter")
+    [waiting] = standby.waiting()
+    assert isinstance(waiting, ForkedStarter) and waiting.zygote_pid == client.pid
+    out = _out(job_tmp, "standby")
+    given = standby.take(_args(job_tmp, "standby", {"Cmd": "/bin/sh",
+                                                    "Arguments": f"-c 'echo s > {out}'"}))
+    assert given is waiting and not standby.waiting()
+    assert _wait_status(client, waiting) == 0
+    assert out.read_text().strip() == "s"
+
+
+def test_a_standby_starter_of_a_dead_zygote_is_let_go(client: Client, job_tmp: Path) -> None:
+    standby = StandbyStarters(1, client)
+    wait_until(lambda: standby.refill() or standby.waiting(), 60, what="a standby starter")
+    [old] = standby.waiting()
+    os.kill(old.zygote_pid, signal.SIGKILL)
+    wait_until(lambda: not client.alive(), 30, what="the zygote's death seen")
+    assert standby.take(_args(job_tmp, "late", {"Cmd": "/bin/true"})) is None
+    wait_until(lambda: _gone(old.pid), 30, what="the old standby to leave")
+    wait_until(lambda: standby.refill() or standby.waiting(), 60, what="a new standby")
+    assert standby.waiting()[0].zygote_pid == client.pid != old.zygote_pid
+    standby.close()
