@@ -1,4 +1,4 @@
-"""The README's "Deploying" section on one machine: a broker host and an execute host
+"""docs/deploying.md's "Trying it on one machine": a broker host and an execute host
 (two state directories) sharing a TLS Redis 7 with the ACL users `fetchwork acl`
 prints, both reading deploy/systemd/fetchwork.conf; their Prometheus metrics are
 scraped over HTTP while jobs run, and the values move."""

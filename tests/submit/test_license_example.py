@@ -79,11 +79,11 @@ def test_the_example_configuration_loads(tmp_path):
     assert settings.submission["QUOTA"].args == ("--limit", "100")
 
 
-def test_the_readme_example_configuration_loads(tmp_path):
-    readme = (EXAMPLES.parent.parent / "README.md").read_text()
-    section = readme.split("## Filters and templates", 1)[1]
+def test_the_documented_example_configuration_loads(tmp_path):
+    page = (EXAMPLES.parent.parent / "docs" / "scheduling.md").read_text()
+    section = page.split("## Filters and templates", 1)[1]
     block = section.split("```\n", 2)[1]
-    conf = tmp_path / "readme.conf"
+    conf = tmp_path / "documented.conf"
     conf.write_text(block)
     settings = load_settings(Config.load(environ={
         "FETCHWORK_CONFIG": str(conf), "FETCHWORK_STATE_DIR": str(tmp_path)}))

@@ -6,7 +6,7 @@ leader, or Redis) and starts each again as a supervisor would, then stops
 killing, waits until every job has finished and checks the records
 (tests/support/chaoscheck.py). Used by tests/pool/test_chaos.py (short) and bench/chaos.py
 (long). Redis runs with `appendfsync always`: what it acknowledged survives
-its SIGKILL (see the README's Guarantees for `everysec`).
+its SIGKILL (see docs/guarantees.md for `everysec`).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ must complete once as the queue sees it, none lost, no two runs of one job
 at once (the chaos run's checks, tests/support/chaoscheck.py), and the promoted
 replica, which starts without the Lua scripts, has them again. A completion the dead
 master had not yet passed to its replica may make that job run again after
-its lease lapses: Redis replicates asynchronously (see the README's Redis
-Sentinel section), so such reruns are counted and printed, not failed.
+its lease lapses: Redis replicates asynchronously (see docs/deploying.md,
+Redis Sentinel), so such reruns are counted and printed, not failed.
 """
 
 from __future__ import annotations
