@@ -1,9 +1,11 @@
 """The round trips of activation on the claim side.
 
-`first_read` is the claim's first read of the idle set, pipelined with what
-activation keeps for the slot (the filters summary, the slot's reservation,
-the lowest blocks) and the leader's backfill reservation, so a pool without
-filters pays no extra round trip.
+`first_read` is the full claim's first read of the idle set, pipelined with
+what activation keeps for the slot (the filters summary, the slot's
+reservation, the lowest blocks) and the leader's backfill reservation,
+already judged by read_backfill.lua (none when its job is no longer idle, by
+the rule the quiet claim applies), so a pool without filters pays no extra
+round trip.
 `await_verdict` waits, at most the summary's `wait_ms` plus a little, for the
 leader's verdict on a job claim.lua made ACTIVATING; a claim that waited its
 longest gives the job back (activate_abandon.lua), unless the verdict
@@ -55,7 +57,8 @@ class ActivationClaims:
             pipe.hmget(keys.filters, list(SUMMARY_FIELDS))
             pipe.hget(keys.reservations, slot_name)
             pipe.zrange(keys.blocks, 0, BLOCKS_READ - 1, withscores=True)
-            pipe.get(keys.backfill)
+            self.store.scripts.ensure_loaded(["read_backfill"])
+            self.store.scripts.queue(pipe, "read_backfill", [keys.idle, keys.backfill], [])
             if also is not None:
                 also(pipe)
             try:

@@ -1,10 +1,12 @@
 """The claim's backfill check: may this candidate go to this slot now?
 
-The quiet claim (claim.lua) takes a job at or before the reserved one
-itself, with no read of its own. Otherwise a claim reads the leader's
-reservation (the pool's `backfill` key) in its first round trip, with the
-head of the idle set; `reservation_of` decodes it once per claim and
-`verdict` applies plan.decide to each candidate: a
+The quiet claim (claim_quiet.lua) takes a job at or before the reserved
+one itself, with no read of its own. Otherwise a claim reads the leader's
+reservation (the pool's `backfill` key, through read_backfill.lua: none once
+its job is no longer idle, the rule both steps share in reservation.lua) in
+its first round trip, with the head of the idle set; `reservation_of`
+decodes it once per claim and `verdict` applies plan.decide to each
+candidate: a
 job at or before the reserved one in the idle order always may; a lower job
 may when it does not delay the reservation (another machine, the window, or
 what the reservation leaves spare), and never with BACKFILL off. A job the

@@ -1,32 +1,47 @@
-"""Claiming: match idle jobs against a slot in priority order, then claim one atomically.
+"""The claim: match idle jobs against a slot in priority order, then claim one atomically.
 
-Candidates are the idle jobs of the autoclusters that match the slot
-(claim/index.py), read in batches (small first, growing up to
-BROKER_CLAIM_SCAN_BATCH) in idle order, paging by score. The first match is
-claimed by claim.lua, which succeeds only while the job is still idle; a lost
-race moves on to the next candidate. With `wait_s` > 0 and nothing claimable, the claimer blocks on
-the event stream (XREAD BLOCK) from the last event seen before the scan and
-scans again when a job became IDLE, until the deadline: no busy polling.
+The claimer owns the whole claim, in two steps over one cache of verdicts
+per slot ad and autocluster (claim/index.py SlotVerdicts):
 
-Activation (claim/activation.py): the first read also brings what the
-leader's activation filters left for this slot (reservation, blocks); jobs
-they hold back are not offered, and a job that claim.lua made ACTIVATING
-ends the claim with the leader's verdict: the job, or None.
+1. The quiet step, the common case in one round trip: a pool with no
+   activation filters and no slot sorting window needs no job read before
+   its claim. claim_quiet.lua walks the autoclusters with idle jobs best
+   first and claims the head of the first one whose representative matches
+   the slot for all its jobs, skipping those that cannot match. It answers
+   with the autoclusters the claimer has not judged yet when it meets one
+   (the claimer judges them and asks again, up to JUDGING_ROUNDS times), and
+   hands anything else to the full claim: activation, slot reservations,
+   blocks, a head after the job of the leader's backfill reservation, jobs
+   to judge one by one, a head the checks hold back.
+2. The full claim: candidates are the idle jobs of the autoclusters that
+   match the slot (claim/index.py), read in batches (small first, growing up
+   to BROKER_CLAIM_SCAN_BATCH) in idle order, paging by score. The first
+   matches are offered to claim.lua, which takes the first one still idle; a
+   lost race moves on to the next candidates. With `wait_s` > 0 and nothing
+   claimable, the claimer blocks on the event stream (XREAD BLOCK) from the
+   last event seen before the scan and scans again when a job became IDLE,
+   until the deadline: no busy polling.
+
+Activation (claim/activation.py): the full claim's first read also brings
+what the leader's activation filters left for this slot (reservation,
+blocks); jobs they hold back are not offered, and a job that claim.lua made
+ACTIVATING ends the claim with the leader's verdict: the job, or None.
 
 Backfill (broker/backfill): each candidate also passes the backfill check
-against the leader's reservation, read in the first round trip: a job below
+against the leader's reservation, which the first read brings already
+judged (read_backfill.lua, by the rule claim_quiet.lua applies: a
+reservation whose job is no longer idle holds nothing back): a job below
 the reserved one is offered only when it does not delay its start. With
 MATCH_SORT_WINDOW set, a waiting claim registers its slot, and a claim gives
 way to a better waiting slot (more Memory, then Mips) for up to that window.
 
 Scheduling policy (broker/scheduling): with limits set, a slot no IDLE job fits
 may take a job BLOCKED only by a soft PS limit (the soft set), as a last
-resort; claim.lua re-checks every job's PS budget.
+resort; both claim scripts re-check every job's PS budget.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
@@ -36,7 +51,6 @@ from typing import Any
 import classad2
 import msgpack
 
-from fetchwork.broker.backfill.plan import Reservation
 from fetchwork.broker.filters.gate import ClaimView, block_floor, group_of, may_offer
 from fetchwork.broker.store import Store, codec
 from fetchwork.broker.store.jobads import slot_name
@@ -48,7 +62,6 @@ from fetchwork.errors import AdError
 from .activation import ActivationClaims, is_activation
 from .backfill import BackfillCheck
 from .index import GroupIndex, GroupWalk, IdleWalk
-from .quiet import QuietClaim
 from .sorting import SlotSorting
 
 log = logging.getLogger(__name__)
@@ -61,6 +74,9 @@ GROWTH = 4
 # Longest single XREAD BLOCK (the wait loops until its deadline): well inside
 # a client's socket timeout (redis-py's default is 5 s).
 MAX_BLOCK_MS = 2000
+# Rounds of judging newly met autoclusters before the quiet step leaves the claim
+# to the full one.
+JUDGING_ROUNDS = 4
 
 
 class Claimer:
@@ -80,7 +96,9 @@ class Claimer:
         self.scan_batch = scan_batch
         self.activation = ActivationClaims(store)
         self.groups = GroupIndex(store)
-        self.quiet = QuietClaim(store, self.groups, default_lease_s)
+        # The autoclusters claim_quiet.lua last named (best first): a new slot ad
+        # judges them before its first call, which then usually needs no second one.
+        self._named: list[str] = []
         # Scheduling policy limits are set: scan the soft set when nothing else fits.
         self.soft_tier = soft_tier
 
@@ -114,10 +132,11 @@ class Claimer:
             self.sorting.unregister(name)
 
     def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
-        """The scan of the idle set; then, with the soft tier, of the soft set (with the
-        activation view the first read brought). The quiet claim first, in one call."""
+        """The quiet step first, in one call; then the scan of the idle set; then, with
+        the soft tier, of the soft set (with the activation view the first read
+        brought)."""
         if not self.sorting.on:
-            decided, job = self.quiet.claim(slot, name)
+            decided, job = self._quiet(slot, name)
             if decided and (job is not None or not self.soft_tier):
                 return job, False
         rows, view, groups = self.activation.first_read(name, FIRST_BATCH, self.groups.read)
@@ -129,6 +148,30 @@ class Claimer:
                                                num=max(self.scan_batch, FIRST_BATCH),
                                                withscores=True)
         return self._offer(rows, slot, name, view, last_resort=True) if rows else claimed
+
+    def _quiet(self, slot: classad2.ClassAd, name: str) -> tuple[bool, classad2.ClassAd | None]:
+        """The quiet step: (whether it decided, the job claimed); not decided: the full
+        claim must."""
+        verdicts = self.groups.verdicts(slot)
+        if not any(verdicts.args()) and self._named:
+            self.groups.judge(slot, self._named)
+        keys = self.store.keys
+        for _round in range(JUDGING_ROUNDS):
+            reply = self.store.run(
+                "claim_quiet", [], [uuid.uuid4().hex, name, str(self.default_lease_s),
+                                    keys.job(""), *verdicts.args()],
+                extra_keys=[keys.ps_ledger, keys.backfill])
+            if reply == b"none":
+                return True, None
+            if not isinstance(reply, list):
+                return False, None
+            if reply[0] == b"job":
+                _job_id, flat = msgpack.unpackb(reply[1], raw=True)
+                return True, from_dict(codec.decode_flat(flat))
+            unknown = self._named = [codec.text(gid) for gid in reply[1:]]
+            if not self.groups.judge(slot, unknown):
+                return False, None
+        return False, None
 
     def _scan(self, slot: classad2.ClassAd, name: str, rows: list[tuple[bytes, float]],
               view: ClaimView, walk: GroupWalk | IdleWalk
@@ -183,11 +226,7 @@ class Claimer:
         """Offer the matching jobs among `rows` to claim.lua, a few at a time (jobs in
         `prechecked` matched through their autocluster)."""
         reservation = self.backfill.reservation_of(view.backfill)
-        # Looked for once, and only when the reservation would hold a job back.
-        lapsed = functools.cache(functools.partial(self._lapsed, reservation))
         offerable = self.backfill.offerable(rows, reservation, last_resort)
-        if len(offerable) < len(rows) and lapsed():
-            reservation, offerable = None, rows
         scores = {codec.text(member): score for member, score in offerable}
         now_ms = time.time() * 1000
         matched: list[str] = []
@@ -196,8 +235,6 @@ class Claimer:
                 order = None if last_resort else scores[job_id]
                 allowed = self.backfill.verdict(job_id, data, order, name, reservation,
                                                 now_ms / 1000).allowed
-                if not allowed and lapsed():
-                    reservation, allowed = None, True
                 if allowed and ((prechecked and job_id in prechecked)
                                 or self._fits(job_id, data, slot)):
                     matched.append(job_id)
@@ -209,13 +246,6 @@ class Claimer:
         if matched:
             return self._claim_first(matched, slot, name, view, last_resort)
         return None, False
-
-    def _lapsed(self, reservation: Reservation | None) -> bool:
-        """Whether the reservation the leader last stored names a job no longer idle: it
-        started (or was removed or held) since that pass, so it holds no job back (the
-        leader's next pass, due at once on its event, stores the next one)."""
-        return reservation is not None and self.store.client.zscore(
-            self.store.keys.idle, reservation.job_id) is None
 
     @staticmethod
     def _fits(job_id: str, data: dict[str, Any], slot: classad2.ClassAd) -> bool:

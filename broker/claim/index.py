@@ -20,6 +20,7 @@ it existed), a claim walks the idle set itself.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Callable
@@ -40,9 +41,10 @@ log = logging.getLogger(__name__)
 Rows = list[tuple[bytes, float]]
 # Representatives a claimer keeps decoded (they never change for an id).
 REPS_KEPT = 10_000
-# Slot ads whose verdicts per autocluster a claimer keeps (a startd hands the
-# same slot ad until the slot changes, or the second of MyCurrentTime does).
-SLOTS_KEPT = 64
+# Slot ads whose verdicts per autocluster a claimer keeps, by a digest of their
+# text (a startd hands the same slot ad until the slot changes, or the second of
+# MyCurrentTime does; cleared when full): a few MB at most, in a startd too.
+SLOTS_KEPT = 4096
 # One past the separator: the end of an autocluster's range of members.
 _AFTER = chr(ord(SEPARATOR) + 1)
 # The first read also brings the heads of this many autoclusters (the best
@@ -124,6 +126,42 @@ class GroupWalk:
         return rows
 
 
+class SlotVerdicts:
+    """One slot ad's verdicts per autocluster, judged once and kept for both steps of
+    the claim: the full claim's walk reads them one by one, the quiet claim hands
+    claim_quiet.lua the autoclusters by verdict (`args`)."""
+
+    def __init__(self) -> None:
+        # id -> (the representative decides for every job, the autocluster may match).
+        self._by_id: dict[str, tuple[bool, bool]] = {}
+        self._args: tuple[str, str, str] | None = ("", "", "")
+        self._lock = threading.Lock()
+
+    def get(self, gid: str) -> tuple[bool, bool] | None:
+        return self._by_id.get(gid)
+
+    def learn(self, verdicts: list[tuple[str, bool, bool]]) -> None:
+        """Keep (id, the representative decides, the autocluster may match) verdicts."""
+        with self._lock:
+            for gid, alone, fits in verdicts:
+                self._by_id[gid] = (alone, fits)
+            self._args = None
+
+    def args(self) -> tuple[str, str, str]:
+        """claim_quiet.lua's autoclusters, space-separated: those whose representative
+        matches the slot for all their jobs, those that cannot match, those whose jobs
+        must be judged one by one."""
+        with self._lock:
+            if self._args is None:
+                matching: list[str] = []
+                refusing: list[str] = []
+                judged: list[str] = []
+                for gid, (alone, fits) in self._by_id.items():
+                    (matching if fits and alone else judged if fits else refusing).append(gid)
+                self._args = (" ".join(matching), " ".join(refusing), " ".join(judged))
+            return self._args
+
+
 class GroupIndex:
     """The claim side of the index for one pool's store (shared by a claimer's threads)."""
 
@@ -131,9 +169,9 @@ class GroupIndex:
         self.store = store
         # id -> (representative ad, its attribute names), or None when unusable.
         self._reps: dict[str, tuple[classad2.ClassAd, frozenset[str]] | None] = {}
-        # slot ad text -> per autocluster (whether START reads only what the
-        # representative holds, whether the autocluster may match): judged once.
-        self._verdicts: dict[str, dict[str, tuple[bool, bool]]] = {}
+        # A digest of the slot ad's text -> its verdicts per autocluster (str() of an
+        # ad costs classad2 no memory; evaluations do).
+        self._slots: dict[bytes, SlotVerdicts] = {}
         self._lock = threading.Lock()
 
     def read(self, pipe: Pipeline) -> None:
@@ -142,6 +180,18 @@ class GroupIndex:
         self.store.scripts.ensure_loaded(["read_groups"])
         self.store.scripts.queue(pipe, "read_groups", [keys.ac_groups, keys.idle, keys.ac_members],
                                  [PREFETCH_GROUPS, PREFETCH_JOBS])
+
+    def verdicts(self, slot: classad2.ClassAd) -> SlotVerdicts:
+        """The verdicts per autocluster kept for this slot ad (cleared when SLOTS_KEPT
+        slot ads are kept)."""
+        text = hashlib.blake2b(str(slot).encode(), digest_size=16).digest()
+        with self._lock:
+            verdicts = self._slots.get(text)
+            if verdicts is None:
+                if len(self._slots) >= SLOTS_KEPT:
+                    self._slots.clear()
+                verdicts = self._slots[text] = SlotVerdicts()
+            return verdicts
 
     def walk(self, slot: classad2.ClassAd, first: Rows, reply: list[Any]) -> IdleWalk | GroupWalk:
         """Where the claim of `slot` finds its candidates (`first`: the idle set's head,
@@ -152,48 +202,44 @@ class GroupIndex:
         gids = [codec.text(gid) for gid in groups[0::2]]
         bests = {gid: float(best) for gid, best in zip(gids, groups[1::2], strict=True)}
         self._load([gid for gid in gids if gid and gid not in self._reps])
-        verdicts = self._verdicts_for(slot)
+        verdicts = self.verdicts(slot)
         reads: list[frozenset[str] | None] = []
 
         def judge(gid: str) -> tuple[bool, bool]:
             """(the representative decides, the autocluster may match); no
             representative: each job is evaluated."""
             verdict = verdicts.get(gid)
-            rep = self._reps.get(gid) if gid else None
-            if verdict is None and rep is not None:
+            if verdict is None:
                 if not reads:
                     reads.append(start_job_reads(slot))
-                verdict = verdicts[gid] = _verdict(rep, slot, reads[0])
-            return verdict or (False, True)
+                verdict = self._verdict(gid, slot, reads[0])
+                verdicts.learn([(gid, *verdict)])
+            return verdict
 
         return GroupWalk(self.store, gids, bests, judge, dict(zip(gids, heads, strict=False)))
 
-    def judge(self, slot: classad2.ClassAd, gids: list[str]
-              ) -> list[tuple[str, bool, bool]]:
-        """(id, the representative decides, the autocluster may match) of `gids`, in
-        order up to the first that may match (the quiet claim's lazy judging)."""
+    def judge(self, slot: classad2.ClassAd, gids: list[str]) -> int:
+        """Judge `gids` for `slot`, in order up to the first that may match (the quiet
+        claim's lazy judging), and keep the verdicts; how many were judged."""
+        verdicts = self.verdicts(slot)
+        gids = [gid for gid in gids if verdicts.get(gid) is None]
         self._load([gid for gid in gids if gid and gid not in self._reps])
         reads = start_job_reads(slot)
         judged = []
         for gid in gids:
-            rep = self._reps.get(gid) if gid else None
-            alone, fits = (False, True) if rep is None else _verdict(rep, slot, reads)
+            alone, fits = self._verdict(gid, slot, reads)
             judged.append((gid, alone, fits))
             if fits:
                 break
-        return judged
+        verdicts.learn(judged)
+        return len(judged)
 
-    def _verdicts_for(self, slot: classad2.ClassAd) -> dict[str, tuple[bool, bool]]:
-        """The verdicts per autocluster kept for this slot ad's text (str() of an ad
-        costs classad2 no memory; evaluations do)."""
-        text = str(slot)
-        with self._lock:
-            verdicts = self._verdicts.get(text)
-            if verdicts is None:
-                if len(self._verdicts) >= SLOTS_KEPT:
-                    self._verdicts.clear()
-                verdicts = self._verdicts[text] = {}
-            return verdicts
+    def _verdict(self, gid: str, slot: classad2.ClassAd, reads: frozenset[str] | None
+                 ) -> tuple[bool, bool]:
+        """(the representative decides, the autocluster may match); no representative
+        (or no autocluster): each job is evaluated."""
+        rep = self._reps.get(gid) if gid else None
+        return (False, True) if rep is None else _verdict(rep, slot, reads)
 
     def _load(self, gids: list[str]) -> None:
         if not gids:

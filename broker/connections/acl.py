@@ -43,8 +43,9 @@ SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zadd", "zrem", "xadd", "hse
 SCRIPTS = {
     "submitter": ("stage", "submit", "remove", "hold", "release", "requeue", "read_ads",
                   "read_fields", "read_ids"),
-    "execute": ("claim", "reject", "renew", "finish", "activate_abandon", "read_ads",
-                "read_fields", "read_ids", "policy_exit", "read_groups"),
+    "execute": ("claim", "claim_quiet", "reject", "renew", "finish", "activate_abandon",
+                "read_ads", "read_fields", "read_ids", "policy_exit", "read_groups",
+                "read_backfill"),
 }
 # Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers;
 # WAIT: FETCHWORK_BROKER_WAIT_REPLICAS, broker/connections/durability.py).

@@ -25,7 +25,7 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:activation:<token>        hash: a claim's activation request (slot ad, facts)
     fw:{P}:activation:<token>:reply  list: the leader's verdict for that claim
     fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
-    fw:{P}:psledger      hash: policy budget -> its running jobs (claim.lua's PS re-check)
+    fw:{P}:psledger      hash: policy budget -> its running jobs (the claim scripts' PS re-check)
     fw:{P}:userlog       string: id of the last event the leader wrote to the jobs' user logs
     fw:{P}:periodic      zset: jobs with a PeriodicHold/Release/Remove expression, by sequence
     fw:{P}:depwait       set: jobs waiting on dependencies (FetchworkWaitingOn set)

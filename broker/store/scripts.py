@@ -8,10 +8,12 @@ helpers), `lua/acindex.lua` (the autocluster index) and `lua/jobstates.lua`
 constants the scripts share with Python (PRIO_SCALE from store/states.py, the
 JobStatus and HoldReasonCode values from config/protocol.py as
 `STATUS_<NAME>` and `HOLD_<NAME>`), so no script spells them as numbers.
-`STANDALONE` scripts run as written, those that read job ads
-(`JOB_READERS`) after `lua/jobad.lua`. A server that lost its
-script cache (restart, SCRIPT FLUSH) answers NOSCRIPT and the script is
-loaded again.
+`STANDALONE` scripts run as written. A few scripts also get the parts
+`PARTS` names for them, put just before their own text: the claim scripts
+share `lua/claims.lua` (the checks of a candidate) and `lua/reservation.lua`
+(when a backfill reservation holds jobs back), standalone readers of job
+ads get `lua/jobad.lua`. A server that lost its script cache (restart,
+SCRIPT FLUSH) answers NOSCRIPT and the script is loaded again.
 """
 
 from __future__ import annotations
@@ -39,18 +41,25 @@ from .acmembers import (
 )
 from .states import PRIO_SCALE
 
-TRANSITIONS = ("stage", "submit", "claim", "reject", "renew", "finish", "reap", "remove", "hold",
-               "release", "admit", "admit_fail", "activate_start", "activate_defer",
-               "activate_hold", "activate_fail", "activate_abandon", "activation_expire",
-               "release_due", "reservation_expire", "block", "unblock", "overrun",
-               "policy_exit", "policy_act", "requeue", "depend", "reorder")
+TRANSITIONS = ("stage", "submit", "claim", "claim_quiet", "reject", "renew", "finish", "reap",
+               "remove", "hold", "release", "admit", "admit_fail", "activate_start",
+               "activate_defer", "activate_hold", "activate_fail", "activate_abandon",
+               "activation_expire", "release_due", "reservation_expire", "block", "unblock",
+               "overrun", "policy_exit", "policy_act", "requeue", "depend", "reorder")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
-              "trim_history", "userlog_advance", "read_groups", "bypass")
+              "trim_history", "userlog_advance", "read_groups", "bypass", "read_backfill")
 
 # What every transition script is put after, in this order (each part uses the ones before).
 LIBRARY = ("jobad", "lib", "acindex", "jobstates")
 # Standalone scripts that read job hashes: they get jobad.lua's readers.
 JOB_READERS = ("read_ads", "read_fields", "bypass")
+# The parts a script gets just before its own text (after LIBRARY for a transition).
+PARTS: dict[str, tuple[str, ...]] = {
+    **{name: ("jobad",) for name in JOB_READERS},
+    "claim": ("claims",),
+    "claim_quiet": ("reservation", "claims"),
+    "read_backfill": ("reservation",),
+}
 
 Arg = str | bytes | int | float
 
@@ -77,13 +86,12 @@ def constants_header() -> str:
 @cache
 def source(name: str) -> str:
     """The full text sent to Redis for script `name`."""
-    if name in JOB_READERS:
-        return _read("jobad") + "\n" + _read(name)
     if name in STANDALONE:
-        return _read(name)
+        return "".join(_read(part) + "\n" for part in PARTS.get(name, ())) + _read(name)
     if name not in TRANSITIONS:
         raise KeyError(f"no Lua script named {name!r}")
-    return constants_header() + "".join(_read(part) + "\n" for part in LIBRARY) + _read(name)
+    parts = LIBRARY + PARTS.get(name, ())
+    return constants_header() + "".join(_read(part) + "\n" for part in parts) + _read(name)
 
 
 @cache

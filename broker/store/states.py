@@ -11,8 +11,9 @@ Every job ad carries `FetchworkState` (the state name below) and `JobStatus`
     IDLE       -> BLOCKED             block.lua (the leader's scheduling pass,
                                       broker/scheduling/leaderpass.py)
     BLOCKED    -> IDLE                unblock.lua (the same pass)
-    IDLE       -> RUNNING             claim.lua (also BLOCKED by a soft PS limit only -> RUNNING,
-                                      for a slot no IDLE job fits)
+    IDLE       -> RUNNING             claim_quiet.lua, claim.lua (claim.lua also BLOCKED
+                                      by a soft PS limit only -> RUNNING, for a slot
+                                      no IDLE job fits)
     IDLE       -> ACTIVATING          claim.lua, for a job with an activation chain
     ACTIVATING -> RUNNING             activate_start.lua (the chain answered 0)
     ACTIVATING -> IDLE                activate_defer.lua (1: block; 2, other, timeout: reserve),

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from fetchwork.broker.claim.index import SlotVerdicts
 from fetchwork.broker.client import Broker
 from fetchwork.broker.scheduling.leaderpass import SchedulingRunner
 from fetchwork.broker.scheduling.settings import scheduling_settings
@@ -92,7 +93,7 @@ def test_a_claim_behind_non_matching_jobs_reads_only_its_candidates(
     monkeypatch.setattr(broker.store, "hashes", counting)
     ad = broker.claim(SLOT)
     assert ad is not None and jid(ad) == wanted
-    assert read == [], "the quiet claim reads no job before claim.lua"
+    assert read == [], "the quiet claim reads no job before claim_quiet.lua"
     assert broker.claim(SLOT) is None
     assert read == [], "a slot that matches nothing reads no job"
     assert_in_step(broker)
@@ -234,3 +235,12 @@ def test_a_claim_reloads_the_index_script_when_the_server_lost_it(broker: Broker
     broker.client.script_flush()
     ad = broker.claim(SLOT)
     assert ad is not None and jid(ad) == job
+
+
+def test_slot_verdicts_hand_the_quiet_claim_its_autoclusters_by_verdict() -> None:
+    verdicts = SlotVerdicts()
+    assert verdicts.args() == ("", "", "")
+    verdicts.learn([("a", True, True), ("b", False, False), ("c", False, True)])
+    verdicts.learn([("d", True, True)])
+    assert verdicts.args() == ("a d", "b", "c")
+    assert verdicts.get("c") == (False, True) and verdicts.get("e") is None

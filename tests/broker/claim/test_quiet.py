@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from fetchwork.broker.backfill.plan import Reservation, Resources, to_record
+from fetchwork.broker.claim import index
 from fetchwork.broker.client import Broker
 from fetchwork.broker.store import codec
 from fetchwork.config.ads import parse_ad
@@ -162,3 +163,24 @@ def test_a_finish_with_a_lost_claim_changes_nothing(broker: Broker) -> None:
     assert broker.claim(SLOT) is not None
     assert not broker.finish(job, "not-the-token", "exit")
     assert broker.get(job)["JobStatus"] == JobStatus.RUNNING
+
+
+def test_the_quiet_step_uses_the_verdicts_the_full_claim_judged(
+        broker: Broker, round_trips: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    judged: list[Any] = []
+    verdict = index._verdict
+
+    def counting(rep: Any, slot: Any, reads: Any) -> Any:
+        judged.append(rep)
+        return verdict(rep, slot, reads)
+
+    monkeypatch.setattr(index, "_verdict", counting)
+    jobs = broker.submit([SMALL] * 2)
+    broker.store.client.set(broker.keys.backfill, b"not msgpack")
+    assert jid(broker.claim(SLOT)) == jobs[0]  # the full claim judges the autocluster
+    assert len(judged) == 1
+    broker.store.client.delete(broker.keys.backfill)
+    round_trips[0] = 0
+    assert jid(broker.claim(SLOT)) == jobs[1]
+    assert round_trips[0] == 1 and len(judged) == 1, "one cache of verdicts for both steps"
+
