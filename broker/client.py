@@ -20,7 +20,7 @@ import redis
 from fetchwork.broker.claim.claimer import Claimer
 from fetchwork.broker.connections.durability import ReplicaWait
 from fetchwork.broker.jobpolicy.expressions import Action
-from fetchwork.broker.jobpolicy.onexit import POLICY, exit_args, finished, judge_exit
+from fetchwork.broker.jobpolicy.onexit import POLICY, POLICY_ATTRS, finished, judge_exit
 from fetchwork.broker.scheduling.settings import scheduling_in_force
 from fetchwork.broker.store import codec
 from fetchwork.broker.store.jobads import caller_attrs
@@ -266,17 +266,21 @@ class Broker:
         if reason is None and attrs is not None:
             reason = _reason_in(attrs, "HoldReason" if how == HOLD else "RemoveReason")
         if how == EXIT:
-            state = self.store.run("finish", [job_id], exit_args(job_id, token, reason, fields))
-            verdict = judge_exit(self.store, job_id, given) if state == POLICY else None
-            if verdict is not None:
-                return self._finish_by_policy(job_id, token, verdict, fields)
+            # One call, unless the job has an exit policy: finish.lua then refuses
+            # and the job policy judges the exit.
+            args = [job_id, token, how, reason or "", "", "", " ".join(POLICY_ATTRS), *fields]
+            state = _text(self.store.run("finish", [job_id], args))
             if state != POLICY:
                 return finished(job_id, how, state)
+            verdict = judge_exit(self.store, job_id, given)
+            if verdict is not None:
+                return self._finish_by_policy(job_id, token, verdict, fields)
         codes = ["", ""]
         if how == HOLD and attrs is not None:
             codes = [_code_in(attrs, "HoldReasonCode"), _code_in(attrs, "HoldReasonSubCode")]
-        args = [job_id, token, how, reason or "", *codes, *fields]
-        return finished(job_id, how, self.store.run("finish", [job_id], args))
+        args = [job_id, token, how, reason or "", *codes, "", *fields]
+        state = _text(self.store.run("finish", [job_id], args))
+        return finished(job_id, how, state)
 
     def _finish_by_policy(self, job_id: str, token: str, verdict: Action,
                           fields: list[bytes | str]) -> bool:
@@ -386,6 +390,11 @@ def _code_in(attrs: AdLike, name: str) -> str:
     """The execute side's HoldReasonCode/HoldReasonSubCode as script text ('' for none)."""
     value = _given(attrs, name)
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
+
+
+def _text(reply: bytes | None) -> str | None:
+    """A script's reply as text (None stays None)."""
+    return None if reply is None else codec.text(reply)
 
 
 def _constraint(text: str | None) -> Any:

@@ -1,10 +1,11 @@
 """The job policy at a job's exit: read what it needs, let jobpolicy/expressions.py decide.
 
-Called by Broker.finish for how=exit when finish.lua found that the job has
-an exit-time expression (most jobs have none and finish in that one call);
-only then is its whole ad read, the execute side's final attributes laid
-over it and NumJobCompletions counted up for this exit, and `exit_action`
-judges it. The claim's owner is the only writer of a running job's
+Broker.finish ends an exit with finish.lua, naming the exit policy's
+attributes (`POLICY_ATTRS`): most jobs have none and finish in that one
+call. finish.lua refuses the exit of a job that has one (its reply is
+`POLICY`); only then is the job's whole ad read, the execute side's final
+attributes laid over it and NumJobCompletions counted up for this exit, and
+`exit_action` judges it. The claim's owner is the only writer of a running job's
 attributes, and a removal or hold that arrives meanwhile still wins in
 policy_exit.lua, so deciding before the transition is safe.
 """
@@ -16,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store import Store
 from fetchwork.config.ads import from_dict
 
 from .expressions import (
@@ -32,21 +33,16 @@ log = logging.getLogger(__name__)
 
 
 # finish.lua's reply when the job has an exit policy to judge.
-POLICY = b"policy"
+POLICY = "policy"
+# What finish.lua looks for on an exit the job policy may change.
+POLICY_ATTRS = EXIT_POLICY_ATTRS
 
 
-def exit_args(job_id: str, token: str, reason: str | None, fields: list[bytes | str]
-              ) -> list[bytes | str]:
-    """finish.lua's arguments for an exit that finish.lua completes unless the job has
-    an exit policy (then it answers POLICY and changes nothing)."""
-    return [job_id, token, "exit?", reason or "", " ".join(EXIT_POLICY_ATTRS), "", *fields]
-
-
-def finished(job_id: str, how: str, state: Any) -> bool:
+def finished(job_id: str, how: str, state: str | None) -> bool:
     """Whether finish.lua ended the claim (its reply `state`: the new state, or None)."""
     if state is None:
         return False
-    log.info("job %s finished (%s) -> %s", job_id, how, codec.text(state))
+    log.info("job %s finished (%s) -> %s", job_id, how, state)
     return True
 
 
@@ -54,11 +50,8 @@ def judge_exit(store: Store, job_id: str, final: Mapping[str, Any],
                now: float | None = None) -> Action | None:
     """The job policy's verdict on this exit; None when the job simply completes.
     `final` is the execute side's attributes in to_dict form (ExitCode, ...)."""
-    [values] = list(store.fields([job_id], EXIT_POLICY_ATTRS))
-    if not has_exit_policy(dict(zip(EXIT_POLICY_ATTRS, values, strict=True))):
-        return None
     stored = next((data for _job, data in store.hashes([job_id])), None)
-    if stored is None:
+    if stored is None or not has_exit_policy(stored):
         return None
     ad = from_dict(stored)
     given = from_dict(final)

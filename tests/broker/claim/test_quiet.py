@@ -184,3 +184,13 @@ def test_the_quiet_step_uses_the_verdicts_the_full_claim_judged(
     assert jid(broker.claim(SLOT)) == jobs[1]
     assert round_trips[0] == 1 and len(judged) == 1, "one cache of verdicts for both steps"
 
+
+def test_a_policy_exit_is_judged_after_one_refused_call(broker: Broker,
+                                                        round_trips: list[int]) -> None:
+    (held,) = broker.submit([{**SMALL, "OnExitHold": True}])
+    token = broker.claim(SLOT)["FetchworkClaim"]
+    round_trips[0] = 0
+    assert broker.finish(held, token, "exit", {"ExitCode": 0})
+    # finish.lua refuses, the ad is read once, policy_exit.lua holds the job.
+    assert round_trips[0] == 3
+    assert broker.get(held)["JobStatus"] == JobStatus.HELD
