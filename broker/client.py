@@ -22,7 +22,7 @@ from fetchwork.broker.connections.durability import ReplicaWait
 from fetchwork.broker.jobpolicy.expressions import Action
 from fetchwork.broker.jobpolicy.onexit import POLICY, POLICY_ATTRS, finished, judge_exit
 from fetchwork.broker.scheduling.settings import scheduling_in_force
-from fetchwork.broker.store import codec
+from fetchwork.broker.store import calls, codec
 from fetchwork.broker.store.jobads import caller_attrs
 from fetchwork.broker.submission.submitter import Submitted, Submitter
 from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
@@ -202,20 +202,26 @@ class Broker:
               hold_until: int | None = None) -> list[str]:
         """Remove, hold, release or requeue the jobs `select()` chose; the ones it changed.
         A hold with `hold_until` (epoch s) ends by itself then."""
-        if action == "remove":
-            args: list[Any] = [reason or "removed by user"]
-        elif action == "hold":
-            args = [reason or "held by user", int(HoldCode.USER_REQUEST),
-                    "" if hold_until is None else str(int(hold_until))]
-        elif action in ("release", "requeue"):
-            args = []
-        else:
+        if action not in ACTIONS:
             raise BrokerError(f"no user action {action!r}: use one of {', '.join(ACTIONS)}")
         done: list[str] = []
         for start in range(0, len(selected), OP_BATCH):
             chunk = selected[start:start + OP_BATCH]
-            done += self.store.ids(self.store.run(action, chunk, [*args, *chunk]))
+            done += self._apply_one(action, chunk, reason, hold_until)
         return done
+
+    def _apply_one(self, action: str, job_ids: Sequence[str], reason: str | None,
+                   hold_until: int | None) -> list[str]:
+        """One batch of a user action: its script's ids changed."""
+        store = self.store
+        if action == "remove":
+            return calls.remove(store, job_ids=job_ids, reason=reason or "removed by user")
+        if action == "hold":
+            return calls.hold(store, job_ids=job_ids, reason=reason or "held by user",
+                              code=int(HoldCode.USER_REQUEST), hold_until_s=hold_until)
+        if action == "release":
+            return calls.release(store, job_ids=job_ids)
+        return calls.requeue(store, job_ids=job_ids)
 
     def remove(self, job_ids: Sequence[str], reason: str | None = None) -> list[str]:
         """Remove jobs (ids or clusters); a running job is marked and removed when it stops."""
@@ -245,15 +251,15 @@ class Broker:
 
     def reject(self, job_id: str, token: str) -> bool:
         """The slot declined the job: back to IDLE at the head of its priority group."""
-        return self.store.run("reject", [job_id], [job_id, token]) is not None
+        return calls.reject(self.store, job_id=job_id, token=token) is not None
 
     def renew(self, job_id: str, token: str, attrs: AdLike | None = None,
               suspended: bool | None = None) -> str:
         """Extend the lease and store `attrs`: "ok", "gone", "removed" or "held".
         `suspended` True/False moves the job to SUSPENDED/RUNNING."""
-        flag = "" if suspended is None else ("1" if suspended else "0")
-        args = [job_id, token, str(self.default_lease_s), flag, *self._attr_fields(attrs)]
-        return codec.text(self.store.run("renew", [job_id], args))
+        return calls.renew(self.store, job_id=job_id, token=token,
+                           default_lease_s=self.default_lease_s, suspended=suspended,
+                           fields=self._attr_fields(attrs))
 
     def finish(self, job_id: str, token: str, how: str, attrs: AdLike | None = None,
                reason: str | None = None) -> bool:
@@ -268,28 +274,30 @@ class Broker:
         if how == EXIT:
             # One call, unless the job has an exit policy: finish.lua then refuses
             # and the job policy judges the exit.
-            args = [job_id, token, how, reason or "", "", "", " ".join(POLICY_ATTRS), *fields]
-            state = _text(self.store.run("finish", [job_id], args))
+            state = calls.finish(self.store, job_id=job_id, token=token, how=how,
+                                 reason=reason or "", fields=fields, policy_attrs=POLICY_ATTRS)
             if state != POLICY:
                 return finished(job_id, how, state)
             verdict = judge_exit(self.store, job_id, given)
             if verdict is not None:
                 return self._finish_by_policy(job_id, token, verdict, fields)
-        codes = ["", ""]
-        if how == HOLD and attrs is not None:
-            codes = [_code_in(attrs, "HoldReasonCode"), _code_in(attrs, "HoldReasonSubCode")]
-        args = [job_id, token, how, reason or "", *codes, "", *fields]
-        state = _text(self.store.run("finish", [job_id], args))
+        held = how == HOLD and attrs is not None
+        state = calls.finish(self.store, job_id=job_id, token=token, how=how,
+                             reason=reason or "",
+                             hold_code=_code_in(attrs, "HoldReasonCode") if held else None,
+                             hold_subcode=_code_in(attrs, "HoldReasonSubCode") if held else None,
+                             fields=fields)
         return finished(job_id, how, state)
 
     def _finish_by_policy(self, job_id: str, token: str, verdict: Action,
                           fields: list[bytes | str]) -> bool:
         """An exit the job's policy expressions turn into a hold, a rerun or a removal."""
-        args = [job_id, token, verdict.kind, verdict.reason, str(verdict.subcode), *fields]
-        state = self.store.run("policy_exit", [job_id], args)
+        state = calls.policy_exit(self.store, job_id=job_id, token=token, verdict=verdict.kind,
+                                  reason=verdict.reason, hold_subcode=verdict.subcode,
+                                  fields=fields)
         if state is None:
             return False
-        log.info("job %s exited; its %s -> %s", job_id, verdict.attr, codec.text(state))
+        log.info("job %s exited; its %s -> %s", job_id, verdict.attr, state)
         return True
 
     @staticmethod
@@ -315,7 +323,7 @@ class Broker:
                                                       start=0, num=OP_BATCH))
             if not due:
                 break
-            done = self.store.ids(self.store.run("reap", due, due, now_ms=override))
+            done = calls.reap(self.store, job_ids=due, now_ms=override)
             reaped += done
             if not done or len(due) < OP_BATCH:
                 break
@@ -334,8 +342,7 @@ class Broker:
                                                   min(excess, OP_BATCH) - 1))
             if not oldest:
                 return forgotten
-            keys = [self.keys.history] + [self.keys.job(job) for job in oldest]
-            gone = int(self.store.scripts.call("trim_history", keys, oldest))
+            gone = calls.trim_history(self.store, job_ids=oldest)
             forgotten += gone
             if gone == 0:
                 return forgotten
@@ -386,15 +393,10 @@ def _reason_in(attrs: AdLike, name: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _code_in(attrs: AdLike, name: str) -> str:
-    """The execute side's HoldReasonCode/HoldReasonSubCode as script text ('' for none)."""
-    value = _given(attrs, name)
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
-
-
-def _text(reply: bytes | None) -> str | None:
-    """A script's reply as text (None stays None)."""
-    return None if reply is None else codec.text(reply)
+def _code_in(attrs: AdLike | None, name: str) -> int | None:
+    """The execute side's HoldReasonCode/HoldReasonSubCode, if it gave a whole number."""
+    value = None if attrs is None else _given(attrs, name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _constraint(text: str | None) -> Any:

@@ -27,7 +27,7 @@ import classad2
 import redis
 
 from fetchwork.broker.autoclusters import signature, start_job_reads
-from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store import Store, calls, codec
 from fetchwork.config.ads import from_dict
 from fetchwork.config.matching import matches
 from fetchwork.errors import AdError, FetchworkError
@@ -266,8 +266,7 @@ class BackfillLeader:
         bypasses = sum(1 for job in started
                        if job != reservation.job_id and job not in self._not_bypass)
         if bypasses:
-            grown = self.store.scripts.call("bypass", [self.store.keys.job(reservation.job_id)],
-                                            [bypasses])
+            grown = calls.bypass(self.store, job_id=reservation.job_id, started_ahead=bypasses)
             if grown:
                 log.info("%d job(s) started ahead of reserved job %s (BypassCount %s)",
                          bypasses, reservation.job_id, grown)

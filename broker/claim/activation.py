@@ -25,7 +25,7 @@ from redis.client import Pipeline
 from redis.exceptions import NoScriptError
 
 from fetchwork.broker.filters.gate import BLOCKS_READ, SUMMARY_FIELDS, ClaimView, view_of
-from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store import Store, calls, codec
 from fetchwork.config.ads import from_dict, to_dict
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,7 @@ class ActivationClaims:
             pipe.hmget(keys.filters, list(SUMMARY_FIELDS))
             pipe.hget(keys.reservations, slot_name)
             pipe.zrange(keys.blocks, 0, BLOCKS_READ - 1, withscores=True)
-            self.store.scripts.ensure_loaded(["read_backfill"])
-            self.store.scripts.queue(pipe, "read_backfill", [keys.idle, keys.backfill], [])
+            calls.read_backfill(self.store, pipe)
             if also is not None:
                 also(pipe)
             try:
@@ -94,8 +93,7 @@ class ActivationClaims:
 
     def _abandon(self, job_id: str, token: str) -> classad2.ClassAd | None:
         log.warning("no activation verdict for job %s in time; giving it back", job_id)
-        reply = self.store.run("activate_abandon", [job_id], [job_id, token],
-                               extra_keys=[self.store.keys.activation(token)])
+        reply = calls.activate_abandon(self.store, job_id=job_id, token=token)
         return None if reply is None else _ad_of(reply)
 
 

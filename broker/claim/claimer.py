@@ -52,7 +52,7 @@ import classad2
 import msgpack
 
 from fetchwork.broker.filters.gate import ClaimView, block_floor, group_of, may_offer
-from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.store.jobads import slot_name
 from fetchwork.config.ads import from_dict
 from fetchwork.config.loader import Config
@@ -155,12 +155,11 @@ class Claimer:
         verdicts = self.groups.verdicts(slot)
         if not any(verdicts.args()) and self._named:
             self.groups.judge(slot, self._named)
-        keys = self.store.keys
         for _round in range(JUDGING_ROUNDS):
-            reply = self.store.run(
-                "claim_quiet", [], [uuid.uuid4().hex, name, str(self.default_lease_s),
-                                    keys.job(""), *verdicts.args()],
-                extra_keys=[keys.ps_ledger, keys.backfill])
+            matching, refusing, judged = verdicts.args()
+            reply = calls.claim_quiet(self.store, token=uuid.uuid4().hex, slot=name,
+                                      default_lease_s=self.default_lease_s, matching=matching,
+                                      refusing=refusing, judged=judged)
             if reply == b"none":
                 return True, None
             if not isinstance(reply, list):
@@ -263,12 +262,10 @@ class Claimer:
         activation chain, the leader's verdict on it decides, and ends the claim)."""
         self.sorting.give_way(job_ids[0], slot, name)
         token = uuid.uuid4().hex
-        keys = self.store.keys
-        policy_keys = [keys.ps_ledger, keys.soft] if last_resort else [keys.ps_ledger]
-        reply = self.store.run("claim", job_ids,
-                               [token, name, str(self.default_lease_s),
-                                self.activation.slot_ad_arg(view, slot), *job_ids],
-                               extra_keys=[keys.activation(token), *policy_keys])
+        reply = calls.claim(self.store, job_ids=job_ids, token=token, slot=name,
+                            default_lease_s=self.default_lease_s,
+                            slot_ad=self.activation.slot_ad_arg(view, slot),
+                            last_resort=last_resort)
         if reply is None:
             return None, False
         job_id, flat = msgpack.unpackb(reply, raw=True)

@@ -30,7 +30,7 @@ import classad2
 from redis.client import Pipeline
 
 from fetchwork.broker.autoclusters import start_job_reads
-from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.store.acmembers import SEPARATOR, order_text, parse_member
 from fetchwork.config.ads import from_dict
 from fetchwork.config.matching import job_refuses, matches
@@ -176,10 +176,7 @@ class GroupIndex:
 
     def read(self, pipe: Pipeline) -> None:
         """Add the index's first read (read_groups.lua) to a claim's first pipeline."""
-        keys = self.store.keys
-        self.store.scripts.ensure_loaded(["read_groups"])
-        self.store.scripts.queue(pipe, "read_groups", [keys.ac_groups, keys.idle, keys.ac_members],
-                                 [PREFETCH_GROUPS, PREFETCH_JOBS])
+        calls.read_groups(self.store, pipe, heads_of=PREFETCH_GROUPS, jobs_each=PREFETCH_JOBS)
 
     def verdicts(self, slot: classad2.ClassAd) -> SlotVerdicts:
         """The verdicts per autocluster kept for this slot ad (cleared when SLOTS_KEPT

@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.store.jobads import PreparedJob
 from fetchwork.broker.store.states import FINISHED, JOB_STATUS, WAITING_ATTR, State
 from fetchwork.config.protocol import job_id_key
@@ -189,10 +189,7 @@ class DependencyResolver:
         store = self.store
         changed = 0
         if items:
-            keys = (store.pool_keys() + [store.keys.job(item[0]) for item in items]
-                    + [store.keys.dep_waiting])
-            changed = int(store.scripts.call("depend", keys,
-                                             store.head_args() + [codec.pack_for_lua(items)]))
+            changed = calls.depend(store, items=items)
         # The jobs waiting on a finished job are decided (above, or when they were
         # submitted after its end event): its index of dependents is done with.
         ended = [dep for dep, known in states.items()

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from fetchwork.broker.autoclusters import Grouper, rep_entry
-from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import ad_prio
 from fetchwork.broker.store.states import State, clamp_prio, is_managed
@@ -111,13 +111,13 @@ class FilterLeader:
             else:
                 work.append(self._hand_out(job, self._activate))
         if expired:
-            back = Store.ids(self.store.run("activation_expire", expired,
-                                            [EXPIRE_GRACE_MS, *expired]))
+            back = calls.activation_expire(self.store, job_ids=expired,
+                                           grace_ms=EXPIRE_GRACE_MS)
             if back:
                 log.info("activation outlived its claim for %s: back to IDLE", " ".join(back))
         if due:
             ids = Store.ids(due)
-            released = Store.ids(self.store.run("release_due", ids, ids))
+            released = calls.release_due(self.store, job_ids=ids)
             if released:
                 log.info("hold time passed: released %s", " ".join(released))
         if reserved:
@@ -126,7 +126,7 @@ class FilterLeader:
 
     def _expire_reservations(self, jobs: list[str]) -> None:
         grace_ms = int(self.settings.reservation_timeout_s * 1000)
-        lapsed = Store.ids(self.store.run("reservation_expire", jobs, [grace_ms, *jobs]))
+        lapsed = calls.reservation_expire(self.store, job_ids=jobs, grace_ms=grace_ms)
         if lapsed:
             log.info("reserved slot did not come back for %s: reservation dropped",
                      " ".join(lapsed))
@@ -163,7 +163,7 @@ class FilterLeader:
         admission = admit(data, self.settings, self.call, self.broker_defaults)
         if not admission.ok:
             log.info("job %s failed at submission: %s", job, admission.reason)
-            self.store.run("admit_fail", [job], [job, admission.reason or "failed"])
+            calls.admit_fail(self.store, job_id=job, reason=admission.reason or "failed")
             return
         deleted, stored = changed_fields(data, admission.ad)
         if deleted or stored:  # what a match reads of the job may have changed
@@ -173,8 +173,8 @@ class FilterLeader:
             prio = clamp_prio(ad_prio(from_dict(admission.ad)))
         except AdError:
             prio = 0
-        self.store.run("admit", [job], [job, prio, len(deleted), *deleted,
-                                        *codec.fields_of(stored)])
+        calls.admit(self.store, job_id=job, prio=prio, deleted=deleted,
+                    fields=codec.fields_of(stored))
 
     # -- activation -------------------------------------------------------------
 
@@ -203,24 +203,24 @@ class FilterLeader:
 
     def _settle(self, job: str, token: str, action: Activation, reason: str | None,
                 hold_until: int | None) -> bool:
-        keys = self.store.keys
-        extra = [keys.activation_reply(token), keys.activation(token)]
-        head = [job, token]
+        store, ttl_ms = self.store, REPLY_TTL_MS
         if action is Activation.START:
-            args = [*head, str(self.default_lease_s), REPLY_TTL_MS]
-            name = "activate_start"
+            done = calls.activate_start(store, job_id=job, token=token,
+                                        default_lease_s=self.default_lease_s,
+                                        reply_ttl_ms=ttl_ms)
         elif action in (Activation.BLOCK, Activation.RESERVE, Activation.RETRY):
             interval_ms = int(self.settings.activation_interval_s * 1000)
-            args = [*head, action.value, reason or "", interval_ms, REPLY_TTL_MS]
-            name = "activate_defer"
+            done = calls.activate_defer(store, job_id=job, token=token, action=action.value,
+                                        reason=reason or "", interval_ms=interval_ms,
+                                        reply_ttl_ms=ttl_ms)
         elif action is Activation.HOLD:
-            args = [*head, reason or "held by an activation filter", hold_until or 0,
-                    REPLY_TTL_MS]
-            name = "activate_hold"
+            done = calls.activate_hold(store, job_id=job, token=token,
+                                       reason=reason or "held by an activation filter",
+                                       hold_until_s=hold_until or 0, reply_ttl_ms=ttl_ms)
         else:
-            args = [*head, reason or "failed by an activation filter", REPLY_TTL_MS]
-            name = "activate_fail"
-        done = bool(self.store.run(name, [job], args, extra_keys=extra))
+            done = calls.activate_fail(store, job_id=job, token=token,
+                                       reason=reason or "failed by an activation filter",
+                                       reply_ttl_ms=ttl_ms)
         log.info("job %s activation: %s%s", job, action.value, f" ({reason})" if reason else "")
         return done
 

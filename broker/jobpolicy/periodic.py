@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fetchwork.broker.store import READ_BATCH, Store
+from fetchwork.broker.store import READ_BATCH, Store, calls
 from fetchwork.broker.store.states import FINISHED, State
 from fetchwork.config.ads import from_dict
 from fetchwork.errors import AdError
@@ -89,7 +89,7 @@ class PeriodicPolicy:
                 continue
             if action is None:
                 continue
-            args = [job, action.kind, action.reason, str(action.subcode)]
-            if self.store.run("policy_act", [job], args) is not None:
+            if calls.policy_act(self.store, job_id=job, action=action.kind, reason=action.reason,
+                                hold_subcode=action.subcode) is not None:
                 log.info("job %s: %s (%s)", job, action.kind, action.reason)
                 result.acted.append((job, action.kind))

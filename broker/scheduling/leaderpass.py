@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store import Store, calls
 from fetchwork.broker.store.states import PRIO_SCALE, WAITING_ATTR, State
 
 from .eligibility import SchedulingPass, changes, scheduling_pass
@@ -114,8 +114,8 @@ class SchedulingRunner:
                 block.append([job.job_id, placement.reason, placement.soft, attrs])
             else:
                 unblock.append([job.job_id, attrs])
-        self._run("block", block)
-        self._run("unblock", unblock)
+        self._run(calls.block, block)
+        self._run(calls.unblock, unblock)
         blocked = sum(1 for item in block if item[0] in moved)
         unblocked = sum(1 for item in unblock if item[0] in moved)
         if blocked or unblocked:
@@ -128,28 +128,23 @@ class SchedulingRunner:
         late = overrun(jobs, self.settings, now)
         for start in range(0, len(late), BATCH):
             chunk = late[start:start + BATCH]
-            args = [text for job in chunk for text in (job.job_id, walltime_remove_reason(job))]
-            marked += self.store.ids(self.store.run("overrun", [job.job_id for job in chunk],
-                                                    args))
+            marked += calls.overrun(self.store, reasons=[
+                (job.job_id, walltime_remove_reason(job)) for job in chunk])
         if marked:
             log.info("stopping %d job(s) past their walltime: %s", len(marked), marked)
         return marked
 
-    def _run(self, script: str, items: list[list[Any]]) -> None:
-        store = self.store
+    def _run(self, script: Callable[..., int], items: list[list[Any]]) -> None:
         for start in range(0, len(items), BATCH):
-            chunk = items[start:start + BATCH]
-            keys = (store.pool_keys() + [store.keys.job(item[0]) for item in chunk]
-                    + [store.keys.soft])
-            store.scripts.call(script, keys, store.head_args() + [codec.pack_for_lua(chunk)])
+            script(self.store, items=items[start:start + BATCH])
 
     def _reorder(self, jobs: Sequence[QueuedJob], result: SchedulingPass) -> None:
         """Idle scores in the pass's order (groups first); FetchworkPriority in each ad."""
         groups = {job.job_id: job.prio_group for job in jobs}
         # reorder.lua moves the idle set and its autocluster index together.
-        self._run("reorder", [[job_id, str(-groups[job_id] * PRIO_SCALE + position),
-                               round(result.priorities[job_id].total, 3)]
-                              for position, job_id in enumerate(result.idle_ids())])
+        self._run(calls.reorder, [[job_id, str(-groups[job_id] * PRIO_SCALE + position),
+                                   round(result.priorities[job_id].total, 3)]
+                                  for position, job_id in enumerate(result.idle_ids())])
 
     def _usage(self, now: float) -> list[Usage]:
         """CPU time of the jobs that finished within FAIRSHARE_WINDOW."""
@@ -167,9 +162,7 @@ def release_blocked(store: Store) -> int:
     blocked = [[job_id, {}] for job_id, data in store.hashes(ids)
                if data.get("FetchworkState") == State.BLOCKED and WAITING_ATTR not in data]
     for start in range(0, len(blocked), BATCH):
-        chunk = blocked[start:start + BATCH]
-        keys = store.pool_keys() + [store.keys.job(item[0]) for item in chunk] + [store.keys.soft]
-        store.scripts.call("unblock", keys, store.head_args() + [codec.pack_for_lua(chunk)])
+        calls.unblock(store, items=blocked[start:start + BATCH])
     if blocked:
         log.info("no scheduling policy in force: %d blocked job(s) made idle", len(blocked))
     return len(blocked)

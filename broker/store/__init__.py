@@ -18,7 +18,7 @@ import redis
 
 from fetchwork.errors import BrokerError, RedisUnavailableError
 
-from . import codec
+from . import calls, codec
 from .keys import PoolKeys
 from .scripts import Scripts
 
@@ -60,7 +60,8 @@ class Store:
     def run(self, name: str, job_ids: Sequence[str], args: Sequence[Any],
             now_ms: int | None = None, extra_keys: Sequence[str] = ()) -> Any:
         """Run transition script `name` on `job_ids` (their hashes follow the pool keys,
-        then `extra_keys`)."""
+        then `extra_keys`): the one runner of store/calls.py's wrappers, which callers
+        use instead."""
         keys = self.pool_keys() + [self.keys.job(job) for job in job_ids] + list(extra_keys)
         try:
             return self.scripts.call(name, keys, self.head_args(now_ms) + list(args))
@@ -71,7 +72,7 @@ class Store:
         """(id, to_dict-style mapping) of each existing job, in order (read_ads.lua)."""
         for start in range(0, len(job_ids), READ_BATCH):
             chunk = job_ids[start:start + READ_BATCH]
-            reply = self.scripts.call("read_ads", [self.keys.job(job) for job in chunk], [])
+            reply = calls.read_ads(self, job_ids=chunk)
             for job, data in zip(chunk, codec.decode_packed_hashes(reply), strict=True):
                 if data:
                     yield job, data
@@ -91,15 +92,11 @@ class Store:
                 yield from rows
 
     def _fields(self, chunk: Sequence[str], names: Sequence[str]) -> list[list[Any]]:
-        job = self.keys.job
-        reply = self.scripts.call("read_fields", [job(job_id) for job_id in chunk], list(names))
-        return list(codec.unpack(reply))
+        return list(codec.unpack(calls.read_fields(self, job_ids=chunk, names=names)))
 
     def members(self, key: str, start: int = 0, stop: int = -1, rev: bool = False) -> list[str]:
         """Members of sorted set `key` by rank, in one reply (read_ids.lua)."""
-        reply = self.scripts.call("read_ids", [key], [start, stop, "rev" if rev else ""])
-        joined = codec.text(reply)
-        return joined.split("\n") if joined else []
+        return calls.read_ids(self, key=key, start=start, stop=stop, rev=rev)
 
     def events(self, last_id: str = "$", block_ms: int = 0,
                count: int = 100) -> list[tuple[str, dict[str, str]]]:
@@ -120,14 +117,13 @@ class Store:
 
     def lead(self, replica: str, lease_ms: int) -> bool:
         """Extend `replica`'s leadership (leader_renew.lua) or take it when free (SET NX PX)."""
-        key = self.keys.leader
-        if self.scripts.call("leader_renew", [key], [replica, lease_ms]):
+        if calls.leader_renew(self, replica=replica, lease_ms=lease_ms):
             return True
-        return bool(self.client.set(key, replica, nx=True, px=lease_ms))
+        return bool(self.client.set(self.keys.leader, replica, nx=True, px=lease_ms))
 
     def resign(self, replica: str) -> bool:
         """Give up `replica`'s leadership; False when it did not lead."""
-        return bool(self.scripts.call("leader_resign", [self.keys.leader], [replica]))
+        return calls.leader_resign(self, replica=replica)
 
     @staticmethod
     def ids(raw: Iterable[bytes]) -> list[str]:

@@ -13,7 +13,8 @@ JobStatus and HoldReasonCode values from config/protocol.py as
 share `lua/claims.lua` (the checks of a candidate) and `lua/reservation.lua`
 (when a backfill reservation holds jobs back), standalone readers of job
 ads get `lua/jobad.lua`. A server that lost its script cache (restart,
-SCRIPT FLUSH) answers NOSCRIPT and the script is loaded again.
+SCRIPT FLUSH) answers NOSCRIPT and the script is loaded again. Each script
+is called through its typed wrapper in store/calls.py.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from fetchwork.broker.connections.durability import ReplicaWait
 from fetchwork.broker.dependencies.resolver import plan_dependencies, register_waiting
 from fetchwork.broker.scheduling.limits import admission
 from fetchwork.broker.scheduling.settings import SchedulingSettings
-from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import PreparedJob, identity, place
 from fetchwork.broker.store.states import State
@@ -124,14 +124,12 @@ class Submitter:
     def _stage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]],
                validating: list[bool], fields: PackedJobs) -> None:
         store = self.store
-        store.scripts.ensure_loaded(["stage"])
         pipe = store.client.pipeline(transaction=False)
-        head = [*store.head_args(), str(cluster), nonce]
         for start in range(0, len(placed), BATCH):
             batch = placed[start:start + BATCH]
             blob = codec.pack_for_lua(fields.runs(start, start + len(batch)))
-            keys = store.pool_keys() + [store.keys.job(job.job_id) for job, _seq in batch]
-            store.scripts.queue(pipe, "stage", keys, [*head, blob])
+            calls.stage(store, pipe, cluster=cluster, nonce=nonce,
+                        job_ids=[job.job_id for job, _seq in batch], runs=blob)
         # Per batch: (jobs written, whether they are VALIDATING).
         validating[:] = [bool(flag) for _count, flag in pipe.execute()]
 
@@ -155,8 +153,6 @@ class Submitter:
     def _queue(self, placed: list[tuple[PreparedJob, int]], validating: list[bool],
                groups: SubmitGroups, periodic: list[bool]) -> None:
         store = self.store
-        store.scripts.ensure_loaded(["submit"])
-        head = store.head_args()
         for first in range(0, len(placed), TRANSACTION):
             pipe = store.client.pipeline(transaction=True)
             for start in range(first, min(first + TRANSACTION, len(placed)), BATCH):
@@ -166,10 +162,9 @@ class Submitter:
                     [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held,
                      job.attrs["FetchworkState"] == State.BLOCKED, gid]
                     for (job, seq), gid in zip(batch, gids, strict=True)])
-                flag = "1" if validating[start // BATCH] else ""
                 reps = codec.pack_for_lua(groups.entries(gids))
-                store.scripts.queue(pipe, "submit", store.pool_keys(),
-                                    [*head, blob, flag, reps])
+                calls.submit(store, pipe, batch=blob, validating=validating[start // BATCH],
+                             autoclusters=reps)
                 # Jobs with periodic policy expressions, for the leader's periodic pass.
                 due = {job.job_id: seq for (job, seq), flag
                        in zip(batch, periodic[start:start + BATCH], strict=True) if flag}

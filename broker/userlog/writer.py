@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from fetchwork.broker.store import Store, codec
+from fetchwork.broker.store import Store, calls, codec
 from fetchwork.errors import FetchworkError
 
 from .events import JOB_FIELDS, render
@@ -116,8 +116,8 @@ class UserLogWriter:
             written += self._append(path, texts)
         newest, now = events[-1][0], time.monotonic()
         if written or now - self._stored_at >= ADVANCE_S:
-            moved = self.store.scripts.call("userlog_advance", [keys.userlog, keys.leader],
-                                            [self.replica, self._stored or "", newest])
+            moved = calls.userlog_advance(self.store, replica=self.replica,
+                                          read_position=self._stored or "", new_position=newest)
             if not moved:
                 log.info("user log writer %s no longer leads; stopped at %s", self.replica,
                          self._stored)

@@ -3,7 +3,7 @@
 -- JobStatus becomes 3 at once, renew() answers "removed" so the execute side
 -- stops it, and when its claim ends it goes to history FAILED (not REMOVED)
 -- with the RemoveReason given here.
--- KEYS: the pool keys of lib.lua; KEYS[10..] the jobs' hashes, in ARGV order.
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3..] pairs: job id, RemoveReason.
 -- Jobs no longer claimed, or already marked for removal, are left alone, and so
 -- is a RunUntilCanceled job whose command ended (JobState Idle): its starter

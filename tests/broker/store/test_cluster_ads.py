@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.store import codec
+from fetchwork.broker.store import calls, codec
 from fetchwork.broker.store.states import idle_order
 from fetchwork.config.ads import parse_ad
 from fetchwork.config.loader import Config
@@ -97,7 +97,7 @@ def test_deleting_a_shared_attribute_leaves_it_undefined_there_only(broker):
     broker.client.hset(broker.keys.filters, "submit", "1")  # submissions wait VALIDATING
     jobs = submit(broker, 3)
     assert broker.get(jobs[0])["FetchworkState"] == "VALIDATING"
-    broker.store.run("admit", [jobs[0]], [jobs[0], 0, 1, "MyShared"])
+    calls.admit(broker.store, job_id=jobs[0], prio=0, deleted=["MyShared"], fields=[])
     assert "MyShared" not in broker.job_data([jobs[0]])[0]
     assert broker.get(jobs[0])["Cmd"] == "/bin/true"
     assert broker.get(jobs[0])["FetchworkState"] == "IDLE"
