@@ -1,8 +1,8 @@
 """Redis ACL rules for the roles of one pool: submitter, execute and admin.
 
-Every job transition script takes the same nine pool keys, and Redis checks
-a script's declared keys (and each command the script runs) against the
-caller's permissions, so key patterns alone cannot tell a claim from a
+Every job transition script takes the same pool keys (lua/lib.lua), and
+Redis checks a script's declared keys (and each command the script runs)
+against the caller's permissions, so key patterns alone cannot tell a claim from a
 submit. Each role is therefore allowed EVALSHA only with the SHA1 of its own
 scripts (Redis's first-argument rule, `+evalsha|<sha1>`), plus the plain
 commands its reads and its scripts' bodies use, all on the pool's keys
