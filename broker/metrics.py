@@ -45,22 +45,23 @@ class BrokerMetrics:
     def __init__(self, broker: Broker, recount_interval_s: float):
         self.broker = broker
         self.recount_interval_s = recount_interval_s
-        self.registry = CollectorRegistry()
-        labels = {"registry": self.registry}
+        self.registry = registry = CollectorRegistry()
         self.events = Counter("fetchwork_events_total", "Job transitions by type (Lua script)",
-                              ["type"], **labels)
-        self.submitted = Counter("fetchwork_jobs_submitted_total", "Jobs submitted", **labels)
-        self.claimed = Counter("fetchwork_jobs_claimed_total", "Jobs claimed by a slot", **labels)
+                              ["type"], registry=registry)
+        self.submitted = Counter("fetchwork_jobs_submitted_total", "Jobs submitted",
+                                 registry=registry)
+        self.claimed = Counter("fetchwork_jobs_claimed_total", "Jobs claimed by a slot",
+                               registry=registry)
         self.finished = Counter("fetchwork_jobs_finished_total",
                                 "Claims ended by the execute side, by the job's new state",
-                                ["state"], **labels)
+                                ["state"], registry=registry)
         self.lease_expiries = Counter("fetchwork_lease_expiries_total",
-                                      "Claimed jobs whose lease lapsed (reaped)", **labels)
+                                      "Claimed jobs whose lease lapsed (reaped)", registry=registry)
         self.claim_latency = Histogram("fetchwork_claim_latency_seconds",
                                        "Time a job waited idle before a slot claimed it",
-                                       buckets=LATENCY_BUCKETS_S, **labels)
+                                       buckets=LATENCY_BUCKETS_S, registry=registry)
         self.jobs = Gauge("fetchwork_jobs", "Jobs in the queue by state and owner",
-                          ["state", "owner"], **labels)
+                          ["state", "owner"], registry=registry)
         self._idle_since_ms: dict[str, int] = {}
         self._last_id = "$"
 

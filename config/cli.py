@@ -44,9 +44,9 @@ def config_command(names: tuple[str, ...], dump: bool, show_where: bool) -> None
             continue
         click.echo(value)
         if show_where:
-            definition = config.where(name)
-            assert definition is not None
-            click.echo(f" # at: {_where(definition.source, definition.line)}")
+            found = config.where(name)
+            assert found is not None
+            click.echo(f" # at: {_where(found.source, found.line)}")
     if missing:
         raise SystemExit(1)
 

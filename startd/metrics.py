@@ -101,14 +101,13 @@ class StartdMetrics:
 
     def __init__(self, host: SlotHost):
         self.registry = CollectorRegistry()
-        labels = {"registry": self.registry}
         self.hook_runs = Counter("fetchwork_hook_runs_total", "Hook runs by hook and exit code",
-                                 ["hook", "exit_code"], **labels)
+                                 ["hook", "exit_code"], registry=self.registry)
         self.hook_failures = Counter("fetchwork_hook_failures_total",
                                      "Hook runs that failed (non-zero, signal, timeout, error)",
-                                     ["hook", "exit_code"], **labels)
+                                     ["hook", "exit_code"], registry=self.registry)
         self.hook_duration = Histogram("fetchwork_hook_duration_seconds", "Hook run time",
-                                       ["hook"], buckets=HOOK_BUCKETS_S, **labels)
+                                       ["hook"], buckets=HOOK_BUCKETS_S, registry=self.registry)
         self.registry.register(SlotCollector(host))
 
     def hook_done(self, result: HookResult) -> None:

@@ -111,7 +111,9 @@ def analyze(broker: Broker, settings: SchedulingSettings, job_id: str) -> str:
                         match=match_results(ad, broker.slots()))
     if job.state is not State.IDLE:
         return text
-    reservation = BackfillCheck.reservation_of(broker.client.get(broker.keys.backfill))
+    raw = broker.client.get(broker.keys.backfill)
+    assert raw is None or isinstance(raw, bytes)  # the client keeps replies as bytes
+    reservation = BackfillCheck.reservation_of(raw)
     lines = reservation_lines(job_id, reservation, now, job.bypass_count)
     return text + "".join(f"{line}\n" for line in lines)
 

@@ -91,7 +91,8 @@ class SubmissionShape:
         last_data: dict[str, Any] | None = None
         template: PreparedJob | None = None
         for ad in ads:
-            data = last_data if ad is last_ad else normalizer.normalize(ad)
+            data = (last_data if ad is last_ad and last_data is not None
+                    else normalizer.normalize(ad))
             if template is None or data != last_data:
                 prepared = prepare_submitted(data, qdate_s, self.default_lease_s,
                                              self.default_exclusive)
@@ -134,7 +135,7 @@ class SubmissionShape:
             if packed.linked and len(packed.commons) == 1:
                 # Linked to the cluster ad: ProcId, GlobalJobId and FetchworkOrder are
                 # derived (lua/jobad.lua) unless they read otherwise.
-                fields = []
+                fields: list[bytes | str] = []
                 if attrs[GLOBAL] != job.job_id.join(around):
                     fields += [GLOBAL, own(attrs[GLOBAL])]
                 if job.prio != jobs[0].prio:

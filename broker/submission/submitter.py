@@ -138,7 +138,7 @@ class Submitter:
         keys = self.store.keys
         try:
             owner = self.store.client.hget(keys.clusters, str(cluster))
-            if owner is None or owner.decode() != nonce:
+            if owner is None or codec.text(owner) != nonce:
                 return
             pipe = self.store.client.pipeline(transaction=False)
             for start in range(0, len(placed), BATCH):
