@@ -22,8 +22,6 @@ UPDATE_JOB_INFO = "UPDATE_JOB_INFO"
 JOB_EXIT = "JOB_EXIT"
 # Not one of HTCondor's: run once per slot when the startd exits, with the slot ad.
 WITHDRAW_SLOT = "WITHDRAW_SLOT"
-HOOK_NAMES = (FETCH_WORK, REPLY_FETCH, EVICT_CLAIM, PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT,
-              WITHDRAW_SLOT)
 # The hooks a starter runs.
 STARTER_HOOKS = (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT)
 _STARTER_HOOK_KNOBS = tuple(f"_HOOK_{hook}" for hook in STARTER_HOOKS)

@@ -101,7 +101,3 @@ def transition(status: SlotStatus, state: State, activity: Activity, now: float)
 def initial_status(now: float) -> SlotStatus:
     """A new slot starts in Owner/Idle, as HTCondor's do, and leaves it once START allows."""
     return SlotStatus(State.OWNER, Activity.IDLE, now, now)
-
-
-def has_claim(status: SlotStatus) -> bool:
-    return status.state in (State.CLAIMED, State.PREEMPTING)

@@ -18,16 +18,6 @@ import click
 GREEDY = ("--autoformat",)
 
 
-def long_names(command: click.Command) -> set[str]:
-    """Every option spelling of `command` that is longer than one letter."""
-    names: set[str] = set()
-    for param in command.params:
-        if isinstance(param, click.Option):
-            names.update(name for name in (*param.opts, *param.secondary_opts)
-                         if len(name.lstrip("-")) > 1)
-    return names
-
-
 def _aliases(command: click.Command) -> dict[str, str]:
     """Single-dash spelling -> the name click knows, for every long option."""
     aliases: dict[str, str] = {}

@@ -109,14 +109,6 @@ def show_queue(ads: Sequence[Any], view: Mapping[str, Any], per_job: bool) -> No
         click.echo(line)
 
 
-def show_history(ads: Sequence[Any], view: Mapping[str, Any]) -> None:
-    if custom(view):
-        show_custom(ads, view)
-        return
-    click.echo(formats.job_lines(ads, time.time(), history=True, width=formats.output_width()),
-               nl=False)
-
-
 def better_analyze(broker: Broker, job_id: str) -> None:
     """Print why job `job_id` (C.P) does not run."""
     cluster, proc = parse_job_id(job_id)

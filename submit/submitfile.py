@@ -33,7 +33,6 @@ from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import clip
 from fetchwork.errors import SubmitFileError
 from fetchwork.submit import depcommands, submitcheck
-from fetchwork.submit.submitcheck import UNSUPPORTED_COMMANDS
 from fetchwork.submit.submitmap import SubmitContext, job_ad
 
 # Macros set for each job as it is expanded; they are not submit commands.
@@ -45,9 +44,6 @@ _ITEMS_RE = re.compile(r"\b(in|from|matching)\b", re.I)
 _HEAD_RE = re.compile(
     r"(?P<count>.*?)\s*(?P<vars>[A-Za-z_]\w*(?:\s*[,\s]\s*[A-Za-z_]\w*)*)?\s*\Z", re.S)
 _TIMESTAMP_RE = re.compile(r"^\d+/\d+/\d+ \d+:\d+:\d+ ", re.M)
-
-# Commands condor_submit knows that fetchwork accepts and ignores (with a warning).
-IGNORED_COMMANDS = UNSUPPORTED_COMMANDS
 
 
 @dataclass(frozen=True)

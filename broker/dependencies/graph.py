@@ -25,8 +25,6 @@ from fetchwork.errors import DependencyError, JobIdError
 # The job attribute that names a job's dependencies: full job ids, "12.0,12.3".
 DEPENDS_ATTR = "Depends"
 
-_FINISHED = ("COMPLETED", "REMOVED", "FAILED")
-
 
 @dataclass(frozen=True)
 class DepState:

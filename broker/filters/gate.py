@@ -29,8 +29,6 @@ from .templates import TEMPLATE_ATTR
 SUBMIT_FIELD, ACTIVATE_FIELD = "submit", "activate"
 TEMPLATES_FIELD, WAIT_FIELD = "templates", "wait_ms"
 SUMMARY_FIELDS = (SUBMIT_FIELD, ACTIVATE_FIELD, TEMPLATES_FIELD, WAIT_FIELD)
-# The counter of activation rounds (FETCHWORK_SCHEDULER_PASS) lives in the same hash.
-PASS_FIELD = "pass"
 # Beyond the chain's own timeouts, what a claim allows for the round trips.
 WAIT_MARGIN_S = 1.0
 # Blocks a claim reads (the lowest groups first).
@@ -38,7 +36,6 @@ BLOCKS_READ = 16
 # Job attributes of activation.
 ACTIVATE_AFTER = "FetchworkActivateAfter"  # ms; the job is not re-evaluated before
 RESERVED_SLOT = "FetchworkReservedSlot"
-ACTIVATION_REASON = "FetchworkActivationReason"
 
 
 @dataclass(frozen=True)
