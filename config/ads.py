@@ -315,10 +315,3 @@ def _as_tree(value: Any) -> classad2.ExprTree:
     holder = classad2.ClassAd()
     holder["x"] = value
     return holder.lookup("x")
-
-
-def ads_equal(a: classad2.ClassAd, b: classad2.ClassAd) -> bool:
-    """Same attribute names (case-insensitive) and the same expression text."""
-    if {k.lower() for k in a.keys()} != {k.lower() for k in b.keys()}:
-        return False
-    return all(attr_text(a, k) == attr_text(b, k) for k in a.keys())

@@ -136,11 +136,6 @@ def parse_environment_raw(text: str) -> dict[str, str]:
     return env
 
 
-def parse_environment_new(text: str) -> dict[str, str]:
-    """New syntax, double-quoted (`"A=1 B='x y'"`) or raw."""
-    return parse_environment_raw(unquote(text) if is_quoted(text) else text)
-
-
 # -- writing ---------------------------------------------------------------
 
 def _quote_word(word: str) -> str:
@@ -152,34 +147,6 @@ def _quote_word(word: str) -> str:
 def format_arguments_raw(words: Iterable[str]) -> str:
     """New syntax without outer quotes, as a job ad stores `Arguments`."""
     return " ".join(_quote_word(word) for word in words)
-
-
-def format_arguments_new(words: Iterable[str]) -> str:
-    """New syntax in its double-quoted form, as a submit file or `_ARGS` knob writes it."""
-    return '"' + format_arguments_raw(words).replace('"', '""') + '"'
-
-
-def format_args_old(words: Iterable[str]) -> str:
-    """Old syntax; words with whitespace (or empty ones) cannot be written."""
-    out = []
-    for word in words:
-        if not word or any(char in _SPACE for char in word):
-            raise ArgSyntaxError(f"argument {word!r} cannot be written in the old syntax")
-        out.append(word.replace('"', '\\"'))
-    return " ".join(out)
-
-
-def format_env_old(env: Mapping[str, str]) -> str:
-    """Old syntax `A=1;B=2`; a `;` in a value cannot be written."""
-    for name, value in env.items():
-        if ";" in value or ";" in name or "=" in name or not name:
-            raise ArgSyntaxError(f"{name}={value} cannot be written in the old syntax")
-    return ";".join(f"{name}={value}" for name, value in env.items())
-
-
-def format_environment_raw(env: Mapping[str, str]) -> str:
-    """New syntax without outer quotes, as a job ad stores `Environment`."""
-    return format_arguments_raw(f"{name}={value}" for name, value in env.items())
 
 
 # -- job ads ---------------------------------------------------------------
@@ -216,14 +183,6 @@ def job_args(ad: Any) -> list[str]:
         return parse_arguments_raw(arguments)
     args = job_text(ad, "Args")
     return parse_args_old(args) if args is not None else []
-
-
-def job_argv(ad: Any, cmd: str | None = None) -> list[str]:
-    """`[Cmd, *arguments]`; `cmd` replaces the ad's `Cmd` (e.g. once resolved)."""
-    program = cmd if cmd is not None else job_text(ad, "Cmd")
-    if not program:
-        raise ArgSyntaxError("the job ad has no Cmd")
-    return [program, *job_args(ad)]
 
 
 def job_env(ad: Any) -> dict[str, str]:

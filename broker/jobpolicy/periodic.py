@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from fetchwork.broker.store import READ_BATCH, Store, calls
 from fetchwork.broker.store.states import FINISHED, State
 from fetchwork.config.ads import from_dict
 from fetchwork.errors import AdError
 
-from .expressions import has_periodic, periodic_action
+from .expressions import periodic_action
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +35,6 @@ class PeriodicResult:
 def periodic_due(now_s: float, last_pass_s: float | None, interval_s: float) -> bool:
     """Whether a periodic pass is due (always the first time a leader looks)."""
     return last_pass_s is None or now_s - last_pass_s >= interval_s
-
-
-def index_entries(jobs: Sequence[tuple[str, Mapping[str, Any], int]]) -> dict[str, int]:
-    """The periodic index's members among submitted (job id, attrs, sequence) triples."""
-    return {job: seq for job, attrs, seq in jobs if has_periodic(attrs)}
 
 
 class PeriodicPolicy:

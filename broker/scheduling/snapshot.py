@@ -144,12 +144,6 @@ def job_id_of(attrs: Mapping[str, Any]) -> str:
     return f"{int(cluster or 0)}.{int(proc or 0)}"
 
 
-def project_of(ad: Mapping[str, Any]) -> str | None:
-    """AccountingGroup, else ProjectName, else None."""
-    attrs = _lowered(ad)
-    return _word(attrs, "accountinggroup") or _word(attrs, "projectname")
-
-
 def queued_job(ad: Mapping[str, Any], default_walltime_s: float) -> QueuedJob | None:
     """The policy view of one job ad; None for a finished job or an unreadable state."""
     attrs = _lowered(ad)

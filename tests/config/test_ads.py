@@ -170,11 +170,6 @@ def test_from_dict_rejects_what_an_ad_cannot_hold():
         ads.from_dict({"X": {"a": 1}})
 
 
-def test_ads_equal_compares_text():
-    assert ads.ads_equal(ads.parse_ad("A = 1\nB = x + 1\n"), ads.parse_ad("b = x + 1\na = 1\n"))
-    assert not ads.ads_equal(ads.parse_ad("A = 1\n"), ads.parse_ad("A = 2\n"))
-
-
 def test_plain_literals_are_written_as_classad_writes_them():
     ad = classad2.ClassAd()
     values = [0, -7, 2**40, True, False, "", "plain text/with:marks", 'a "quote"', "back\\slash",

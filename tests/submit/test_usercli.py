@@ -24,7 +24,7 @@ from click.testing import CliRunner, Result
 
 from fetchwork.broker.client import Broker
 from fetchwork.cli import COMMANDS, FetchworkGroup
-from fetchwork.config.argsyntax import job_argv
+from fetchwork.config.argsyntax import job_args
 from fetchwork.config.loader import Config, environ_without_config
 from fetchwork.submit import submitcli, tables, usercli
 from tests.support.waiting import wait_until
@@ -96,7 +96,7 @@ class ExecuteSide:
                 continue
             job = f"{ad['ClusterId']}.{ad['ProcId']}"
             started = time.time()
-            code = subprocess.run(job_argv(ad), cwd=ad["Iwd"], check=False).returncode
+            code = subprocess.run([ad["Cmd"], *job_args(ad)], cwd=ad["Iwd"], check=False).returncode
             attrs = {"ExitCode": code, "ExitBySignal": False, "JobStartDate": int(started),
                      "RemoteWallClockTime": time.time() - started}
             self.broker.finish(job, ad["FetchworkClaim"], "exit", attrs)

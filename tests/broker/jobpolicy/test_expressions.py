@@ -18,7 +18,7 @@ from fetchwork.broker.jobpolicy.expressions import (
     has_periodic,
     periodic_action,
 )
-from fetchwork.broker.jobpolicy.periodic import index_entries, periodic_due
+from fetchwork.broker.jobpolicy.periodic import periodic_due
 from fetchwork.config.ads import EXPR_KEY, from_dict, parse_expr
 from fetchwork.config.protocol import HoldCode
 from fetchwork.errors import SubmitFileError
@@ -174,11 +174,11 @@ def test_the_codes_are_htcondors() -> None:
 # -- which jobs need judging --------------------------------------------------------
 
 def test_the_periodic_index_takes_jobs_with_a_periodic_expression() -> None:
-    jobs = [("1.0", {"PeriodicRemove": {EXPR_KEY: "x > 1"}}, 5),
-            ("1.1", {"periodicHOLD": True}, 6),
-            ("1.2", {"PeriodicRelease": False, "OnExitHold": True}, 7),
-            ("1.3", {"Cmd": "/bin/true"}, 8)]
-    assert index_entries(jobs) == {"1.0": 5, "1.1": 6}
+    jobs = [("1.0", {"PeriodicRemove": {EXPR_KEY: "x > 1"}}),
+            ("1.1", {"periodicHOLD": True}),
+            ("1.2", {"PeriodicRelease": False, "OnExitHold": True}),
+            ("1.3", {"Cmd": "/bin/true"})]
+    assert [job for job, attrs in jobs if has_periodic(attrs)] == ["1.0", "1.1"]
     assert has_periodic({"periodicrelease": {EXPR_KEY: "true"}})
     assert not has_periodic({})
 

@@ -7,7 +7,6 @@ import pytest
 from fetchwork.broker.scheduling.settings import Budget
 from fetchwork.broker.scheduling.snapshot import (
     build_snapshot,
-    project_of,
     queued_job,
     usage_of,
 )
@@ -92,9 +91,14 @@ def test_names_are_case_insensitive_and_expressions_count_as_absent():
 
 
 def test_the_project_is_the_accounting_group_else_the_project_name():
-    assert project_of({**AD, "AccountingGroup": "phys", "ProjectName": "x"}) == "phys"
-    assert project_of({**AD, "ProjectName": "x"}) == "x"
-    assert project_of({**AD, "AccountingGroup": ""}) is None
+    def project(ad: dict[str, object]) -> str | None:
+        one = queued_job(ad, 3600)
+        assert one is not None
+        return one.project
+
+    assert project({**AD, "AccountingGroup": "phys", "ProjectName": "x"}) == "phys"
+    assert project({**AD, "ProjectName": "x"}) == "x"
+    assert project({**AD, "AccountingGroup": ""}) is None
 
 
 def test_walltime_is_allowed_job_duration_else_the_default():
