@@ -26,32 +26,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fetchwork.config.resources import Resources
+
 # How many idle jobs, best first, a pass looks through for the one to reserve for.
 DEPTH = 1000
 
 
-@dataclass(frozen=True)
-class Resources:
-    """An amount of CPUs, memory (MB) and disk (KB); math.inf where unbounded."""
-
-    cpus: float = 0.0
-    memory_mb: float = 0.0
-    disk_kb: float = 0.0
-
-    def covers(self, other: Resources) -> bool:
-        return (self.cpus >= other.cpus and self.memory_mb >= other.memory_mb
-                and self.disk_kb >= other.disk_kb)
-
-    def __add__(self, other: Resources) -> Resources:
-        return Resources(self.cpus + other.cpus, self.memory_mb + other.memory_mb,
-                         self.disk_kb + other.disk_kb)
-
-    def __sub__(self, other: Resources) -> Resources:
-        return Resources(self.cpus - other.cpus, self.memory_mb - other.memory_mb,
-                         self.disk_kb - other.disk_kb)
-
-
-NOTHING = Resources()
+NOTHING = Resources(0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -59,7 +40,7 @@ class Machine:
     """An execute machine: its totals, from its slot ads."""
 
     name: str
-    total: Resources
+    total: Resources[float]
 
 
 @dataclass(frozen=True)
@@ -68,7 +49,7 @@ class Running:
 
     job_id: str
     machine: str
-    uses: Resources
+    uses: Resources[float]
     ends_at: float
     exclusive: bool = False
 
@@ -80,7 +61,7 @@ class Waiting:
 
     job_id: str
     order: float
-    needs: Resources
+    needs: Resources[float]
     walltime_s: float
     exclusive: bool = False
     machines: frozenset[str] | None = None
@@ -90,10 +71,10 @@ class Waiting:
 class Window:
     """Free resources for `seconds`: a job fits when it asks no more and ends in time."""
 
-    free: Resources
+    free: Resources[float]
     seconds: float
 
-    def fits(self, needs: Resources, walltime_s: float) -> bool:
+    def fits(self, needs: Resources[float], walltime_s: float) -> bool:
         return self.free.covers(needs) and walltime_s <= self.seconds
 
 
@@ -106,11 +87,11 @@ class Reservation:
     machine: str
     start_at: float
     # What the job takes at its start: the whole machine when exclusive.
-    needs: Resources
+    needs: Resources[float]
     # The machine's free resources when computed: the window's width.
-    free_now: Resources
+    free_now: Resources[float]
     # The machine's free resources at start_at, before the job takes its part.
-    free_at_start: Resources
+    free_at_start: Resources[float]
     computed_at: float
     exclusive: bool = False
 
@@ -119,7 +100,7 @@ class Reservation:
         return Window(self.free_now, max(0.0, self.start_at - self.computed_at))
 
     @property
-    def spare(self) -> Resources:
+    def spare(self) -> Resources[float]:
         """What the machine has at start_at beyond the reserved job's part."""
         return NOTHING if self.exclusive else self.free_at_start - self.needs
 
@@ -139,7 +120,7 @@ def _on(machine: str, running: Iterable[Running]) -> list[Running]:
     return [job for job in running if job.machine == machine]
 
 
-def _free(machine: Machine, counted: Iterable[Running]) -> Resources:
+def _free(machine: Machine, counted: Iterable[Running]) -> Resources[float]:
     free = machine.total
     for job in counted:
         if job.exclusive:
@@ -148,20 +129,20 @@ def _free(machine: Machine, counted: Iterable[Running]) -> Resources:
     return free
 
 
-def free_now(machine: Machine, running: Iterable[Running]) -> Resources:
+def free_now(machine: Machine, running: Iterable[Running]) -> Resources[float]:
     """What `machine` has free now: its total less every job running there."""
     return _free(machine, _on(machine.name, running))
 
 
 def free_after(machine: Machine, running: Iterable[Running], at: float,
-               now: float) -> Resources:
+               now: float) -> Resources[float]:
     """What `machine` has free once the jobs ending by `at` have ended (a job already
     past its walltime counts as ending now)."""
     return _free(machine, [job for job in _on(machine.name, running)
                            if max(job.ends_at, now) > at])
 
 
-def needs_on(job: Waiting, machine: Machine) -> Resources:
+def needs_on(job: Waiting, machine: Machine) -> Resources[float]:
     """What the job takes of `machine`: all of it when exclusive."""
     return machine.total if job.exclusive else job.needs
 
@@ -178,7 +159,7 @@ def fits_now(job: Waiting, machine: Machine, running: Sequence[Running]) -> bool
 
 
 def earliest_start(job: Waiting, machine: Machine, running: Sequence[Running],
-                   now: float) -> tuple[float, Resources] | None:
+                   now: float) -> tuple[float, Resources[float]] | None:
     """The first time the job's part of `machine` is free, and what is free then;
     None when the machine is too small for it."""
     if not could_run(job, machine):
@@ -193,7 +174,7 @@ def earliest_start(job: Waiting, machine: Machine, running: Sequence[Running],
     return None
 
 
-def _drain_key(item: tuple[float, Machine, Resources]) -> tuple[float, float, str]:
+def _drain_key(item: tuple[float, Machine, Resources[float]]) -> tuple[float, float, str]:
     at, machine, _free = item
     return at, -machine.total.memory_mb, machine.name
 
@@ -268,12 +249,12 @@ def decide(job: Waiting, machine: str, reservation: Reservation | None, now: flo
 
 # -- the stored form -----------------------------------------------------------
 
-def _resources(values: Any) -> Resources:
+def _resources(values: Any) -> Resources[float]:
     cpus, memory, disk = (list(values) + [0.0, 0.0, 0.0])[:3]
     return Resources(float(cpus), float(memory), float(disk))
 
 
-def _listed(amount: Resources) -> list[float]:
+def _listed(amount: Resources[float]) -> list[float]:
     return [amount.cpus, amount.memory_mb, amount.disk_kb]
 
 

@@ -18,8 +18,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fetchwork.broker.store.jobads import walltime_of
+from fetchwork.config.resources import Resources
 
-from .plan import Machine, Resources, Running, Waiting
+from .plan import Machine, Running, Waiting
 
 # Slot ad attributes that say the slot is busy or small right now: an ideal slot
 # (the slot as configured, nothing running) leaves them out.
@@ -106,7 +107,7 @@ def ideal_slots_by_machine(slots: Iterable[Mapping[str, Any]]
     return out
 
 
-def needs_of(job: Mapping[str, Any]) -> Resources:
+def needs_of(job: Mapping[str, Any]) -> Resources[float]:
     cpus = number(job, "RequestCpus")
     return Resources(max(1.0, cpus) if cpus is not None else 1.0,
                      max(0.0, number(job, "RequestMemory") or 0.0),

@@ -23,6 +23,7 @@ import classad2
 
 from fetchwork.config.loader import Config
 from fetchwork.config.matching import EXCLUSIVE_RUNNING, RUNNING_JOBS, is_exclusive, requested
+from fetchwork.config.resources import Resources
 from fetchwork.startd.settings import StartdSettings
 from fetchwork.startd.states import Activity, SlotStatus, State
 
@@ -30,7 +31,7 @@ from .mips import mips_of
 from .partitionable import Carve, Partition, affinity, core_ranges
 from .slot import Slot
 from .slotad import MachineFacts
-from .slottypes import Resources, SlotSpec, even_split, machine_resources, resolve
+from .slottypes import SlotSpec, even_split, machine_resources, resolve
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def index_in(remote_host: Any, slot_id: int) -> int | None:
 class Carving:
     """Slot sizes, partitions and dynamic slots of one startd."""
 
-    def __init__(self, specs: Sequence[SlotSpec], machine: Resources, mips: int,
+    def __init__(self, specs: Sequence[SlotSpec], machine: Resources[int], mips: int,
                  assign_affinity: bool, startd_name: str, cores: Sequence[int] | None = None):
         self.startd_name = startd_name
         self.specs = {spec.slot_id: spec for spec in specs}
@@ -205,7 +206,7 @@ def _busy(slot: Slot) -> bool:
                                         and slot.is_in(State.CLAIMED))
 
 
-def _text(free: Resources) -> str:
+def _text(free: Resources[int]) -> str:
     return f"{free.cpus} CPU(s), {free.memory_mb} MB, {free.disk_kb} KB disk"
 
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from fetchwork.config.resources import Resources
 from fetchwork.errors import FetchworkError
-
-from .slottypes import Resources
 
 
 class CarveError(FetchworkError):
@@ -28,7 +27,7 @@ class Carve:
     """One dynamic slot: its number within the p-slot, its resources and cores."""
 
     index: int
-    size: Resources
+    size: Resources[int]
     cores: tuple[int, ...]
 
 
@@ -36,12 +35,12 @@ class Carve:
 class Partition:
     """The resources of one partitionable slot, and the dynamic slots carved from it."""
 
-    size: Resources
+    size: Resources[int]
     cores: tuple[int, ...]
     carved: dict[int, Carve] = field(default_factory=dict)
 
     @property
-    def free(self) -> Resources:
+    def free(self) -> Resources[int]:
         used = Resources(0, 0, 0)
         for carve in self.carved.values():
             used = used + carve.size
@@ -54,15 +53,15 @@ class Partition:
             index += 1
         return index
 
-    def fits(self, request: Resources) -> bool:
-        return self.free.fits(request)
+    def fits(self, request: Resources[int]) -> bool:
+        return self.free.covers(request)
 
     def exhausted(self) -> bool:
         """No CPU or no memory left: no job can fit (every job asks for some)."""
         free = self.free
         return free.cpus <= 0 or free.memory_mb <= 0
 
-    def carve(self, request: Resources, index: int | None = None) -> Carve:
+    def carve(self, request: Resources[int], index: int | None = None) -> Carve:
         """Carve a dynamic slot of `request` (number `index`, default the next free)."""
         if not self.fits(request):
             raise CarveError(f"{request} does not fit in the free {self.free}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from fetchwork.config.loader import Config
+from fetchwork.config.resources import Resources
 from fetchwork.errors import ConfigError
 
 # Slot types looked at: SLOT_TYPE_1 .. SLOT_TYPE_<MAX_SLOT_TYPES> (HTCondor's bound).
@@ -30,28 +31,6 @@ _DEFAULT_UNIT_KB = {"cpus": 1, "memory": 1024, "disk": 1}
 _AMOUNT_RE = re.compile(r"\A(\d+(?:\.\d+)?)\s*([kmgt])?b?\Z", re.I)
 _FRACTION_RE = re.compile(r"\A(\d+)\s*/\s*(\d+)\Z")
 _PERCENT_RE = re.compile(r"\A(\d+(?:\.\d+)?)\s*%\Z")
-
-
-@dataclass(frozen=True)
-class Resources:
-    """CPUs, memory in MB, disk in KB."""
-
-    cpus: int
-    memory_mb: int
-    disk_kb: int
-
-    def fits(self, other: Resources) -> bool:
-        """`other` fits within these resources."""
-        return (other.cpus <= self.cpus and other.memory_mb <= self.memory_mb
-                and other.disk_kb <= self.disk_kb)
-
-    def __sub__(self, other: Resources) -> Resources:
-        return Resources(self.cpus - other.cpus, self.memory_mb - other.memory_mb,
-                         self.disk_kb - other.disk_kb)
-
-    def __add__(self, other: Resources) -> Resources:
-        return Resources(self.cpus + other.cpus, self.memory_mb + other.memory_mb,
-                         self.disk_kb + other.disk_kb)
 
 
 # A share of one resource: a Fraction of the machine, an absolute amount (int,
@@ -75,7 +54,7 @@ class SlotSpec:
 
     slot_id: int
     type_id: int          # 0: a NUM_SLOTS static slot (an even split, as before slot types)
-    size: Resources
+    size: Resources[int]
     partitionable: bool
 
 
@@ -131,7 +110,7 @@ def _share(text: str, resource: str, knob: str) -> Share:
                       "(50%) or a fraction (1/2)")
 
 
-def resolve(types: list[SlotType], machine: Resources) -> list[SlotSpec]:
+def resolve(types: list[SlotType], machine: Resources[int]) -> list[SlotSpec]:
     """The slots of `types` (in type order, numbered from 1) sized for `machine`.
 
     Fractions are of the whole machine; `auto` gives each slot asking it an
@@ -175,7 +154,7 @@ def _fixed(share: Share, total: int) -> int | None:
     return share
 
 
-def even_split(num_slots: int, machine: Resources) -> list[SlotSpec]:
+def even_split(num_slots: int, machine: Resources[int]) -> list[SlotSpec]:
     """NUM_SLOTS static slots, each an even part of the machine (at least 1 CPU and 1 MB)."""
     share = max(num_slots, 1)
     size = Resources(max(machine.cpus // share, 1), max(machine.memory_mb // share, 1),
@@ -203,7 +182,7 @@ def read_slot_types(config: Config) -> list[SlotType]:
     return types
 
 
-def machine_resources(config: Config, disk_kb: int) -> Resources:
+def machine_resources(config: Config, disk_kb: int) -> Resources[int]:
     """NUM_CPUS and MEMORY (which default to what was detected), and the disk given."""
     cpus, memory_mb = config.get_int("NUM_CPUS"), config.get_int("MEMORY")
     for knob, value in (("NUM_CPUS", cpus), ("MEMORY", memory_mb)):

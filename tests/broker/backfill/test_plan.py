@@ -11,7 +11,6 @@ import pytest
 from fetchwork.broker.backfill.plan import (
     Machine,
     Reservation,
-    Resources,
     Running,
     Verdict,
     Waiting,
@@ -28,6 +27,7 @@ from fetchwork.broker.backfill.pool import (
     running_of,
     waiting_of,
 )
+from fetchwork.config.resources import Resources
 from fetchwork.submit.schedview import reservation_lines
 
 NOW = 1_300_000_000.0
@@ -158,7 +158,7 @@ def test_an_exclusive_head_job_drains_the_machine_whose_jobs_end_soonest():
     found = plan([job], machines, busy, NOW).reservation
     assert found is not None
     assert (found.machine, found.start_at) == ("b", NOW + 30 * MINUTE)
-    assert found.needs == machines[1].total and found.spare == Resources()
+    assert found.needs == machines[1].total and found.spare == Resources(0.0, 0.0, 0.0)
     # A 1-CPU job that outlasts the drain is held back there, even though CPUs are spare.
     assert decide(waiting("3.0", 3, 1, 31), "b", found, NOW) is Verdict.HELD_BACK
     assert decide(waiting("3.0", 3, 1, 29), "b", found, NOW) is Verdict.WINDOW

@@ -11,6 +11,7 @@ from fetchwork.config import ads
 from fetchwork.config.loader import Config
 from fetchwork.config.matching import mismatch, requested, resource_refusal
 from fetchwork.config.protocol import HoldCode
+from fetchwork.config.resources import Resources
 from fetchwork.errors import ConfigError
 from fetchwork.startd import acceptance
 from fetchwork.startd.acceptance import Verdict
@@ -20,7 +21,6 @@ from fetchwork.startd.slots.mips import measure_mips, mips_of
 from fetchwork.startd.slots.partitionable import CarveError, Partition, affinity, core_ranges
 from fetchwork.startd.slots.slot import Claim, Slot
 from fetchwork.startd.slots.slottypes import (
-    Resources,
     SlotType,
     even_split,
     machine_resources,
