@@ -16,7 +16,7 @@ job. The significant attributes of a job are:
 The representative holds only those attributes, which is enough to evaluate
 the job's Requirements against a slot. The slot's START is evaluated
 against the representative only when every job attribute it reads is among
-the common significant ones (`start_reads_only`); otherwise the claimer
+the common significant ones (`start_job_reads`); otherwise the claimer
 evaluates each member, as without groups, so a group never hides a job a
 slot would refuse or accept on another attribute.
 
@@ -44,7 +44,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -142,17 +142,6 @@ def group_id(sig: tuple[Any, ...]) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def representative(attrs: Mapping[str, Any], extra: Sequence[str] = ()) -> dict[str, Any]:
-    """The significant attributes of a job: enough to evaluate a match for its group."""
-    by_lower = {name.lower(): name for name in attrs}
-    rep = {}
-    for name in significant_names(attrs, extra):
-        actual = by_lower.get(name.lower())
-        if actual is not None:
-            rep[actual] = attrs[actual]
-    return rep
-
-
 def watched_names(rep: Mapping[str, Any]) -> list[str]:
     """Lower-case names whose change would change what a match reads of a job of this
     representative: its own attributes and every name its expressions read."""
@@ -168,12 +157,6 @@ def rep_entry(rep: Mapping[str, Any]) -> bytes:
     """The `ac:reps` value: watched names (lua/acindex.lua ac_watch), a newline, the
     representative (msgpack)."""
     return " ".join(watched_names(rep)).encode() + b"\n" + codec.pack(dict(rep))
-
-
-def start_reads_only(slot_ad: classad2.ClassAd, names: Iterable[str]) -> bool:
-    """True when the slot's START reads no job attribute outside `names`."""
-    reads = start_job_reads(slot_ad)
-    return reads is not None and reads <= {name.lower() for name in names}
 
 
 def start_job_reads(slot_ad: classad2.ClassAd) -> frozenset[str] | None:

@@ -43,11 +43,6 @@ class FilterSettings:
         """Whether submissions go through the leader (a chain or a template exists)."""
         return bool(self.submit_chain or self.templates)
 
-    @property
-    def activation_on(self) -> bool:
-        return bool(self.activation_chain or any(t.activation_filters
-                                                 for t in self.templates.values()))
-
     def submission_specs(self, template: JobTemplate | None) -> list[FilterSpec]:
         """The template's submission chain, then the cluster-wide one."""
         names = (template.submit_filters if template else ()) + self.submit_chain

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fetchwork.broker.filters.gate import summary_of
 from fetchwork.broker.filters.settings import load_settings
 from fetchwork.broker.store.holdtime import (
     check_default_hold_s,
@@ -31,7 +32,7 @@ def load(tmp_path: Path, text: str) -> Config:
 
 def test_the_defaults_configure_nothing(tmp_path):
     settings = load_settings(load(tmp_path, ""))
-    assert not settings.submission_on and not settings.activation_on
+    assert not settings.submission_on and not summary_of(settings).any_activation
     assert settings.default_hold_s == 900
     assert settings.activation_interval_s == 15 and settings.activation_timeout_s == 15
 
@@ -53,7 +54,7 @@ ACTIVATION_FILTER_TIMEOUT = 2
     assert second.in_process and second.value == "python:site.filters:quota"
     [gate] = settings.activation_specs(None)
     assert gate.value == "/opt/site/license_gate" and gate.timeout_s == 2
-    assert settings.submission_on and settings.activation_on
+    assert settings.submission_on and summary_of(settings).any_activation
 
 
 def test_a_chain_name_without_its_definition_is_refused_naming_the_knob(tmp_path):
@@ -71,7 +72,8 @@ ACTIVATION_FILTER_GATE = /x
 JOB_TEMPLATE_NAMES = Default, Short
 JOB_TEMPLATE_SHORT_ACTIVATION_FILTER_NAMES = GATE
 """))
-    assert settings.activation_on and settings.activation_templates() == ["short"]
+    assert summary_of(settings).any_activation
+    assert settings.activation_templates() == ["short"]
     assert settings.submission_on  # templates apply at submission
     assert settings.longest_activation_chain() == 1
 
