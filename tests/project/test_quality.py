@@ -8,17 +8,20 @@ repository's root:
 
     .venv/bin/python -m tests.project.typetree
 
-vulture reads its settings (the folders, the whitelist) from pyproject.toml.
-By hand, from the repository's root:
+vulture reads its settings (the product's folders, and the whitelist
+tests/project/vulture_whitelist.py) from pyproject.toml. By hand, from the
+repository's root:
 
     .venv/bin/vulture
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
+import tomllib
 from collections import Counter
 from pathlib import Path
 
@@ -120,3 +123,63 @@ def test_mypy_finds_no_error_but_the_pending_ones(mypy_run):
     assert not new, "mypy (see tests/project/typetree.py to run it by hand):\n" + "\n".join(new)
     assert not fixed, ("fewer mypy errors than PENDING_TYPE_ERRORS lists: lower its counts\n"
                        + "\n".join(fixed))
+
+
+# -- dead code ---------------------------------------------------------------------
+
+WHITELIST = "tests/project/vulture_whitelist.py"
+# A module added to what vulture reads: one function of it is called, one is not.
+DEAD_PROBE_TEXT = '''def called_by_the_other() -> int:
+    return 1
+
+
+def called_by_nothing() -> int:
+    return called_by_the_other()
+'''
+VULTURE_LINE = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d+): unused \w+ '(?P<name>\w+)'",
+                          re.MULTILINE)
+
+
+def vulture_paths() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return project["tool"]["vulture"]["paths"]
+
+
+def vulture(*paths: str) -> subprocess.CompletedProcess[str]:
+    """vulture with pyproject.toml's settings; `paths` replace its folders when given."""
+    return subprocess.run([sys.executable, "-m", "vulture", *paths], cwd=ROOT,
+                          capture_output=True, text=True, timeout=280)
+
+
+def test_vulture_reads_every_component_and_the_whitelist():
+    folders = set(typetree.package_dirs().values())
+    assert folders | {WHITELIST} == set(vulture_paths())
+
+
+def test_vulture_finds_no_dead_code():
+    done = vulture()
+    assert done.returncode == 0 and not done.stdout, (
+        "dead code (remove it; or, when it is used where vulture cannot see, name it in "
+        f"{WHITELIST} with where):\n" + done.stdout + done.stderr)
+
+
+def test_vulture_reports_an_unused_function(tmp_path):
+    probe = tmp_path / "deadprobe.py"
+    probe.write_text(DEAD_PROBE_TEXT, encoding="utf-8")
+    done = vulture(*vulture_paths(), str(probe))
+    found = [(Path(hit["path"]).name, hit["line"], hit["name"])
+             for hit in VULTURE_LINE.finditer(done.stdout)]
+    assert done.returncode == 3 and found == [("deadprobe.py", "5", "called_by_nothing")], (
+        done.stdout + done.stderr)
+
+
+def test_each_vulture_whitelist_entry_is_needed():
+    tree = ast.parse((ROOT / WHITELIST).read_text(encoding="utf-8"))
+    listed = [node.attr for node in ast.walk(tree)
+              if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "_"]
+    reported = {hit["name"] for hit in VULTURE_LINE.finditer(
+        vulture(*(path for path in vulture_paths() if path != WHITELIST)).stdout)}
+    assert listed and not [name for name in listed if name not in reported], (
+        f"used now, or gone: remove from {WHITELIST}: "
+        + ", ".join(name for name in listed if name not in reported))
