@@ -6,7 +6,7 @@ editable install's import hook, so checking the folders as they are would
 make every import from another component `Any`, and the types that cross
 components would go unchecked. Instead this lays out the `fetchwork`
 package in a temporary folder, built of symbolic links (`fetchwork/broker ->
-<repository>/broker`, ..., and the files of `fetchwork/` itself one by one),
+<repository>/broker`, ..., and what `fetchwork/` itself holds one by one),
 and runs `mypy -p fetchwork` there with the repository's `[tool.mypy]`
 settings. Paths in what mypy prints are turned back into the repository's.
 
@@ -44,7 +44,7 @@ def build_tree(into: Path, extra: Mapping[str, str] | None = None) -> Path:
             # A folder of its own, so the components can be linked inside it.
             place.mkdir(parents=True)
             for source in sorted((ROOT / folder).iterdir()):
-                if source.suffix == ".py":
+                if source.name != "__pycache__":
                     (place / source.name).symlink_to(source)
         else:
             place.symlink_to(ROOT / folder, target_is_directory=True)
