@@ -123,7 +123,8 @@ class FailoverRun:
         # A promoted replica starts without the scripts (Redis does not replicate its
         # script cache): the pool loaded them again on NOSCRIPT.
         with redis.Redis(HOST, self.redis.replica_port, socket_timeout=5) as new_master:
-            self.scripts_on_new_master = new_master.script_exists(sha("claim"), sha("finish"))
+            self.scripts_on_new_master = new_master.script_exists(sha("claim_quiet"),
+                                                                 sha("finish"))
 
     def submit(self, count: int) -> None:
         for _ in range(count):
