@@ -13,24 +13,29 @@ every job that started meanwhile and was neither the reserved job nor one of
 the idle jobs ahead of it (or passed over, fitting no machine) is a lower job
 started ahead of the reserved one, which then gains as much `BypassCount`
 (bypass.lua) while it is still idle.
+
+The backfill pass is one of the leader's duties (leader/duty.py): the
+leader's reader hands it the events, and a pass is due at once on taking
+the lead, after transitions (at most every BACKFILL_MIN_INTERVAL, at once
+on an event about the reserved job: `next_pass_at`) and at least every
+POLICY_INTERVAL. `run_pass` is a pass on its own: it reads the events since
+the last one itself.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import classad2
-import redis
 
 from fetchwork.broker.autoclusters import signature, start_job_reads
 from fetchwork.broker.store import Store, calls, codec
 from fetchwork.config.ads import from_dict
 from fetchwork.config.matching import matches
-from fetchwork.errors import AdError, FetchworkError
+from fetchwork.errors import AdError
 
 from .plan import DEPTH, Machine, Plan, Reservation, Running, Waiting, plan, to_record
 from .pool import ideal_slots_by_machine, machines_of, running_of, waiting_of
@@ -39,8 +44,8 @@ log = logging.getLogger(__name__)
 
 FIRST_BATCH = 16
 EVENTS_READ = 1000
-# Longest single XREAD BLOCK while waiting (well inside a client's socket timeout).
-MAX_BLOCK_S = 1.0
+# The served passes come at most this often without an event, whatever POLICY_INTERVAL says.
+MIN_PERIOD_S = 0.05
 # An unchanged reservation is written again after this many seconds (another leader
 # may have written its own meanwhile).
 RESTORE_S = 1.0
@@ -56,10 +61,20 @@ IDLE_REFRESH_S = 10.0
 class BackfillLeader:
     """Computes the reservation of one pool while this replica leads."""
 
-    def __init__(self, store: Store, default_walltime_s: float, min_interval_s: float = 0.0):
+    name = "backfill"
+    reads_events = True
+
+    def __init__(self, store: Store, default_walltime_s: float, min_interval_s: float = 0.0,
+                 interval_s: float = 5.0):
         self.store = store
         self.default_walltime_s = default_walltime_s
         self.min_interval_s = min_interval_s
+        self.interval_s = interval_s
+        # Served: when the last pass ended (monotonic; None: one is due), whether a
+        # transition came since, and whether one was about the reserved job.
+        self._passed_at: float | None = None
+        self._pending = False
+        self._urgent = False
         self._last_event: str | None = None
         self._started: list[str] = []  # jobs started since the last pass (read, not counted)
         self._stored_at = -RESTORE_S  # monotonic time the reservation was last written
@@ -75,7 +90,8 @@ class BackfillLeader:
     @classmethod
     def from_config(cls, store: Store, config: Any) -> BackfillLeader:
         return cls(store, config.get_duration_s("DEFAULT_JOB_WALLTIME"),
-                   config.get_duration_s("BACKFILL_MIN_INTERVAL"))
+                   config.get_duration_s("BACKFILL_MIN_INTERVAL"),
+                   config.get_duration_s("POLICY_INTERVAL"))
 
     def is_backfill_start(self, job_id: str) -> bool:
         """Whether starting `job_id` now starts a lower job ahead of the reserved one."""
@@ -83,43 +99,56 @@ class BackfillLeader:
         return (reservation is not None and job_id != reservation.job_id
                 and job_id not in self._not_bypass)
 
-    def serve(self, stop: threading.Event, leading: Callable[[], bool], interval_s: float) -> None:
-        """Passes while `leading()`: after transition events (at most one pass every
-        `min_interval_s`: events meanwhile wait for the next one), at least every
-        `interval_s` (remaining walltimes shrink), until `stop`. The events that wake
-        it are the ones the next pass counts bypasses from (read once)."""
-        while not stop.is_set():
-            try:
-                if self._last_event is None:
-                    self._last_event = self.store.last_event_id()
-                if leading():
-                    self.run_pass()
-                self._wait_for_pass(stop, time.monotonic(), interval_s)
-            except (redis.RedisError, FetchworkError):
-                log.exception("backfill pass failed; retrying in %ss", interval_s)
-                stop.wait(interval_s)
+    # -- as a duty of the leader (leader/duty.py) ---------------------------------------
 
-    def _wait_for_pass(self, stop: threading.Event, passed_at: float, interval_s: float) -> None:
-        """Read events until the next pass is due (next_pass_at), or `stop`. An event
-        about the reserved job itself (it started, or left the queue) makes the pass
-        due at once: a claim judges every job behind it by the reservation, and one
-        whose job is no longer waiting would hold them all back until the next pass."""
-        pending = False
-        while not stop.is_set():
-            now = time.monotonic()
-            due_at = next_pass_at(passed_at, interval_s, self.min_interval_s, pending)
-            if now >= due_at:
-                return
-            block_ms = max(1, int(min(due_at - now, MAX_BLOCK_S) * 1000))
-            events = self.store.events(self._last_event, block_ms=block_ms, count=EVENTS_READ)
-            if events:
-                pending = True
-                if self._take(events):
-                    return
+    def on_lead(self, since: str) -> None:
+        """Count from `since`, and read afresh what another leader may have changed
+        meanwhile (its own reservation is written over at the next pass)."""
+        self._last_event = since
+        self._started = []
+        self._running_known, self._running_read_at = {}, -RUNNING_REFRESH_S
+        self._idle_known, self._idle_read_at = {}, -IDLE_REFRESH_S
+        self._stored_at = -RESTORE_S
+        self._passed_at = None
+
+    def on_lose(self) -> None:
+        self._started = []
+
+    def on_events(self, events: Sequence[tuple[str, dict[str, str]]]) -> None:
+        """Take a batch; an event about the reserved job itself (it started, or left
+        the queue) makes the pass due at once: a claim judges every job behind it by
+        the reservation, and one whose job is no longer waiting would hold them all
+        back until the next pass."""
+        self._pending = True
+        if self._take(events):
+            self._urgent = True
+
+    def due_in_s(self, now_s: float) -> float:
+        if self._passed_at is None or self._urgent:
+            return 0.0
+        interval_s = max(MIN_PERIOD_S, self.interval_s)
+        return max(0.0, next_pass_at(self._passed_at, interval_s, self.min_interval_s,
+                                     self._pending) - now_s)
+
+    def run_due(self, now_s: float) -> Plan:
+        """A pass over the events taken since the last one (the reader handed them);
+        the next is timed from this one's end (`next_pass_at`)."""
+        result = self._pass()
+        self._passed_at, self._pending, self._urgent = time.monotonic(), False, False
+        return result
+
+    def close(self) -> None:
+        pass
 
     def run_pass(self, now: float | None = None) -> Plan:
-        """One pass: count the bypasses since the last one, then compute and store the
-        reservation; `now` is Unix time."""
+        """One pass on its own: read the events since the last pass, count the bypasses
+        among them, then compute and store the reservation; `now` is Unix time."""
+        self._read_events()
+        return self._pass(now)
+
+    def _pass(self, now: float | None = None) -> Plan:
+        """Count the bypasses among the events taken, then compute and store the
+        reservation."""
         now = time.time() if now is None else now
         self._count_bypasses()
         if self.store.client.zcard(self.store.keys.idle):
@@ -232,7 +261,7 @@ class BackfillLeader:
             log.debug("job %s reserved on %s from %.0f", reservation.job_id,
                       reservation.machine, reservation.start_at)
 
-    def _take(self, events: list[tuple[str, dict[str, Any]]]) -> bool:
+    def _take(self, events: Sequence[tuple[str, dict[str, Any]]]) -> bool:
         """Move past `events`, keeping the starts a reservation in force may count;
         whether one of them is about the reserved job."""
         self._last_event = events[-1][0]
@@ -249,8 +278,9 @@ class BackfillLeader:
                 self._started.append(job)
         return about_reserved
 
-    def _count_bypasses(self) -> None:
-        """Starts since the last pass of jobs below the reservation then in force."""
+    def _read_events(self) -> None:
+        """Take every event since the last one taken (none the first time: counting
+        starts at the newest)."""
         if self._last_event is None:
             self._last_event = self.store.last_event_id()
             return
@@ -259,6 +289,9 @@ class BackfillLeader:
             if not events:
                 break
             self._take(events)
+
+    def _count_bypasses(self) -> None:
+        """Starts since the last pass of jobs below the reservation then in force."""
         started, self._started = self._started, []
         reservation = self._reservation
         if reservation is None:

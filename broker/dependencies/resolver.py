@@ -8,12 +8,15 @@ same MULTI that queues it: the depwait set holds every waiting job and
 the event stream: when a job finishes it decides only that job's dependents
 (and a newly submitted waiting job at once), with depend.lua; it never scans
 the whole queue. A sweep over the depwait set (when leadership is taken and
-every DEPENDENCY_SWEEP_INTERVAL) catches anything the stream no longer holds.
+every DEPENDENCY_SWEEP_INTERVAL) catches anything the stream no longer holds,
+or that came before the lead was taken. The resolver is one of the leader's
+duties (leader/duty.py): the leader's reader hands it the events.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -38,6 +41,8 @@ from .graph import (
 log = logging.getLogger(__name__)
 
 BATCH = 500
+# The served resolver sweeps at most this often, whatever DEPENDENCY_SWEEP_INTERVAL says.
+MIN_SWEEP_INTERVAL_S = 1.0
 _FINISHED_NAMES = frozenset(state.value for state in FINISHED)
 _DEP_FIELDS = ("FetchworkState", "ExitCode", "RemoveReason")
 
@@ -106,11 +111,37 @@ def _dep_state(values: Sequence[Any]) -> DepState | None:
 class DependencyResolver:
     """Decides waiting jobs when their dependencies finish (see the module text)."""
 
+    name = "dependencies"
+    reads_events = True
+
     def __init__(self, store: Store, sweep_interval_s: float | None = None):
         self.store = store
         # None: sweep only when leadership is taken.
         self.sweep_interval_s = sweep_interval_s
         self._last_sweep_s: float | None = None
+
+    # -- as a duty of the leader (leader/duty.py): `on_events` below, a sweep when due --
+
+    def on_lead(self, since: str) -> None:
+        """A sweep at once: what finished before `since` is not handed over."""
+        self._last_sweep_s = None
+
+    def on_lose(self) -> None:
+        pass
+
+    def due_in_s(self, now_s: float) -> float:
+        if self._last_sweep_s is None:
+            return 0.0
+        if self.sweep_interval_s is None:
+            return math.inf
+        interval_s = max(MIN_SWEEP_INTERVAL_S, self.sweep_interval_s)
+        return max(0.0, self._last_sweep_s + interval_s - now_s)
+
+    def run_due(self, now_s: float) -> int:
+        return self.sweep_if_due(now_s)
+
+    def close(self) -> None:
+        pass
 
     def on_events(self, events: Sequence[tuple[str, dict[str, str]]]) -> int:
         """Decide the jobs that wait on jobs these events finished, and newly submitted

@@ -2,10 +2,14 @@
 
 Level-triggered: each pass reads the pool's VALIDATING and ACTIVATING sets
 and the due part of the holds set, hands every job not already in hand to a
-small thread pool, and returns. A pass runs whenever an event arrives (the
-service's filter thread blocks on the event stream) and at least every
-`POLL_S`, so a new leader picks up whatever its predecessor left: a job's
-chain runs again, and an activation whose claim gave up returns to IDLE.
+small thread pool, and returns. As one of the leader's duties
+(leader/duty.py), a pass runs on taking the lead, after every batch of
+events and at least every `POLL_S`, so a new leader picks up whatever its
+predecessor left: a job's chain runs again, and an activation whose claim
+gave up returns to IDLE. With no filter and no template configured, no
+job waits for a verdict (submissions and claims do not ask for one), so
+events do not wake the filters: a pass every `POLL_S` releases the timed
+holds and puts back what a former configuration left.
 Each verdict is one Lua script (admit, admit_fail, activate_start,
 activate_defer, activate_hold, activate_fail); reverts run after it, off the
 claim's wait.
@@ -16,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -38,7 +42,7 @@ from .settings import FilterSettings
 
 log = logging.getLogger(__name__)
 
-# Seconds between passes when no event wakes the filter thread.
+# Seconds between passes when no event brings one.
 POLL_S = 0.5
 # What the last filter call of a chain leaves for the verdict to reach the claim.
 VERDICT_MARGIN_S = 0.3
@@ -68,6 +72,8 @@ _MISSING = object()
 class FilterLeader:
     """Runs the filters of one pool while this replica leads."""
 
+    name = "filters"
+
     def __init__(self, store: Store, settings: FilterSettings, default_lease_s: float,
                  call: Call | None = None, workers: int = WORKERS):
         self.store = store
@@ -84,6 +90,31 @@ class FilterLeader:
         # Whether a job's start would be a backfill start (the leader's backfill pass
         # says; broker/backfill/leader.py): its chain sees FETCHWORK_BACKFILL=1.
         self.is_backfill_start: Callable[[str], bool] = lambda job: False
+        # Events are worth a pass only when submissions or claims may ask for a verdict.
+        summary = summary_of(settings)
+        self.reads_events = summary.submit or summary.activate or bool(summary.templates)
+        self._pass_due = True
+        self._passed_at: float | None = None  # monotonic time of the last pass
+
+    # -- as a duty of the leader (leader/duty.py) ---------------------------------
+
+    def on_lead(self, since: str) -> None:
+        self._pass_due = True
+
+    def on_lose(self) -> None:
+        pass
+
+    def on_events(self, events: Sequence[tuple[str, dict[str, str]]]) -> None:
+        self._pass_due = True
+
+    def due_in_s(self, now_s: float) -> float:
+        if self._pass_due or self._passed_at is None:
+            return 0.0
+        return max(0.0, self._passed_at + POLL_S - now_s)
+
+    def run_due(self, now_s: float) -> None:
+        self.run_pass()
+        self._pass_due, self._passed_at = False, now_s
 
     # -- passes ---------------------------------------------------------------
 

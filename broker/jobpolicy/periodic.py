@@ -6,12 +6,15 @@ in the pool's periodic index (keys.periodic) in the same transaction that
 queues them, so a pass reads those jobs' ads, never the whole queue. Each
 verdict of `periodic_action` (jobpolicy/expressions.py) is one policy_act.lua call, which
 re-checks the job's state; jobs that left the queue leave the index here.
+The pass is one of the leader's duties (leader/duty.py): time alone brings
+it, never an event.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fetchwork.broker.store import READ_BATCH, Store, calls
@@ -40,6 +43,9 @@ def periodic_due(now_s: float, last_pass_s: float | None, interval_s: float) -> 
 class PeriodicPolicy:
     """The periodic pass of one pool, run by the leader every `interval_s` seconds."""
 
+    name = "periodic"
+    reads_events = False
+
     def __init__(self, store: Store, interval_s: float):
         self.store = store
         self.interval_s = interval_s
@@ -47,6 +53,28 @@ class PeriodicPolicy:
 
     def due(self, now_s: float) -> bool:
         return periodic_due(now_s, self._last_pass_s, self.interval_s)
+
+    # -- as a duty of the leader (leader/duty.py) ---------------------------------------
+
+    def on_lead(self, since: str) -> None:
+        pass
+
+    def on_lose(self) -> None:
+        pass
+
+    def on_events(self, events: Sequence[tuple[str, dict[str, str]]]) -> None:
+        pass
+
+    def due_in_s(self, now_s: float) -> float:
+        if self._last_pass_s is None:
+            return 0.0
+        return max(0.0, self._last_pass_s + self.interval_s - now_s)
+
+    def run_due(self, now_s: float) -> PeriodicResult:
+        return self.run_pass(monotonic_s=now_s)
+
+    def close(self) -> None:
+        pass
 
     def run_pass(self, monotonic_s: float | None = None, now: float | None = None
                  ) -> PeriodicResult:

@@ -6,13 +6,14 @@ new reason) and unblock.lua (BLOCKED -> IDLE), and every waiting job gets the
 attributes the claim's re-check reads. With priority weights set, the idle set
 is re-scored in the pass's order (JobPrio groups first) and each idle job's
 ad shows its `FetchworkPriority`. A pass is due after any transition event
-and at least every POLICY_INTERVAL. Only the leader runs passes.
+and at least every POLICY_INTERVAL. Only the leader runs passes: the
+runner is one of its duties (leader/duty.py), handed the events by the
+leader's reader.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,8 +30,8 @@ from .snapshot import QueuedJob, Usage, build_snapshot, usage_of
 log = logging.getLogger(__name__)
 
 BATCH = 500
-# Longest single XREAD BLOCK while waiting (well inside a client's socket timeout).
-MAX_BLOCK_S = 1.0
+# The served runner passes at most this often without an event, whatever POLICY_INTERVAL says.
+MIN_INTERVAL_S = 0.05
 BUDGET_ATTR = "FetchworkBudget"
 
 
@@ -46,11 +47,17 @@ class SchedulingResult:
 class SchedulingRunner:
     """Runs policy passes for one pool."""
 
+    name = "policy"
+    reads_events = True
+
     def __init__(self, store: Store, settings: SchedulingSettings):
         self.store = store
         self.settings = settings
+        # The newest event when the last pass began (that pass saw what it did).
         self._last_event: str | None = None
         self._last_pass_s: float | None = None
+        # An event came after the last pass began (or the lead was just taken).
+        self._changed = True
 
     @classmethod
     def for_settings(cls, store: Store, settings: SchedulingSettings | None
@@ -61,16 +68,30 @@ class SchedulingRunner:
             return None
         return cls(store, settings)
 
-    def wait_for_change(self, stop: threading.Event, timeout_s: float) -> None:
-        """Block until a transition event after the last pass, `stop`, or `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
-        while not stop.is_set():
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                return
-            block_ms = max(1, int(min(remaining_s, MAX_BLOCK_S) * 1000))
-            if self.store.events(self._last_event or "$", block_ms=block_ms, count=1):
-                return
+    # -- as a duty of the leader (leader/duty.py) ---------------------------------------
+
+    def on_lead(self, since: str) -> None:
+        self._changed = True
+
+    def on_lose(self) -> None:
+        pass
+
+    def on_events(self, events: Sequence[tuple[str, dict[str, str]]]) -> None:
+        """A pass is due when the newest of `events` came after the last pass began."""
+        if self._last_event is None or _entry_after(events[-1][0], self._last_event):
+            self._changed = True
+
+    def due_in_s(self, now_s: float) -> float:
+        if self._changed or self._last_pass_s is None:
+            return 0.0
+        interval_s = max(MIN_INTERVAL_S, self.settings.interval_s)
+        return max(0.0, self._last_pass_s + interval_s - now_s)
+
+    def run_due(self, now_s: float) -> SchedulingResult:
+        return self.run_pass(monotonic_s=now_s)
+
+    def close(self) -> None:
+        pass
 
     def due(self, now_s: float) -> bool:
         """True when a transition happened since the last pass or POLICY_INTERVAL passed."""
@@ -82,6 +103,7 @@ class SchedulingRunner:
                  ) -> SchedulingResult:
         """One pass over the queue; `now` is Unix time (the ads' clock)."""
         now = time.time() if now is None else now
+        self._changed = False
         self._last_event = self.store.last_event_id()
         self._last_pass_s = time.monotonic() if monotonic_s is None else monotonic_s
         ids = self.store.ids(self.store.client.zrange(self.store.keys.queue, 0, -1))
@@ -153,6 +175,13 @@ class SchedulingRunner:
                                                              since_ms, "+inf"))
         records = (usage_of(data) for _id, data in self.store.hashes(ids))
         return [record for record in records if record is not None]
+
+
+def _entry_after(entry_id: str, other_id: str) -> bool:
+    """Whether stream entry `entry_id` (`ms-seq`) comes after `other_id`."""
+    ms, _, seq = entry_id.partition("-")
+    other_ms, _, other_seq = other_id.partition("-")
+    return (int(ms), int(seq or 0)) > (int(other_ms), int(other_seq or 0))
 
 
 def release_blocked(store: Store) -> int:

@@ -11,11 +11,20 @@ in between leaves that batch to the next one, which skips the events a
 file already ends with, so no event is lost and none is written twice.
 A file that cannot be written is logged, naming it, and skipped: it never
 stops the broker.
+
+The writer is one of the leader's duties (leader/duty.py). The leader's
+reader starts at the newest entry when it takes the lead (`on_lead(since)`),
+so the writer first catches up on its own: it reads the entries from its
+stored position up to `since` (XRANGE), then writes the batches the reader
+hands it. A batch it could not write (Redis or the lead lost meanwhile) is
+left to that catch-up: the hand-over point moves past every batch handed
+over, and the writer reads what lies before it from where it stopped.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -34,6 +43,8 @@ log = logging.getLogger(__name__)
 REPLAY_TAIL_BYTES = 1 << 20
 # Longest the stored position lags the events read while nothing is written (seconds).
 ADVANCE_S = 1.0
+# Seconds before a served writer that found another replica leading looks again.
+RETRY_S = 0.5
 
 
 def stream_id(text: str) -> tuple[int, int]:
@@ -68,6 +79,9 @@ def _tail(path: str) -> str:
 class UserLogWriter:
     """Appends each job's user log events to its UserLog, batch by batch."""
 
+    name = "userlog"
+    reads_events = True
+
     def __init__(self, store: Store, replica: str, host: str | None = None, batch: int = 500):
         self.store = store
         self.replica = replica
@@ -82,6 +96,11 @@ class UserLogWriter:
         self._read_from: str | None = None
         self._stored: str | None = None
         self._stored_at = -ADVANCE_S
+        # Served (see the module text): the entries up to `_handover` are the writer's
+        # to read, those after it are handed over; whether it has read them all.
+        self._handover: str | None = None
+        self._caught_up = False
+        self._retry_at = -math.inf
 
     def reset(self) -> None:
         """Forget the lead (the next batch may be one a former leader half wrote)."""
@@ -100,10 +119,19 @@ class UserLogWriter:
         batch of events no job logs needs no write to Redis, and a new leader that
         reads those events again writes nothing for them either.
         """
+        position = self._start()
+        events = self.store.events(position or "0-0", block_ms=block_ms, count=self.batch)
+        return self._write(position, events)
+
+    def _start(self) -> str | None:
+        """Where the writer goes on from: after a change of lead, the stored position."""
         if self._fresh:
             self._stored = self._read_from = self.position()
-        position = self._read_from
-        events = self.store.events(position or "0-0", block_ms=block_ms, count=self.batch)
+        return self._read_from
+
+    def _write(self, position: str | None, events: Sequence[tuple[str, dict[str, str]]]) -> int:
+        """Write `events` (the next after `position`) and move the stored position; the
+        number of stream entries handled (0: none, or this replica does not lead)."""
         keys = self.store.keys
         self.leads = codec.text(self.store.client.get(keys.leader) or b"") == self.replica
         if not events or not self.leads:
@@ -136,6 +164,78 @@ class UserLogWriter:
             total += done
             if done < self.batch:
                 return total
+
+    # -- as a duty of the leader (leader/duty.py) ---------------------------------------
+
+    def on_lead(self, since: str) -> None:
+        """The entries after `since` will be handed over; those before it, from the
+        stored position on, the writer reads itself (a former leader may have half
+        written the first batch)."""
+        self._fresh = True
+        self._handover, self._caught_up, self._retry_at = since, False, -math.inf
+
+    def on_lose(self) -> None:
+        self._fresh, self._caught_up = True, False
+
+    def on_events(self, events: Sequence[tuple[str, dict[str, str]]]) -> None:
+        """Write a batch the leader's reader handed over (after catching up)."""
+        try:
+            if not self._caught_up:
+                self._catch_up(time.monotonic())
+            if self._caught_up:
+                self._caught_up = False  # until this batch is written
+                position = self._start()
+                handed = [event for event in events
+                          if position is None or stream_id(event[0]) > stream_id(position)]
+                if handed:
+                    self._write(position, handed)
+                self._caught_up = self.leads or not handed
+                if not self._caught_up:
+                    self._retry_at = time.monotonic() + RETRY_S
+        except BaseException:
+            self._fresh = True  # what was appended before the failure is not written twice
+            raise
+        finally:
+            if self._handover is None or stream_id(events[-1][0]) > stream_id(self._handover):
+                self._handover = events[-1][0]  # a batch not written is the catch-up's
+
+    def due_in_s(self, now_s: float) -> float:
+        return math.inf if self._caught_up else max(0.0, self._retry_at - now_s)
+
+    def run_due(self, now_s: float) -> None:
+        try:
+            self._catch_up(now_s)
+        except BaseException:
+            self._fresh = True
+            raise
+
+    def close(self) -> None:
+        pass
+
+    def _catch_up(self, now_s: float) -> None:
+        """Write the entries up to the hand-over point that are not written yet."""
+        while not self._caught_up:
+            position = self._start()
+            until = self._handover
+            if until is None or (position is not None
+                                 and stream_id(position) >= stream_id(until)):
+                self._caught_up = True
+                return
+            events = self._range(position, until)
+            self._write(position, events)
+            if not self.leads:
+                self._retry_at = now_s + RETRY_S
+                return
+            self._caught_up = len(events) < self.batch
+
+    def _range(self, after: str | None, until: str) -> list[tuple[str, dict[str, str]]]:
+        """At most `batch` stream entries after `after` (None: from the first), up to
+        and including `until`."""
+        raw: Any = self.store.client.xrange(self.store.keys.events,
+                                            "-" if after is None else f"({after}", until,
+                                            count=self.batch)
+        return [(codec.text(entry_id), {codec.text(k): codec.text(v) for k, v in fields.items()})
+                for entry_id, fields in raw]
 
     def _texts(self, events: Sequence[tuple[str, dict[str, str]]]) -> dict[str, list[str]]:
         """Log path -> the texts to append to it, in stream order."""

@@ -4,13 +4,13 @@ first transition, at most every BACKFILL_MIN_INTERVAL under a stream of them
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from fetchwork.broker.backfill.leader import BackfillLeader, next_pass_at
 from fetchwork.broker.client import Broker
+from fetchwork.broker.leader.reader import LeaderDuties
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import ad_job_id
 from tests.support.backfill import job, slot
@@ -40,8 +40,8 @@ class CountingLeader(BackfillLeader):
         super().__init__(*args, **kwargs)
         self.passes: list[float] = []
 
-    def run_pass(self, now=None):
-        result = super().run_pass(now)
+    def run_due(self, now_s):
+        result = super().run_due(now_s)
         self.passes.append(time.monotonic())
         return result
 
@@ -66,14 +66,11 @@ def served(redis_client, pool_name):
     broker.publish_slot(slot("big", 0, 16), 60)
     broker.publish_slot(slot("small", 1, 1), 60)
     (head,) = broker.submit([job("head", 16, 3600)])
-    leader = CountingLeader(broker.store, 900, MIN_INTERVAL_S)
-    stop = threading.Event()
-    thread = threading.Thread(target=leader.serve, args=(stop, lambda: True, 30.0), daemon=True)
-    thread.start()
-    wait_until(lambda: leader.passes, 10, what="the first pass")
-    yield broker, leader, head
-    stop.set()
-    thread.join(5)
+    leader = CountingLeader(broker.store, 900, MIN_INTERVAL_S, interval_s=30.0)
+    with LeaderDuties(broker.store, [leader]) as served:
+        served.set_leading(True)
+        wait_until(lambda: leader.passes, 10, what="the first pass")
+        yield broker, leader, head
 
 
 def test_a_stream_of_starts_is_counted_by_passes_the_minimum_interval_apart(served):

@@ -1,0 +1,149 @@
+"""The leader's one reader of the pool's event stream, and its duties' threads.
+
+`LeaderDuties` starts, feeds, stops and joins the leader's duties
+(leader/duty.py) in one place. Its reader thread reads the event stream
+only while this replica leads: on taking the lead it starts at the newest
+entry (each duty is told with `on_lead`, and catches up on its own what it
+needs from before), then blocks on XREAD and hands every batch to the inbox
+of each duty that reads events. A duty's thread applies what its inbox
+gathered and runs the duty's passes (`drive`). On losing the lead the
+inboxes drop what they hold and a batch read across the change is dropped
+too: a duty never sees events of another replica's leadership as its own.
+
+The reader starts at the newest entry rather than at the oldest one any
+duty still needs: only the user log writer needs older ones (from its
+stored position), and starting there would hand every other duty a replay
+of events it has no use for, and hold its first pass back until the
+replay is read. The writer catches up on its own instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from types import TracebackType
+
+from fetchwork.broker.store import Store
+
+from .duty import RETRY_S, Duty, Inbox, drive
+
+log = logging.getLogger(__name__)
+
+# Longest XREAD BLOCK (well inside a client's socket timeout): how long a stop
+# waits for the reader at most.
+BLOCK_S = 0.5
+# Stream entries per XREAD.
+READ_COUNT = 1000
+# Longest wait for all the threads to end on stop.
+JOIN_S = 5.0
+
+
+class LeaderDuties:
+    """The reader and one thread per duty: started together, stopped and joined together.
+    `set_leading` tells them whether this replica leads (the service's tick does)."""
+
+    def __init__(self, store: Store, duties: Sequence[Duty], block_s: float = BLOCK_S,
+                 count: int = READ_COUNT):
+        self.store = store
+        self.duties = list(duties)
+        self.block_s = block_s
+        self.count = count
+        self._inboxes = [Inbox(duty.name) for duty in self.duties]
+        self._cond = threading.Condition()
+        self._leading = False
+        # Grows on every change of leadership: a batch read across one is dropped.
+        self._epoch = 0
+        self._stopping = False
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> LeaderDuties:
+        self.start()
+        return self
+
+    def __exit__(self, _type: type[BaseException] | None, _value: BaseException | None,
+                 _traceback: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._read, name="broker-events", daemon=True)]
+        self._threads += [threading.Thread(target=drive, args=(duty, inbox), daemon=True,
+                                           name=f"broker-{duty.name}")
+                          for duty, inbox in zip(self.duties, self._inboxes, strict=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def set_leading(self, leads: bool) -> None:
+        """Whether this replica leads now; a change is handed to every duty."""
+        with self._cond:
+            if leads == self._leading:
+                return
+            self._leading = leads
+            self._epoch += 1
+            if not leads:
+                for inbox in self._inboxes:
+                    inbox.lose()
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        """Stop the reader and every duty, wait for their threads (at most JOIN_S in
+        all), then close each duty."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for inbox in self._inboxes:
+            inbox.close()
+        deadline = time.monotonic() + JOIN_S
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.warning("thread %s did not stop within %ss", thread.name, JOIN_S)
+        for duty in self.duties:
+            try:
+                duty.close()
+            except Exception:
+                log.exception("closing leader duty %s failed", duty.name)
+
+    def _read(self) -> None:
+        """The reader thread: while leading, XREAD after XREAD, each batch to the inboxes
+        of the duties that read events."""
+        feeding = [inbox for duty, inbox in zip(self.duties, self._inboxes, strict=True)
+                   if duty.reads_events]
+        position, read_epoch = "", -1
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._leading or self._stopping)
+                if self._stopping:
+                    return
+                epoch = self._epoch
+            try:
+                if epoch != read_epoch:
+                    position, read_epoch = self._lead(epoch)
+                    continue
+                events = self.store.events(position, block_ms=int(self.block_s * 1000),
+                                           count=self.count)
+            except Exception:  # never end the reader: the duties would wait for events forever
+                log.exception("reading the event stream failed; trying again in %ss", RETRY_S)
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stopping, RETRY_S)
+                continue
+            if not events:
+                continue
+            with self._cond:
+                if epoch != self._epoch:
+                    continue  # the lead changed while this batch was read
+                for inbox in feeding:
+                    inbox.put(events)
+            position = events[-1][0]
+
+    def _lead(self, epoch: int) -> tuple[str, int]:
+        """Start a leadership's reads at the newest entry and tell every duty so;
+        (position, epoch), or no epoch when the lead changed again meanwhile."""
+        since = self.store.last_event_id()
+        with self._cond:
+            if epoch != self._epoch:
+                return "", -1
+            for inbox in self._inboxes:
+                inbox.lead(since)
+        return since, epoch
