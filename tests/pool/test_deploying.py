@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fetchwork.broker.connections.acl import ROLES
 from fetchwork.config.loader import environ_without_config
-from tests.support.tlsredis import TlsRedis, free_port, tls_redis
+from tests.support.ports import reserve_port
+from tests.support.tlsredis import TlsRedis, tls_redis
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -130,7 +131,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
 
 
 def test_broker_and_startd_on_two_hosts_run_jobs_and_serve_metrics(hosts: Hosts) -> None:
-    broker_port, startd_port = free_port(), free_port()
+    broker_port, startd_port = reserve_port(), reserve_port()
     broker = Daemon(hosts.env("broker-host", "admin", BROKER_METRICS_PORT=str(broker_port)),
                     hosts.folder / "broker.log", "broker")
     startd = Daemon(hosts.env("execute-host", "execute", STARTD_METRICS_PORT=str(startd_port)),
@@ -179,7 +180,7 @@ def test_broker_and_startd_on_two_hosts_run_jobs_and_serve_metrics(hosts: Hosts)
 
 
 def test_a_queued_job_shows_by_state_and_owner(hosts: Hosts) -> None:
-    broker_port = free_port()
+    broker_port = reserve_port()
     user = hosts.env("submit-host", "submitter")
     fw(user, "submit", "--hold", "--", "/bin/true")
     broker = Daemon(hosts.env("broker-host", "admin", BROKER_METRICS_PORT=str(broker_port)),

@@ -1,16 +1,15 @@
 """A local Redis Cluster of three masters for tests: real redis-server processes with AOF.
 
-`LocalCluster` starts the nodes on free TCP ports (cluster mode, appendonly),
-joins them with `redis-cli --cluster create` when redis-cli exists, else by
-CLUSTER ADDSLOTS and MEET from Python, and can restart one master on its
-port and folder so it comes back with its data and its slots.
+`LocalCluster` starts the nodes (cluster mode, appendonly) on TCP ports
+reserved with their bus ports (tests/support/ports.py), joins them with
+`redis-cli --cluster create` when redis-cli exists, else by CLUSTER ADDSLOTS
+and MEET from Python, and can restart one master on its port and folder so
+it comes back with its data and its slots.
 """
 
 from __future__ import annotations
 
-import random
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,31 +21,24 @@ import redis
 from fetchwork.broker.connections.clusternode import pool_slot
 from fetchwork.broker.connections.embedded import find_server
 from fetchwork.errors import RedisUnavailableError
+from tests.support.ports import NoFreePort, reserve_port
 from tests.support.waiting import WaitTimeout, wait_until
 
 SLOTS = 16384
+# A node's cluster bus listens this far above its port.
+BUS_OFFSET = 10000
 
 
 class ClusterUnavailable(Exception):
     """A cluster could not be formed on this machine (the test using it is skipped)."""
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _free_port() -> int:
-    """A free port whose cluster bus port (+10000) is free too (both below 65536)."""
-    for _ in range(200):
-        port = random.randint(20000, 55000)
-        if _bindable(port) and _bindable(port + 10000):
-            return port
-    raise ClusterUnavailable("no free pair of ports for a cluster node")
+    """A free port whose cluster bus port (+10000) is free too, both reserved."""
+    try:
+        return reserve_port(also=(BUS_OFFSET,))
+    except NoFreePort as exc:
+        raise ClusterUnavailable("no free pair of ports for a cluster node") from exc
 
 
 class LocalCluster:

@@ -12,7 +12,6 @@ redis-server binary started with `--sentinel`.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from redis.retry import Retry
 
 from fetchwork.broker.connections.embedded import find_server
 from fetchwork.errors import RedisUnavailableError
+from tests.support.ports import reserve_port
 from tests.support.waiting import wait_until
 
 MASTER_SET = "fwmaster"
@@ -39,12 +39,6 @@ def sentinel_binaries() -> tuple[list[str], list[str]] | None:
     return [server], ([sentinel] if sentinel else [server])
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
-
-
 def _probe(port: int) -> redis.Redis:
     return redis.Redis(HOST, port, socket_timeout=2, retry=Retry(NoBackoff(), 0),
                        decode_responses=True)
@@ -58,7 +52,7 @@ class SentinelSet:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.master_port, self.replica_port, self.sentinel_port = (
-            free_port(), free_port(), free_port())
+            reserve_port(), reserve_port(), reserve_port())
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
         self.procs: dict[str, subprocess.Popen[bytes]] = {}

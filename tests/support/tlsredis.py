@@ -14,7 +14,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.support.ports import reserve_port
 from tests.support.waiting import wait_until
 
 
@@ -94,12 +94,6 @@ def make_certs(folder: Path) -> Certs:
     return paths
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 ADMIN_USER = "testadmin"
 
 
@@ -134,7 +128,7 @@ def tls_redis(folder: Path) -> Iterator[TlsRedis]:
     user is off, the test administers it as ADMIN_USER."""
     binary = redis7_binary()
     certs = make_certs(folder / "certs")
-    port = free_port()
+    port = reserve_port()
     sock = str(folder / "redis.sock")
     argv = [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
             "--tls-cert-file", str(certs.server_cert), "--tls-key-file", str(certs.server_key),
