@@ -2,7 +2,10 @@
 
 The server is started through the embedded-Redis module, the same code path
 users get when FETCHWORK_BROKER is unset. Tests isolate themselves with a
-unique pool name instead of flushing the database.
+unique pool name instead of flushing the database. Each worker of a parallel
+run (pytest-xdist) is a session of its own, with its own server.
+
+Hypothesis keeps its examples outside the checkout (tests/support/scratch.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ import redis
 from fetchwork.broker.connections.embedded import EmbeddedRedis
 from fetchwork.config.loader import Config
 from tests.support.folders import open_folder
+from tests.support.scratch import kept_folder
 from tests.support.starter_bench import Bench
+
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(kept_folder("hypothesis")))
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""The test harness itself: ports reserved across test processes."""
+"""The test harness itself: ports reserved across test processes, and folders kept
+outside the checkout."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ports
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.scratch import ROOT, kept_folder
 
 # A second test process: it reserves ports as asked, prints them, and holds them
 # until its stdin closes.
@@ -94,3 +94,9 @@ def test_a_port_group_is_held_whole(holder) -> None:
         ports.reserve_port(also=(10000,), among=[theirs - 10000])
     assert theirs - 10000 not in ports.held()
 
+
+def test_kept_folders_are_outside_the_checkout_and_one_per_checkout(tmp_path: Path) -> None:
+    folder = kept_folder("hypothesis")
+    assert not folder.resolve().is_relative_to(ROOT)
+    assert folder == kept_folder("hypothesis")
+    assert kept_folder("other").parent == folder.parent != kept_folder("other", tmp_path).parent
