@@ -216,7 +216,7 @@ LOOP_JOB = """#!/bin/sh
 trap 'echo got-term >> {record}' {sig}
 setsid sleep 1000 &
 echo $! >> {pids}
-(sleep 1000 &) ; pgrep -n -f 'sleep 1000' >> {pids}
+(sleep 1000 & echo $! >> {pids})
 while :; do echo tick >> {ticks}; sleep 0.05; done
 """
 
