@@ -21,7 +21,7 @@ import pytest
 
 from fetchwork.broker.client import Broker
 from fetchwork.config.loader import Config
-from tests.pool.test_pool import Up, _env, fw, history_json, q_json
+from tests.support.pools import Up, fw, history_json, pool_env, q_json
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -79,7 +79,7 @@ def _pool(beta: bool, head: bool = True, **knobs: str) -> Iterator[Pool]:
     work = root / "work"
     work.mkdir()
     work.chmod(0o777)
-    env = _env(root / "state", **knobs)
+    env = pool_env(root / "state", **knobs)
     alpha = {**env, **{f"_FETCHWORK_{k}": v for k, v in PSLOT.items()},
              "_FETCHWORK_FULL_HOSTNAME": "alpha", "_FETCHWORK_NUM_CPUS": "16",
              "_FETCHWORK_MEMORY": "16000"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pool.test_pool import Up, _env, fw, history_json, q_json
+from tests.support.pools import fw, history_json, pool_up, q_json
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -19,35 +19,16 @@ STAMPED = ("executable = /bin/sh\n"
            "sh {name} {code}\"\n")
 
 
-def pool(job_tmp: Path, slots: int):
-    env = _env(job_tmp / "state")
-    up = Up(env, slots, job_tmp / "up.log")
-    wait_until(lambda: "slot" in fw(env, "status", check=False).stdout, timeout_s=60,
-               fail_if=up.died, what="the slots reported by fetchwork status")
-    work = job_tmp / "work"
-    work.mkdir()
-    work.chmod(0o777)
-    return env, up, work
-
-
 @pytest.fixture
 def two_slots(job_tmp: Path):
-    env, up, work = pool(job_tmp, 2)
-    yield env, up, work
-    try:
-        assert up.stop() == 0, up.log_path.read_text()
-    finally:
-        fw(env, "redis", "stop", check=False)
+    with pool_up(job_tmp, 2) as pool:
+        yield pool.env, pool.up, pool.folder("work")
 
 
 @pytest.fixture
 def one_slot(job_tmp: Path):
-    env, up, work = pool(job_tmp, 1)
-    yield env, up, work
-    try:
-        assert up.stop() == 0, up.log_path.read_text()
-    finally:
-        fw(env, "redis", "stop", check=False)
+    with pool_up(job_tmp, 1) as pool:
+        yield pool.env, pool.up, pool.folder("work")
 
 
 def stamp(work: Path, kind: str, name: str) -> float:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pool.test_pool import Up, _env, fw, history_json, q_json
 from tests.support.filterprogs import write_filter
+from tests.support.pools import fw, history_json, pool_up, q_json
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -31,19 +31,14 @@ def site():
                  body='grep -q "^Bad = true" "$file" && echo "bad jobs are refused" >&2')
     licenses = tmp_path / "licenses"
     licenses.write_text("100\n")
-    env = _env(tmp_path / "state", SUBMIT_FILTER_NAMES="QUOTA",
-               SUBMIT_FILTER_QUOTA=str(tmp_path / "quota"),
-               ACTIVATION_FILTER_NAMES="LICENSE", ACTIVATION_FILTER_LICENSE=str(GATE),
-               ACTIVATION_FILTER_LICENSE_ARGS=str(licenses),
-               ACTIVATION_FILTER_INTERVAL="0.5", ACTIVATION_FILTER_TIMEOUT="10")
-    up = Up(env, 2, tmp_path / "up.log")
-    wait_until(lambda: fw(env, "status", check=False).stdout.count("slot") >= 2,
-               timeout_s=60, fail_if=up.died, what="two slots reported by fetchwork status")
-    yield env, up, tmp_path, licenses
     try:
-        assert up.stop() == 0, up.log_path.read_text()
+        with pool_up(tmp_path, 2, SUBMIT_FILTER_NAMES="QUOTA",
+                     SUBMIT_FILTER_QUOTA=str(tmp_path / "quota"),
+                     ACTIVATION_FILTER_NAMES="LICENSE", ACTIVATION_FILTER_LICENSE=str(GATE),
+                     ACTIVATION_FILTER_LICENSE_ARGS=str(licenses),
+                     ACTIVATION_FILTER_INTERVAL="0.5", ACTIVATION_FILTER_TIMEOUT="10") as pool:
+            yield pool.env, pool.up, tmp_path, licenses
     finally:
-        fw(env, "redis", "stop", check=False)
         shutil.rmtree(tmp_path, ignore_errors=True)
 
 

@@ -20,8 +20,8 @@ import pytest
 from fetchwork.broker.client import Broker
 from fetchwork.config.loader import Config
 from fetchwork.submit import tables
-from tests.pool.test_pool import Up, _env, fw, history_json, q_json
 from tests.support.folders import open_folder
+from tests.support.pools import fw, history_json, pool_up, q_json
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -105,50 +105,43 @@ def queue_line(env: dict[str, str], job: str) -> str:
 @pytest.fixture(scope="module")
 def outcome(work: Path) -> Iterator[dict[str, Any]]:
     """A 2-slot pool with PERIODIC_EXPR_INTERVAL = 1; the jobs above run to their ends."""
-    state = work / "state"
-    env = _env(state, PERIODIC_EXPR_INTERVAL="1")
-    up = Up(env, 2, work / "up.log")
     try:
-        wait_until(lambda: fw(env, "status", check=False).stdout.count("slot") >= 2,
-                   timeout_s=60, fail_if=up.died, what="two slots reported")
-        jobs = {name: submit(env, work, name) for name in SUBMIT}
-        seen: dict[str, Any] = {"jobs": jobs, "run_times": [], "states": []}
+        with pool_up(work, 2, PERIODIC_EXPR_INTERVAL="1") as pool:
+            env, up = pool.env, pool.up
+            jobs = {name: submit(env, work, name) for name in SUBMIT}
+            seen: dict[str, Any] = {"jobs": jobs, "run_times": [], "states": []}
 
-        broker = Broker.from_config(Config.load(environ=env), start=False)
+            broker = Broker.from_config(Config.load(environ=env), start=False)
 
-        def periodic_gone() -> bool:
-            now = shown(broker, jobs["periodic"])
-            if now is None:
-                return True
-            seen["states"].append(now[0])
-            seen["run_times"].append(now[1])
-            if now[0] == "H" and "held_line" not in seen:
-                seen["held_line"] = queue_line(env, jobs["periodic"])
-            return False
+            def periodic_gone() -> bool:
+                now = shown(broker, jobs["periodic"])
+                if now is None:
+                    return True
+                seen["states"].append(now[0])
+                seen["run_times"].append(now[1])
+                if now[0] == "H" and "held_line" not in seen:
+                    seen["held_line"] = queue_line(env, jobs["periodic"])
+                return False
 
-        wait_until(periodic_gone, timeout_s=120, interval_s=0.05, fail_if=up.died,
-                   what="the periodic job held, released and removed")
-        wait_until(lambda: len((work / "rerun.runs").read_text().splitlines()) >= 2
-                   if (work / "rerun.runs").exists() else False,
-                   timeout_s=60, fail_if=up.died, what="the on_exit_remove = false job rerun")
-        fw(env, "rm", jobs["rerun"])
+            wait_until(periodic_gone, timeout_s=120, interval_s=0.05, fail_if=up.died,
+                       what="the periodic job held, released and removed")
+            wait_until(lambda: len((work / "rerun.runs").read_text().splitlines()) >= 2
+                       if (work / "rerun.runs").exists() else False,
+                       timeout_s=60, fail_if=up.died, what="the on_exit_remove = false job rerun")
+            fw(env, "rm", jobs["rerun"])
 
-        def settled(name: str, status: int) -> bool:
-            ad = ad_of(env, jobs[name])
-            return ad is not None and ad["JobStatus"] == status
+            def settled(name: str, status: int) -> bool:
+                ad = ad_of(env, jobs[name])
+                return ad is not None and ad["JobStatus"] == status
 
-        wait_until(lambda: settled("onexithold", 5) and settled("retries", 4)
-                   and settled("rerun", 3), timeout_s=120, fail_if=up.died,
-                   what="every job at its end")
-        seen["ads"] = {name: ad_of(env, job) for name, job in jobs.items()}
-        seen["work"] = work
-        yield seen
+            wait_until(lambda: settled("onexithold", 5) and settled("retries", 4)
+                       and settled("rerun", 3), timeout_s=120, fail_if=up.died,
+                       what="every job at its end")
+            seen["ads"] = {name: ad_of(env, job) for name, job in jobs.items()}
+            seen["work"] = work
+            yield seen
     finally:
-        try:
-            assert up.stop() == 0, up.log_path.read_text()
-        finally:
-            fw(env, "redis", "stop", check=False)
-            os.sync()
+        os.sync()
 
 
 def test_on_exit_hold_holds_with_reason_and_code(outcome):

@@ -7,99 +7,19 @@ startds with the reference hooks, starters and jobs.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
 import pytest
 
-from fetchwork.config.loader import environ_without_config
+from tests.support.pools import Up, fw, history_json, pool_env, pool_up, q_json
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _env(state: Path, **knobs: str) -> dict[str, str]:
-    env = environ_without_config()
-    env["FETCHWORK_STATE_DIR"] = str(state)
-    env["FETCHWORK_CONFIG"] = os.devnull
-    # Small timing knobs so nothing waits on production defaults.
-    env.update({
-        "_FETCHWORK_BROKER_REAPER_INTERVAL": "0.5",
-        "_FETCHWORK_BROKER_LEADER_LEASE": "3",
-        "_FETCHWORK_STARTER_INITIAL_UPDATE_INTERVAL": "1",
-        "_FETCHWORK_STARTER_UPDATE_INTERVAL": "2",
-        "_FETCHWORK_FETCHWORK_FETCH_LONG_POLL": "1",
-        "_FETCHWORK_STARTD_SHUTDOWN_GRACE": "10",
-        "_FETCHWORK_MachineMaxVacateTime": "2",
-        "_FETCHWORK_FETCHWORK_RENEW_INTERVAL": "0.5",
-    })
-    env.update({f"_FETCHWORK_{k}": v for k, v in knobs.items()})
-    return env
-
-
-def fw(env: dict[str, str], *args: str, check: bool = True, cwd: Path | None = None,
-       timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "fetchwork", *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout_s, check=False)
-    if check and done.returncode != 0:
-        raise AssertionError(f"fetchwork {' '.join(args)} exited {done.returncode}:\n"
-                             f"{done.stdout}\n{done.stderr}")
-    return done
-
-
-def q_json(env: dict[str, str], *extra: str) -> list[dict]:
-    return json.loads(fw(env, "q", "--json", *extra).stdout)
-
-
-def history_json(env: dict[str, str]) -> list[dict]:
-    return json.loads(fw(env, "history", "--json").stdout)
-
-
-class Up:
-    """`fetchwork up` as a child process, stopped at the end of the test."""
-
-    def __init__(self, env: dict[str, str], slots: int, log_path: Path,
-                 command: Sequence[str] = (sys.executable, "-m", "fetchwork"),
-                 cwd: Path | None = None):
-        self.log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.log_path = log_path
-        self.process = subprocess.Popen(
-            [*command, "up", "--slots", str(slots)], env=env, cwd=cwd,
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def died(self) -> str | None:
-        if self.process.poll() is not None:
-            return f"fetchwork up exited {self.process.returncode}: {self.log_path.read_text()}"
-        return None
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.kill_all()
-        if not self.log.closed:
-            self.log.close()
-        return self.process.returncode
-
-    def kill_all(self) -> None:
-        """SIGKILL every process of the pool: up, broker, startd, starters, jobs, redis."""
-        victims = [psutil.Process(self.process.pid)]
-        victims += victims[0].children(recursive=True)
-        for proc in victims:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        self.process.wait(timeout=30)
-        self.log.close()
 
 
 def _redis_pid(state: Path) -> int | None:
@@ -114,17 +34,8 @@ def _redis_pid(state: Path) -> int | None:
 @pytest.fixture
 def pool(job_tmp):
     """A 2-slot `fetchwork up` on its own state directory."""
-    tmp_path = job_tmp
-    state = tmp_path / "state"
-    env = _env(state)
-    up = Up(env, 2, tmp_path / "up.log")
-    wait_until(lambda: fw(env, "status", check=False).stdout.count("slot") >= 2,
-               timeout_s=60, fail_if=up.died, what="two slots reported by fetchwork status")
-    yield env, up, tmp_path
-    try:
-        assert up.stop() == 0, up.log_path.read_text()
-    finally:
-        fw(env, "redis", "stop", check=False)
+    with pool_up(job_tmp, 2) as running:
+        yield running.env, running.up, job_tmp
 
 
 def test_twenty_jobs_from_one_submit_file(pool):
@@ -179,7 +90,7 @@ def test_a_held_job_waits_until_released(pool):
 def fresh_state(job_tmp):
     """A state directory for a test that runs its own `fetchwork up`s; whatever
     they leave running (a test that failed half way) is stopped afterwards."""
-    env = _env(job_tmp / "state")
+    env = pool_env(job_tmp / "state")
     ups: list[Up] = []
     yield env, job_tmp, ups
     for up in ups:
@@ -282,7 +193,7 @@ def test_the_reference_hooks_work_as_programs(job_tmp):
         names += ["PREPARE_JOB", "UPDATE_JOB_INFO", "JOB_EXIT"]
     knobs = {f"FETCHWORK_HOOK_{name}": str(script) for name in names}
     knobs.update({f"FETCHWORK_HOOK_{name}_ARGS": f"hook {name}" for name in names})
-    env = _env(job_tmp / "state", **knobs)
+    env = pool_env(job_tmp / "state", **knobs)
     up = Up(env, 2, job_tmp / "up.log")
     try:
         wait_until(lambda: fw(env, "status", check=False).stdout.count("slot") >= 2,

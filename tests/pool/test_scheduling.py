@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pool.test_pool import Up, _env, fw, q_json
+from tests.support.pools import fw, pool_up, q_json
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -21,18 +21,8 @@ def states(env: dict[str, str]) -> list[str]:
 @pytest.fixture
 def policy_pool(job_tmp: Path):
     """A 1-slot pool under the example site's idle limit, with quick policy passes."""
-    env = _env(job_tmp / "state", MAX_IDLE_JOBS_PER_USER="8", POLICY_INTERVAL="0.5")
-    up = Up(env, 1, job_tmp / "up.log")
-    wait_until(lambda: "slot" in fw(env, "status", check=False).stdout, timeout_s=60,
-               fail_if=up.died, what="the slot reported by fetchwork status")
-    work = job_tmp / "work"
-    work.mkdir()
-    work.chmod(0o777)
-    yield env, up, work
-    try:
-        assert up.stop() == 0, up.log_path.read_text()
-    finally:
-        fw(env, "redis", "stop", check=False)
+    with pool_up(job_tmp, 1, MAX_IDLE_JOBS_PER_USER="8", POLICY_INTERVAL="0.5") as pool:
+        yield pool.env, pool.up, pool.folder("work")
 
 
 def test_ten_jobs_one_running_eight_idle_one_blocked(policy_pool):

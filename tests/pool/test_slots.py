@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pool.test_pool import Up, _env, fw, history_json, q_json
 from tests.support.folders import open_folder
+from tests.support.pools import Up, fw, history_json, pool_env, q_json
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -58,8 +58,8 @@ def _root() -> AbstractContextManager[Path]:
 @pytest.fixture(scope="module")
 def slots_pool() -> Iterator[SlotsPool]:
     with _root() as root:
-        env = _env(root / "state", ASSIGN_CPU_AFFINITY="True", MEMORY_LIMIT_POLICY="hold",
-                   STARTER_SAMPLE_INTERVAL="0.2")
+        env = pool_env(root / "state", ASSIGN_CPU_AFFINITY="True",
+                       MEMORY_LIMIT_POLICY="hold", STARTER_SAMPLE_INTERVAL="0.2")
         alpha = {**env, **{f"_FETCHWORK_{k}": v for k, v in PSLOT.items()},
                  "_FETCHWORK_FULL_HOSTNAME": "alpha", "_FETCHWORK_NUM_CPUS": "16",
                  "_FETCHWORK_MEMORY": "16000"}

@@ -19,8 +19,8 @@ from pathlib import Path
 import htcondor2
 import pytest
 
-from tests.pool.test_pool import Up, _env, fw
 from tests.support.folders import open_folder
+from tests.support.pools import Up, fw, pool_env
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(400)
@@ -109,7 +109,7 @@ def scenario(job_root):
     work = root / "work"
     work.mkdir()
     work.chmod(0o777)
-    env = _env(root / "state")
+    env = pool_env(root / "state")
     ups = [Up(env, 2, root / "up1.log")]
     try:
         wait_until(lambda: fw(env, "status", check=False).stdout.count("slot") >= 2,

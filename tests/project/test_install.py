@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pool.test_pool import Up, _env
 from tests.support.folders import open_folder
+from tests.support.pools import Up, pool_env
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -94,7 +94,7 @@ def _fw(command: Sequence[str], env: dict[str, str], *args: str, cwd: Path) -> s
 def _up_and_a_job(clone: Path, script: Path, folder: Path,
                   as_user: Sequence[str] = ()) -> None:
     """`fetchwork up` from the clone's root, one job submitted from a folder of its own."""
-    env = _env(folder / "state")
+    env = pool_env(folder / "state")
     if as_user:
         env["HOME"] = str(folder)
 

@@ -29,7 +29,7 @@ from fetchwork.starter.jobspec import (
 )
 from fetchwork.submit import tables
 from fetchwork.submit.usercli import held_only
-from tests.pool.test_pool import Up, _env, fw, history_json, q_json
+from tests.support.pools import Up, fw, history_json, pool_env, q_json
 from tests.support.waiting import wait_until
 
 SLOT = parse_ad('Name = "slot1@host"\nSTART = true\n')
@@ -144,7 +144,7 @@ def test_codes_are_only_for_holds(broker):
 
 @pytest.mark.timeout(240)
 def test_an_output_file_the_job_cannot_open_holds_the_job_with_the_reason(job_tmp):
-    env = _env(job_tmp / "state")
+    env = pool_env(job_tmp / "state")
     up = Up(env, 1, job_tmp / "up.log")
     try:
         wait_until(lambda: fw(env, "status", check=False).stdout.count("slot") >= 1,

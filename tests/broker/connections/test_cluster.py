@@ -21,7 +21,7 @@ from fetchwork.broker.connections.clusternode import PoolNodeClient, pool_slot
 from fetchwork.broker.store.keys import PoolKeys
 from fetchwork.config.loader import Config
 from fetchwork.errors import RedisUnavailableError
-from tests.pool.test_pool import Up, _env, fw, history_json, q_json
+from tests.support.pools import Up, fw, history_json, pool_env, q_json
 from tests.support.redis_cluster import (
     LocalCluster,
     local_cluster_or_skip,
@@ -126,8 +126,8 @@ class ClusterPool:
         self.root = root
         root.mkdir()
         root.chmod(0o777)
-        self.env = _env(root / "state", FETCHWORK_BROKER=url, FETCHWORK_BROKER_CLUSTER="true",
-                        FETCHWORK_POOL=name)
+        self.env = pool_env(root / "state", FETCHWORK_BROKER=url,
+                            FETCHWORK_BROKER_CLUSTER="true", FETCHWORK_POOL=name)
         self.runs = root / "runs"
         self.runs.mkdir()
         self.runs.chmod(0o777)
