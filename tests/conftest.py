@@ -6,6 +6,7 @@ unique pool name instead of flushing the database. Each worker of a parallel
 run (pytest-xdist) is a session of its own, with its own server.
 
 Hypothesis keeps its examples outside the checkout (tests/support/scratch.py).
+The modules of the pool tier (tests/support/tiers.py) are marked `pool` here.
 """
 
 from __future__ import annotations
@@ -25,8 +26,19 @@ from fetchwork.config.loader import Config
 from tests.support.folders import open_folder
 from tests.support.scratch import kept_folder
 from tests.support.starter_bench import Bench
+from tests.support.tiers import is_pool
 
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(kept_folder("hypothesis")))
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.resolve().is_relative_to(TESTS) and is_pool(
+                item.path.resolve().relative_to(TESTS).as_posix()):
+            item.add_marker(pytest.mark.pool)
 
 
 @pytest.fixture(scope="session")

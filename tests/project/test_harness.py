@@ -1,5 +1,5 @@
-"""The test harness itself: ports reserved across test processes, and folders kept
-outside the checkout."""
+"""The test harness itself: ports reserved across test processes, folders kept
+outside the checkout, and the tiers of the suite."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ports
+from tests.support import ports, tiers
 from tests.support.scratch import ROOT, kept_folder
+from tests.support.tiers import is_pool
 
 # A second test process: it reserves ports as asked, prints them, and holds them
 # until its stdin closes.
@@ -100,3 +101,24 @@ def test_kept_folders_are_outside_the_checkout_and_one_per_checkout(tmp_path: Pa
     assert not folder.resolve().is_relative_to(ROOT)
     assert folder == kept_folder("hypothesis")
     assert kept_folder("other").parent == folder.parent != kept_folder("other", tmp_path).parent
+
+
+def test_the_pool_tier_is_named_by_folder_or_module() -> None:
+    assert is_pool("pool/test_pool.py")
+    assert is_pool("startd/test_signals.py")
+    assert not is_pool("startd/test_units.py")
+    assert not is_pool("config/test_ads.py")
+    assert not is_pool("broker/pool/test_x.py")
+
+
+def test_every_module_named_for_the_pool_tier_exists() -> None:
+    tests = ROOT / "tests"
+    assert all((tests / folder).is_dir() for folder in tiers.POOL_FOLDERS)
+    assert all((tests / module).is_file() for module in tiers.POOL_MODULES)
+
+
+def test_the_collected_tests_carry_their_tier(request: pytest.FixtureRequest) -> None:
+    tests = ROOT / "tests"
+    for item in request.session.items:
+        path = item.path.resolve().relative_to(tests).as_posix()
+        assert (item.get_closest_marker("pool") is not None) == is_pool(path), item.nodeid
