@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from tests.support.pools import Up, fw, history_json, pool_env, pool_up, q_json
+from tests.support.processes import alive
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -227,6 +228,19 @@ def test_a_second_up_on_the_same_state_directory_is_refused(pool):
     assert up.died() is None
 
 
+def _pool_runs(up: Up, command: str) -> list[int]:
+    """The pids of the pool's processes whose command line holds `command` (a test
+    running beside this one may run the same command)."""
+    found = []
+    for proc in psutil.Process(up.process.pid).children(recursive=True):
+        try:
+            if command in " ".join(proc.cmdline()):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
 def test_rm_and_hold_stop_running_jobs(pool):
     env, up, tmp_path = pool
     (tmp_path / "long.sub").write_text(
@@ -234,6 +248,8 @@ def test_rm_and_hold_stop_running_jobs(pool):
     fw(env, "submit", "long.sub", cwd=tmp_path)
     wait_until(lambda: [ad["JobStatus"] for ad in q_json(env)] == [2, 2], timeout_s=60,
                fail_if=up.died, what="both jobs running")
+    sleeps = wait_until(lambda: len(found := _pool_runs(up, "sleep 617")) == 2 and found,
+                        timeout_s=60, fail_if=up.died, what="both sleep processes started")
     [first, second] = sorted(f"{ad['ClusterId']}.{ad['ProcId']}" for ad in q_json(env))
     fw(env, "rm", first)
     fw(env, "hold", second)
@@ -241,8 +257,8 @@ def test_rm_and_hold_stop_running_jobs(pool):
                fail_if=up.died, what="the removed job gone and the other held")
     [removed] = history_json(env)
     assert removed["JobStatus"] == 3
-    wait_until(lambda: not any("sleep 617" in " ".join(p.info["cmdline"] or [])
-                               for p in psutil.process_iter(["cmdline"])),
+    wait_until(lambda: not any(alive(pid) for pid in sleeps)
+               and not _pool_runs(up, "sleep 617"),
                timeout_s=30, what="both sleep processes killed")
     fw(env, "rm", second)
     wait_until(lambda: q_json(env) == [], timeout_s=30)
