@@ -35,10 +35,14 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the pool tier `pool`. In a parallel run, its modules go first: the workers
+    take modules in this order, and the long ones must not be left to the end."""
     for item in items:
-        if item.path.resolve().is_relative_to(TESTS) and is_pool(
-                item.path.resolve().relative_to(TESTS).as_posix()):
+        path = item.path.resolve()
+        if path.is_relative_to(TESTS) and is_pool(path.relative_to(TESTS).as_posix()):
             item.add_marker(pytest.mark.pool)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("pool") is None)
 
 
 @pytest.fixture(scope="session")
