@@ -13,10 +13,13 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
-# A job that records when it started and ended (to the nanosecond), then exits $2.
+# A job that records when it started and ended (to the nanosecond), then exits $2;
+# `hold` (shell) runs after the start is recorded.
 STAMPED = ("executable = /bin/sh\n"
-           "arguments = \"-c 'date +%s.%N > start_$1; sleep 1; date +%s.%N > end_$1; exit $2' "
-           "sh {name} {code}\"\n")
+           "arguments = \"-c 'date +%s.%N > start_$1; {hold}sleep 1; date +%s.%N > end_$1; "
+           "exit $2' sh {name} {code}\"\n")
+# The first job waits for this file, so the test sees the queue before any job ends.
+GATE = "while [ ! -e gate ]; do sleep 0.1; done; "
 
 
 @pytest.fixture
@@ -42,19 +45,20 @@ def by_id(ads: list[dict]) -> dict[str, dict]:
 def test_dependencies_order_the_jobs_and_a_failure_fails_its_dependents(two_slots):
     env, up, work = two_slots
     (work / "dag.sub").write_text(
-        "+JobName = \"prep\"\n" + STAMPED.format(name="prep", code=0) + "queue\n"
+        "+JobName = \"prep\"\n" + STAMPED.format(name="prep", code=0, hold=GATE) + "queue\n"
         "+JobName = \"left\"\ndepends_on = prep\n"
-        + STAMPED.format(name="left", code=0) + "queue\n"
+        + STAMPED.format(name="left", code=0, hold="") + "queue\n"
         "+JobName = \"right\"\ndepends_on = $(Cluster).0\n"
-        + STAMPED.format(name="right", code=3) + "queue\n"
+        + STAMPED.format(name="right", code=3, hold="") + "queue\n"
         "+JobName = \"last\"\ndepends_on = left, right\n"
-        + STAMPED.format(name="last", code=0) + "queue\n")
+        + STAMPED.format(name="last", code=0, hold="") + "queue\n")
     submitted = fw(env, "submit", "dag.sub", cwd=work).stdout
     cluster = submitted.split("cluster ")[1].rstrip(".\n")
     waiting = by_id(q_json(env))[f"{cluster}.3"]
     assert waiting["FetchworkState"] == "BLOCKED"
     assert waiting["Depends"] == f"{cluster}.1,{cluster}.2"
     assert f"{cluster}.1" in waiting["BlockedReason"]
+    (work / "gate").touch()
     wait_until(lambda: q_json(env) == [], timeout_s=120, fail_if=up.died,
                what="every job of the submission finished")
     done = by_id(history_json(env))
