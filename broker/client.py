@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import classad2
 import redis
@@ -34,7 +34,7 @@ from .store import READ_BATCH, Store
 
 log = logging.getLogger(__name__)
 
-AdLike = classad2.ClassAd | Mapping[str, Any]
+AdLike: TypeAlias = classad2.ClassAd | Mapping[str, Any]
 OP_BATCH = 500
 # The user actions Broker.apply runs, each one Lua script of that name.
 ACTIONS = ("remove", "hold", "release", "requeue")

@@ -213,21 +213,22 @@ class BackfillLeader:
         priorities each pass, a job's hash once until an event names it)."""
         waiting: list[Waiting] = []
         batch, offset = FIRST_BATCH, 0
-        known, seen = self._idle_head(), {}
+        known = self._idle_head()
+        seen: dict[str, dict[str, Any] | None] = {}
         try:
             while True:
-                rows = self.store.client.zrange(self.store.keys.idle, offset,
-                                                offset + batch - 1, withscores=True)
+                rows = self.store.scored_by_rank(self.store.keys.idle, offset,
+                                                 offset + batch - 1)
                 offset += len(rows)
                 scores = {codec.text(member): score for member, score in rows}
                 for job_id, data in self.store.hashes([job for job in scores
                                                        if job not in known]):
                     known[job_id] = data
                 for job_id, score in scores.items():
-                    data = seen[job_id] = known.get(job_id)
-                    if data is not None:  # None: removed since the ZRANGE
-                        waiting.append(waiting_of(job_id, data, score, self.default_walltime_s,
-                                                  memo.machines_for(data)))
+                    ad = seen[job_id] = known.get(job_id)
+                    if ad is not None:  # None: removed since the ZRANGE
+                        waiting.append(waiting_of(job_id, ad, score, self.default_walltime_s,
+                                                  memo.machines_for(ad)))
                 result = plan(waiting, machines, running, now)
                 if result.reservation is not None or len(rows) < batch or offset >= DEPTH:
                     return result

@@ -97,8 +97,8 @@ class ActivationClaims:
         return None if reply is None else _ad_of(reply)
 
 
-def _ad_of(packed: bytes) -> classad2.ClassAd:
-    job_id, flat = msgpack.unpackb(packed, raw=True)
+def _ad_of(packed: bytes | str) -> classad2.ClassAd:
+    job_id, flat = msgpack.unpackb(codec.as_bytes(packed), raw=True)
     log.debug("job %s started after its activation chain", job_id.decode())
     return from_dict(codec.decode_flat(flat))
 

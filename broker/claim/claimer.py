@@ -144,9 +144,7 @@ class Claimer:
         claimed = self._scan(slot, name, walk.rows_after(None, FIRST_BATCH), view, walk)
         if claimed != (None, False) or not self.soft_tier:
             return claimed
-        rows = self.store.client.zrangebyscore(self.store.keys.soft, "-inf", "+inf", start=0,
-                                               num=max(self.scan_batch, FIRST_BATCH),
-                                               withscores=True)
+        rows = self.store.scored(self.store.keys.soft, count=max(self.scan_batch, FIRST_BATCH))
         return self._offer(rows, slot, name, view, last_resort=True) if rows else claimed
 
     def _quiet(self, slot: classad2.ClassAd, name: str) -> tuple[bool, classad2.ClassAd | None]:

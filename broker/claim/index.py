@@ -64,8 +64,7 @@ class IdleWalk:
     def rows_after(self, score: float | None, batch: int) -> Rows:
         if score is None:
             return self.first
-        return self.store.client.zrangebyscore(self.store.keys.idle, f"({score!r}", "+inf",
-                                               start=0, num=batch, withscores=True)
+        return self.store.scored(self.store.keys.idle, f"({score!r}", count=batch)
 
 
 class GroupWalk:
@@ -258,9 +257,9 @@ def _verdict(rep: tuple[classad2.ClassAd, frozenset[str]], slot: classad2.ClassA
     return False, not job_refuses(ad, slot)
 
 
-def _decoded(gid: str, raw: bytes) -> tuple[classad2.ClassAd, frozenset[str]] | None:
+def _decoded(gid: str, raw: bytes | str) -> tuple[classad2.ClassAd, frozenset[str]] | None:
     try:
-        rep = codec.unpack(raw.split(b"\n", 1)[1])
+        rep = codec.unpack(codec.as_bytes(raw).split(b"\n", 1)[1])
         return from_dict(rep), frozenset(name.lower() for name in rep)
     except (AdError, IndexError, ValueError) as exc:
         log.warning("autocluster %s: unreadable representative (%s); its jobs are "

@@ -121,7 +121,8 @@ class FilterLeader:
     def publish(self) -> None:
         """Write the summary claims and submissions read (on taking leadership)."""
         keys = self.store.keys
-        self.store.client.hset(keys.filters, mapping=summary_of(self.settings).fields())
+        fields: dict[Any, Any] = summary_of(self.settings).fields()
+        self.store.client.hset(keys.filters, mapping=fields)
 
     def run_pass(self, now_s: float | None = None) -> list[Future[None]]:
         """Hand out what waits for a verdict; release due holds. Returns the new work."""
@@ -272,8 +273,9 @@ def bounded(call: Call, deadline_s: float) -> Call:
     return limited
 
 
-def request_facts(request: Mapping[bytes, bytes]) -> tuple[Facts, float]:
-    """Facts for the chain from a claim's activation request hash, and its deadline (s)."""
+def request_facts(request: Mapping[Any, Any]) -> tuple[Facts, float]:
+    """Facts for the chain from a claim's activation request hash (a Redis reply: bytes
+    names and values), and its deadline (s)."""
     def field(name: str, default: str = "0") -> str:
         return codec.text(request.get(name.encode(), default.encode()))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -125,7 +125,20 @@ class Store:
         """Give up `replica`'s leadership; False when it did not lead."""
         return calls.leader_resign(self, replica=replica)
 
+    def scored(self, key: str, low: str = "-inf", high: str = "+inf",
+               count: int | None = None) -> list[tuple[bytes, float]]:
+        """(member, score) of sorted set `key` with scores in [low, high] (`(x` for an
+        open end), lowest first; at most `count`."""
+        reply = self.client.zrangebyscore(key, low, high, start=None if count is None else 0,
+                                          num=count, withscores=True)
+        return cast(list[tuple[bytes, float]], reply)
+
+    def scored_by_rank(self, key: str, start: int, stop: int) -> list[tuple[bytes, float]]:
+        """(member, score) of sorted set `key` from rank `start` to `stop`."""
+        return cast(list[tuple[bytes, float]],
+                    self.client.zrange(key, start, stop, withscores=True))
+
     @staticmethod
-    def ids(raw: Iterable[bytes]) -> list[str]:
-        """Job ids (or other members) as text."""
+    def ids(raw: Iterable[Any]) -> list[str]:
+        """Job ids (or other members) as text, from a Redis reply of bytes."""
         return [codec.text(item) for item in raw]

@@ -15,7 +15,7 @@ import classad2
 import msgpack
 
 from fetchwork.config.ads import EXPR_KEY, from_dict, parse_expr, to_dict
-from fetchwork.errors import AdError
+from fetchwork.errors import AdError, BrokerError
 
 from .valuecheck import check_value
 
@@ -31,8 +31,17 @@ def pack_for_lua(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=False)
 
 
-def unpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False)
+def unpack(data: bytes | str) -> Any:
+    return msgpack.unpackb(as_bytes(data), raw=False)
+
+
+def as_bytes(reply: bytes | str) -> bytes:
+    """A Redis reply as the bytes a store's client returns (redis-py's types allow
+    text too; Store refuses a client that decodes replies)."""
+    if isinstance(reply, str):
+        raise BrokerError("the broker needs a Redis client that returns bytes "
+                          "(decode_responses=False)")
+    return reply
 
 
 def text(data: bytes | str) -> str:

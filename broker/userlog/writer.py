@@ -276,7 +276,7 @@ class UserLogWriter:
 
     def _warn_if_trimmed(self, position: str) -> None:
         """Warn when the stream no longer holds the entry after `position`."""
-        first = self.store.client.xrange(self.store.keys.events, count=1)
+        first: Any = self.store.client.xrange(self.store.keys.events, count=1)
         if first and stream_id(codec.text(first[0][0])) > stream_id(position):
             log.warning("the event stream was trimmed past the user log writer's position %s: "
                         "user log events may be missing (raise BROKER_EVENTS_MAXLEN)", position)

@@ -35,22 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # (file, error code): how many. They are fixed with that work; lower a count
 # (or drop the entry) as they go. Any other error fails.
 PENDING_TYPE_ERRORS: dict[tuple[str, str], int] = {
-    ("broker/backfill/leader.py", "arg-type"): 5,
-    ("broker/backfill/leader.py", "assignment"): 1,
-    ("broker/backfill/leader.py", "str-unpack"): 1,
-    ("broker/claim/activation.py", "arg-type"): 1,
-    ("broker/claim/claimer.py", "assignment"): 1,
-    ("broker/claim/index.py", "arg-type"): 1,
-    ("broker/claim/index.py", "return-value"): 1,
-    ("broker/claim/sorting.py", "arg-type"): 1,
-    ("broker/client.py", "arg-type"): 5,
-    ("broker/client.py", "attr-defined"): 1,
-    ("broker/client.py", "valid-type"): 11,
-    ("broker/client.py", "var-annotated"): 1,
-    ("broker/filters/leader.py", "arg-type"): 2,
-    ("broker/jobpolicy/periodic.py", "arg-type"): 1,
-    ("broker/scheduling/leaderpass.py", "arg-type"): 3,
-    ("broker/userlog/writer.py", "arg-type"): 1,
     ("startd/starters/sandboxes.py", "var-annotated"): 1,
 }
 
