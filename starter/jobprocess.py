@@ -87,7 +87,7 @@ class JobProcess:
     def spawn(self) -> int:
         """Start the job; StarterError (with the reason) when it cannot start."""
         with file_identity(self.user):
-            streams = self._open_streams()
+            streams = self.open_streams()
         try:
             self.pid = launch.start(self.plan, self.user, self.cores, streams)
         finally:
@@ -99,7 +99,7 @@ class JobProcess:
             self.pidfd = None
         return self.pid
 
-    def _open_streams(self) -> tuple[Any, Any, Any]:
+    def open_streams(self) -> tuple[Any, Any, Any]:
         """In, Out and Err, opened with the job user's file access rights."""
         plan = self.plan
         try:

@@ -91,7 +91,7 @@ def _spawn(plan: LaunchPlan, user: tuple[int, int] | None, cores: tuple[int, ...
            streams: tuple[Any, Any, Any]) -> int:
     actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, stream.fileno(), target)
                                       for target, stream in enumerate(streams)]
-    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inheritable_fds()]
     with ids_switched(user, plan.cwd), _pinned(cores):
         # argv[0] is a path (`launch_plan` resolves Cmd against the job's directory).
         return os.posix_spawn(plan.argv[0], list(plan.argv), dict(plan.env),
@@ -189,7 +189,7 @@ def _pinned(cores: tuple[int, ...] | None) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def _inheritable_fds() -> list[int]:
+def inheritable_fds() -> list[int]:
     """Descriptors above 2 a job would inherit (a library may open one without
     close-on-exec): closed in the job, as subprocess's close_fds does."""
     try:

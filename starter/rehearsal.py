@@ -33,7 +33,7 @@ from fetchwork.config import keywords
 from fetchwork.config.ads import first_of_pair, format_ad, join_pair, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.hooks.runner import resolve_hook
-from fetchwork.starter import launch, limits, preparing
+from fetchwork.starter import launch, limits
 from fetchwork.starter.events import Events
 from fetchwork.starter.jobprocess import JobProcess, file_identity
 from fetchwork.starter.jobspec import exit_attributes, launch_plan
@@ -198,34 +198,28 @@ def _launch(state: dict[str, Any]) -> None:
     own = (os.getuid(), os.getgid()) if os.geteuid() == 0 else None
     job = JobProcess(plan, own, marker, limits.cpu_affinity(state["slot_ad"]))
     with file_identity(own):
-        streams = job._open_streams()  # /dev/null
+        streams = job.open_streams()  # /dev/null
     for stream in {id(s): s for s in streams}.values():
         stream.close()
-    launch._inheritable_fds()
+    launch.inheritable_fds()
     with launch.ids_switched(own, os.sep):
         pass
 
 
 def _hook(state: dict[str, Any]) -> None:
-    """The starter's own prepare step (`preparing.prepare`) with its hook
+    """The starter's own prepare step (`Starter.prepare_alone`) with its hook
     `nothing`, a control word (one that changes nothing before a job) waiting
     on the sample starter's stdin; the site's starter hooks only resolved."""
     config = state["config"]
     for keyword, hook in keywords.starter_hooks(config):
         resolve_hook(config, keyword, hook)
     starter = state["starter"]
-    wake_read, wake_write = os.pipe()
     starter.control_fd, control_write = os.pipe()
     try:
         os.write(control_write, b"continue\n")
-        starter._listen(wake_read)
-        try:
-            starter._watch(starter._selector)
-            preparing.prepare(starter)
-        finally:
-            starter._selector.close()
+        starter.prepare_alone()
     finally:
-        for fd in (wake_read, wake_write, starter.control_fd, control_write):
+        for fd in (starter.control_fd, control_write):
             os.close(fd)
 
 

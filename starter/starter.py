@@ -17,18 +17,19 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import replace
 from typing import IO, Any
 
 import classad2
 
 from fetchwork.config import keywords
-from fetchwork.config.ads import format_ad
+from fetchwork.config.ads import format_ad, join_pair, join_texts, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
-from fetchwork.errors import StarterError
+from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks import control
-from fetchwork.hooks.runner import HookSpec, resolve_hook, start_hook
-from fetchwork.starter import keepslot, lifecycle, limits, preparing
+from fetchwork.hooks.runner import HookResult, HookSpec, resolve_hook, start_hook
+from fetchwork.starter import keepslot, lifecycle, limits
 from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper
 from fetchwork.starter.jobspec import (
@@ -130,6 +131,23 @@ class Starter:
             os.close(wake_write)
             shutil.rmtree(self.sandbox, ignore_errors=True)
 
+    def prepare_alone(self) -> str | None:
+        """The prepare step on its own, with no job to follow: the prepare hook run
+        while control words on `control_fd` are served, as `run` begins, with no
+        signal handled, nothing spawned and no event but `prepared` (a rehearsal
+        runs this); the failure reason or None."""
+        wake_read, wake_write = os.pipe()
+        try:
+            self._listen(wake_read)
+            try:
+                self._watch(self._selector)
+                return self._prepare()
+            finally:
+                self._selector.close()
+        finally:
+            os.close(wake_read)
+            os.close(wake_write)
+
     def _listen(self, wake_read: int) -> None:
         """The readers of the wake-up pipe and of stdin (the requests it held
         already taken), and one selector for the whole run: the prepare hook's
@@ -140,7 +158,7 @@ class Starter:
         self._selector = selectors.DefaultSelector()
 
     def _run(self) -> str:
-        reason = preparing.prepare(self)
+        reason = self._prepare()
         self._drain_requests()
         how = lifecycle.EVICT  # a failed prepare hook: the exit hook gets evict
         if self.status.how is not None:
@@ -169,7 +187,80 @@ class Starter:
         assert self.status.how is not None
         return self.status.how
 
-    # -- before the job ----------------------------------------------------
+    # -- before the job: the prepare hook ----------------------------------
+    #
+    # HTCondor's starter runs `<Keyword>_HOOK_PREPARE_JOB` with the job ad and
+    # the slot ad on stdin and waits for it: a non-zero exit means the job does
+    # not run; what it prints is merged into the job ad. Control requests are
+    # served meanwhile, so a stop request ends the wait (and kills a program
+    # hook: no job will run, so there is nothing to prepare); an in-process
+    # hook's timeout and cancellation are watched by this loop, so no hook
+    # thread is woken for them.
+
+    def _prepare(self) -> str | None:
+        """Run the prepare hook and merge its output; the failure reason or None."""
+        spec = resolve_hook(self.config, self.keyword, keywords.PREPARE_JOB)
+        if spec is None:
+            self.events.emit("prepared")
+            return None
+        self._write_ads(spec)
+        done_read, done_write = os.pipe()
+        cancel = threading.Event()
+        box: list[HookResult] = []
+
+        def finished(result: HookResult) -> None:
+            box.append(result)
+            os.write(done_write, b"x")  # the last use of the pipe: the loop below ends on it
+
+        deadline = time.monotonic() + spec.timeout_s
+        # An in-process hook's timeout and cancellation are watched by this loop
+        # (no hook thread is woken for it); a program's by the thread running it.
+        call = start_hook(spec, self._prepare_input(), env=self._hook_env(), cwd=self.sandbox,
+                          user=self.user, on_done=finished, cancel=cancel, watched=False)
+        if self.status.how is not None:  # asked to stop before the hook even started
+            cancel.set()
+        selector = self._selector
+        selector.register(done_read, selectors.EVENT_READ, "done")
+        try:
+            # Blocked until the hook's thread wrote: a loop on `box` alone would
+            # spin, holding the GIL that thread needs to finish.
+            done = False
+            while not done:
+                wait_s = None if call is None else max(0.0, deadline - time.monotonic())
+                for key, _ in selector.select(wait_s):
+                    if isinstance(key.data, LineReader):
+                        self._serve(selector, key.data)
+                    done = done or key.data == "done"
+                if self.status.how is not None:
+                    cancel.set()
+                if call is not None:
+                    call.settle(deadline, cancel)
+        finally:
+            selector.unregister(done_read)
+            os.close(done_read)
+            os.close(done_write)
+        result = box[0]
+        if not result.ok:
+            return f"the prepare hook failed: {result.outcome()}"
+        if result.stdout.strip():
+            try:
+                self.ad.update(parse_ad(result.stdout, "prepare hook output"))
+            except AdError as exc:
+                return f"the prepare hook printed bad output: {exc}"
+            self._write_ads()
+        self.events.emit("prepared")
+        return None
+
+    def _prepare_input(self) -> str:
+        """Job ad, `-----`, slot ad. The prepare hook is the first to see the ads,
+        before anything here changed them: the texts they were read from serve."""
+        if self._as_read is None:
+            return join_pair(self.ad, self.slot_ad)
+        job_text, slot_text = self._as_read
+        self._as_read = None
+        return join_texts(job_text, slot_text)
+
+    # -- before the job: its files and its spawn ---------------------------
 
     def _hook_env(self) -> dict[str, str]:
         return hook_env(os.environ, self.sandbox, self.slot,
@@ -329,7 +420,7 @@ class Starter:
 
     def _finish(self, status: int | None, reason: str | None, duration_s: float) -> None:
         if self.job is not None:
-            keepslot.hold(self)  # RunUntilCanceled; the exited children's CPU time arrives
+            self._keep_slot()  # RunUntilCanceled; the exited children's CPU time arrives
             self._record(self.job.sample(), final=True)  # with their reaping
         how = self.status.how or lifecycle.EXIT
         for name, value in exit_attributes(status, how, duration_s, reason).items():
@@ -340,6 +431,58 @@ class Starter:
             self._write_ads(spec)
             outcome = new_outcome(self.ad, how, self.keyword or "", self.slot, self.user)
             report_exit(self.config, spec, outcome, env=self._hook_env(), cwd=self.sandbox)
+
+    # -- after the command: run until cancelled (keepslot.py) -----------------
+
+    def _keep_slot(self) -> None:
+        """Keep the slot after the command exited, while the job asks for it
+        (`keepslot.keeps_slot`): updates go on, the slot's activity is Idle, until
+        its run time is used up (then `exit`) or a stop request sets `how`."""
+        if self.status.how != lifecycle.EXIT or not keepslot.keeps_slot(self.ad):
+            return  # stopped by a request (removal, hold, vacate): nothing to keep
+        deadline = keepslot.end_at(self.ad, time.time(), time.monotonic())
+        log.info("the command ended; keeping the slot until %s", "the job is cancelled"
+                 if deadline is None
+                 else f"its run time ends in {deadline - time.monotonic():.0f}s")
+        self.ad["JobState"] = keepslot.IDLE_STATE
+        self.events.emit("state", state=keepslot.IDLE_STATE)
+        selector = selectors.DefaultSelector()
+        for reader in (self._wake, self._stdin):
+            if not reader.eof:
+                selector.register(reader.fd, selectors.EVENT_READ, reader)
+        next_update = time.monotonic()
+        try:
+            while selector.get_map():
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    log.info("the job's run time is used up; releasing the slot")
+                    return
+                if now >= next_update:
+                    self._update()
+                    next_update = now + self.update_interval_s
+                wait_s = min(t for t in (next_update, deadline) if t is not None) - now
+                for key, _ in selector.select(max(0.0, wait_s)):
+                    how = self._cancelled_by(selector, key.data)
+                    if how is not None:
+                        log.info("the job was cancelled (%s); releasing the slot", how)
+                        self.status = replace(self.status, how=how)
+                        return
+        finally:
+            selector.close()
+        self.status = replace(self.status, how=lifecycle.EVICT)  # both inputs gone
+
+    def _cancelled_by(self, selector: selectors.BaseSelector, reader: LineReader) -> str | None:
+        """The end a ready reader asks for while the slot is kept: its first stop
+        word, or evict when the startd closed stdin."""
+        for word in reader.read():
+            how = keepslot.stop_how(word)
+            if how is not None:
+                return how
+        if reader.eof:
+            selector.unregister(reader.fd)
+            if reader is self._stdin:
+                return lifecycle.EVICT
+        return None
 
     @staticmethod
     def _on_signal(wake_fd: int) -> Any:
