@@ -20,6 +20,12 @@ from fetchwork.startd.slots.slottypes import SlotType, machine_resources, read_s
 
 log = logging.getLogger(__name__)
 
+# Knobs that no longer mean anything, and why: a site that still sets one is told so.
+RETIRED_KNOBS = {
+    "STARTER_ZYGOTE": "every starter is forked from the starter zygote; there is no other "
+                      "way to start one",
+}
+
 
 @dataclass(frozen=True)
 class SlotHooks:
@@ -47,7 +53,6 @@ class StartdSettings:
     fast_shutdown_grace_s: float
     polling_interval_s: float
     starter_standby: int
-    starter_zygote: bool
     slot_types: tuple[SlotType, ...] = ()   # empty: NUM_SLOTS even static slots
     assign_cpu_affinity: bool = False
 
@@ -62,6 +67,8 @@ class StartdSettings:
             _expr_text(config, name)  # errors name the file and line now, not later
         if slot_types:
             machine_resources(config, 0)  # NUM_CPUS and MEMORY checked now
+        for warning in retired_knobs(config):
+            log.warning("%s", warning)
         return cls(
             num_slots=num_slots,
             execute_dir=config.require("EXECUTE"),
@@ -83,10 +90,24 @@ class StartdSettings:
             fast_shutdown_grace_s=config.get_duration_s("STARTD_FAST_SHUTDOWN_GRACE"),
             polling_interval_s=config.get_duration_s("POLLING_INTERVAL"),
             starter_standby=config.get_int("STARTER_STANDBY"),
-            starter_zygote=config.get_bool("STARTER_ZYGOTE"),
             slot_types=slot_types,
             assign_cpu_affinity=config.get_bool("ASSIGN_CPU_AFFINITY"),
         )
+
+
+def retired_knobs(config: Config) -> list[str]:
+    """A warning for each knob of RETIRED_KNOBS the configuration sets, naming
+    where it is set (the knob is ignored)."""
+    warnings = []
+    for name, why in RETIRED_KNOBS.items():
+        definition = config.where(name)
+        if definition is None:
+            continue
+        where = definition.source if definition.line is None \
+            else f"{definition.source}, line {definition.line}"
+        warnings.append(f"{name} ({where}) no longer means anything and is ignored: {why}; "
+                        "remove it from the configuration")
+    return warnings
 
 
 def _expr_text(config: Config, name: str) -> str:

@@ -63,10 +63,8 @@ class StarterSupervisor:
         self.host = host
         self.selector = selector
         self.sandboxes = Sandboxes(host.settings.execute_dir)  # the first made once it exists
-        # Starters are forked by the zygote (or are new Pythons); some stand by.
-        self.standby = StandbyStarters(
-            host.settings.starter_standby,
-            ZygoteClient() if host.settings.starter_zygote else None)
+        # Every starter is a fork of the zygote; some stand by.
+        self.standby = StandbyStarters(host.settings.starter_standby, ZygoteClient())
         self.standby.refill()
 
     def refill(self) -> None:

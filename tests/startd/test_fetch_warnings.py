@@ -35,7 +35,7 @@ ANONYMOUS = 'echo \'Cmd = "/bin/true"\''
 def log():
     with pool_root("fetch-warnings") as root:
         pool = Pool(root, "program")
-        knobs = ["NUM_SLOTS = 3", "FetchWorkDelay = 0", "STARTER_ZYGOTE = false"]
+        knobs = ["NUM_SLOTS = 3", "FetchWorkDelay = 0"]
         for slot, (name, body) in enumerate(
                 [("FAILING", FAILING), ("GARBAGE", GARBAGE), ("ANON", ANONYMOUS)], start=1):
             hook = root / "hooks" / name.lower()

@@ -14,7 +14,7 @@ from fetchwork.errors import ConfigError, SlotStateError
 from fetchwork.startd import acceptance, fetchdelay, fetchoutput, running
 from fetchwork.startd.acceptance import Verdict
 from fetchwork.startd.fetchdelay import FetchClock
-from fetchwork.startd.settings import StartdSettings, slot_hooks
+from fetchwork.startd.settings import RETIRED_KNOBS, StartdSettings, retired_knobs, slot_hooks
 from fetchwork.startd.shutdown import KILL_WAIT_S, ShutdownPlan
 from fetchwork.startd.slots.slotad import (
     ClaimView,
@@ -382,6 +382,28 @@ def test_settings_refuse_an_unparsable_start_with_its_source():
     config = Config.from_text("NUM_SLOTS = 1\nEXECUTE = /x\nLOG = /y\nSTART = (((\n", "cfg")
     with pytest.raises(ConfigError, match="cfg"):
         StartdSettings.from_config(config)
+
+
+def test_a_retired_knob_still_set_is_named_with_where_it_is_set(config_with_defaults):
+    assert retired_knobs(config_with_defaults("EXECUTE = /x\nLOG = /y\n")) == []
+    config = config_with_defaults("EXECUTE = /x\nLOG = /y\nSTARTER_ZYGOTE = false\n")
+    [warning] = retired_knobs(config)
+    assert warning.startswith("STARTER_ZYGOTE (") and "fetchwork.conf, line 3)" in warning
+    assert "no longer means anything and is ignored" in warning
+
+
+def test_settings_warn_of_a_retired_knob_and_go_on(config_with_defaults, caplog):
+    config = config_with_defaults("EXECUTE = /x\nLOG = /y\nSTARTER_ZYGOTE = false\n")
+    with caplog.at_level("WARNING", logger="fetchwork.startd.settings"):
+        settings = StartdSettings.from_config(config)
+    assert settings.starter_standby == config.get_int("STARTER_STANDBY")
+    assert [record.getMessage().split(" ", 1)[0] for record in caplog.records] == [
+        "STARTER_ZYGOTE"]
+
+
+def test_no_retired_knob_is_in_defaults_conf(config_with_defaults):
+    config = config_with_defaults("")
+    assert not [name for name in RETIRED_KNOBS if name in config]
 
 
 def test_settings_take_unset_knobs_from_defaults_conf(config_with_defaults):
