@@ -26,7 +26,7 @@ def fork_exec_ms(count: int) -> float:
 FORK_FLOOR = """
 import gc, os, resource, sys, time
 from fetchwork.starter import zygote
-zygote._preload()
+zygote.preload()
 gc.freeze()
 count, batches = int(sys.argv[1]), int(sys.argv[2])
 def spent():

@@ -127,9 +127,6 @@ CONTROL_WORDS = (SUSPEND, CONTINUE, VACATE, KILL, REMOVE, HOLD)
 JOB_AD_FILE = ".job.ad"
 MACHINE_AD_FILE = ".machine.ad"
 
-# The argument that makes `python -m fetchwork.starter` wait for its job.
-STANDBY_FLAG = "--standby"
-
 
 # -- text ----------------------------------------------------------------------
 

@@ -383,8 +383,7 @@ class Startd:
         return True
 
     def _close(self) -> None:
-        self.starters.standby.close()
-        self.starters.sandboxes.close()
+        self.starters.close()
         self._selector.close()
         for fd in (self._wake_r, self._wake_w):
             try:

@@ -43,10 +43,10 @@ class Events:
 class LineReader:
     """Control words from a file descriptor, one per line; `eof` once it closes."""
 
-    def __init__(self, fd: int, pending: bytes = b""):
+    def __init__(self, fd: int):
         self.fd = fd
         self.eof = False
-        self._partial = pending  # read from `fd` already, by whoever read it before
+        self._partial = b""
 
     def read(self) -> list[str]:
         """Read what is available now (call when the fd is readable)."""
@@ -60,10 +60,6 @@ class LineReader:
             self.eof = True
             chunk = b"\n"
         return self._words(self._partial + chunk)
-
-    def buffered(self) -> list[str]:
-        """The words of the complete lines read already (given as `pending`)."""
-        return self._words(self._partial)
 
     def _words(self, data: bytes) -> list[str]:
         *lines, self._partial = data.split(b"\n")

@@ -1,19 +1,20 @@
-"""A standby starter's rehearsal: the start path run once on a sample job, with no effect.
+"""A waiting starter's rehearsal: the start path run once on a sample job, with no effect.
 
 A starter forked from the zygote shares the zygote's memory until it writes
 to it, and a Python process writes wherever it runs code (reference counts,
 the interpreter's inline caches, the allocator's free lists): the first run
-of each step copies a few hundred pages, a few microseconds each. A standby
-starter that has waited IDLE_S for its job has time to spare, so it runs the
+of each step copies a few hundred pages, a few microseconds each. A starter
+forked ahead that has waited IDLE_S for its job has time to spare, so it runs the
 steps of a job's start on a sample job: parse and format the ads, build a
 `Starter`, plan the launch, open its streams and make the id and folder
 switches of the spawn (to this process's own ids), run the starter's prepare
 step with an in-process hook that does nothing while it reads a control
 word, emit an event and log a line. Nothing is written anywhere, no hook of the site runs
 and nothing is logged; the real job then finds those pages copied already
-(about a millisecond less from fetch to start).
+(about two milliseconds less from fetch to start, in `bench/startd_bench.py`
+runs taken in turn with and without it).
 
-A standby starter taken at once (a busy slot, jobs back to back) does not
+A starter given its job at once (a busy slot, jobs back to back) does not
 rehearse: the rehearsal costs more CPU than it saves on the path, and a job
 that arrives meanwhile is not kept waiting for more than the step under way.
 """
@@ -39,7 +40,7 @@ from fetchwork.starter.jobprocess import JobProcess, file_identity
 from fetchwork.starter.jobspec import exit_attributes, launch_plan
 from fetchwork.starter.starter import Starter
 
-# Seconds a standby starter waits for its job before it rehearses.
+# Seconds a starter forked ahead waits for its job before it rehearses.
 IDLE_S = 0.05
 
 # A job ad and a slot ad as the startd writes them (the reference hooks' and

@@ -65,7 +65,7 @@ class Starter:
     def __init__(self, config: Config, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
                  slot: int, sandbox: str, keyword: str | None = None,
                  events: IO[str] | None = None, control_fd: int | None = None,
-                 control_pending: bytes = b"", ad_texts: tuple[str, str] | None = None):
+                 ad_texts: tuple[str, str] | None = None):
         """`ad_texts`: the texts of `.job.ad` and `.machine.ad` the two ads were read from."""
         self.config = config
         self.ad = job_ad
@@ -76,7 +76,6 @@ class Starter:
         self.keyword = keywords.starter_keyword(config, keyword or keywords.hook_keyword_of(job_ad))
         self.events = Events(events if events is not None else sys.stdout)
         self.control_fd = 0 if control_fd is None else control_fd
-        self._control_pending = control_pending  # read from control_fd before this starter
         self.user = job_user(config, job_ad, slot)  # never root (runas.py)
         self.status = Status()
         self.job: JobProcess | None = None
@@ -149,12 +148,11 @@ class Starter:
             os.close(wake_write)
 
     def _listen(self, wake_read: int) -> None:
-        """The readers of the wake-up pipe and of stdin (the requests it held
-        already taken), and one selector for the whole run: the prepare hook's
-        pipe and then the job's pidfd join them in it while they are used."""
+        """The readers of the wake-up pipe and of stdin, and one selector for the
+        whole run: the prepare hook's pipe and then the job's pidfd join them in
+        it while they are used."""
         self._wake = LineReader(wake_read)
-        self._stdin = LineReader(self.control_fd, self._control_pending)
-        self._requests(self._stdin.buffered())
+        self._stdin = LineReader(self.control_fd)
         self._selector = selectors.DefaultSelector()
 
     def _run(self) -> str:

@@ -1,4 +1,4 @@
-"""The starter zygote: a warm parent that forks one starter per job.
+"""The starter zygote: a warm parent that forks one starter per job, some ahead.
 
 `python -P -m fetchwork.starter.zygote` runs with a unix SOCK_SEQPACKET
 socket on fd 0, the other end held by the startd. It imports the starter and
@@ -10,16 +10,29 @@ request per message:
     zygote -> startd   {"op": "spawned", "pid": N} with a pidfd of the child
                        (none where the OS has no pidfd), or
                        {"op": "error", "error": "..."} when the fork failed
+    startd -> zygote   {"op": "ahead"}: fork a starter ahead of its job
+    zygote -> startd   {"op": "forked", "pid": N} with the startd's end of the
+                       child's socket and a pidfd, or {"op": "forked", "error": "..."}
     zygote -> startd   {"op": "exited", "pid": N, "status": S} for every child
                        it reaps (S as subprocess's returncode: -signal if killed)
 
-The zygote has no threads, so fork is safe. A child gets its own session,
-default signal handlers, the two pipes on fd 0 and 1, a fresh logging
-setup, and runs `fetchwork.starter`'s main as if started on its own; it
-leaves through `os._exit` (no interpreter teardown). It starts only once
-the zygote has sent its `spawned` reply (a zygote killed in between leaves
-a child that exits at once, so a retried request never runs a job twice).
-The zygote exits when the startd closes its end.
+Every starter is a fork that waits on a socket of its own for its job:
+{"op": "job", "args": [...]} with the two fds of a spawn request. For a spawn
+request the zygote forks one and gives it the job once it has sent its
+`spawned` reply (a zygote killed in between leaves a child that exits at
+once, so a retried request never runs a job twice). A fork made ahead is
+handed to the startd, which gives it a job itself when one comes, with no
+round trip through the zygote. While a fork waits, it does what every job's
+start would otherwise do first (`_while_waiting`). It leaves when its socket
+closes before a job came, and dies with the zygote (the parent-death
+signal, until it has a job).
+
+The zygote has no threads, so fork is safe. A child gets its own session
+(before the startd hears of it), default signal handlers, a fresh logging
+setup; given its job, the two pipes on fd 0 and 1, and it runs
+`fetchwork.starter`'s main as if started on its own; it leaves through
+`os._exit` (no interpreter teardown). The zygote exits when the startd closes
+its end; starters with jobs keep running.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import gc
 import json
 import logging
 import os
+import select
 import selectors
 import signal
 import socket
@@ -45,9 +59,13 @@ log = logging.getLogger("fetchwork.starter.zygote")
 
 # Largest request or report; a starter's arguments are a few paths.
 MAX_MESSAGE = 65536
-# Exit status of a child whose zygote died before letting it start.
+# Exit status of a child whose zygote died before giving it a job.
 ORPHAN_STATUS = 70
 _FDS_PER_REQUEST = 2
+_PR_SET_PDEATHSIG = 1
+# The hook threads a waiting starter starts: an in-process hook's call, the
+# watch on its timeout, and a third for the reference prepare hook's lease keeper.
+HOOK_THREADS = 3
 
 
 def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -94,7 +112,8 @@ class Zygote:
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
-        self.children: set[int] = set()
+        self.pid = os.getpid()
+        self.children: set[int] = set()  # every fork, reported when reaped
         # A subreaper: a dead starter's processes come to the zygote, which kills them.
         self.adopts = become_subreaper()
         self._wake_r, self._wake_w = os.pipe()
@@ -131,6 +150,8 @@ class Zygote:
         try:
             if message.get("op") == "spawn" and len(fds) == _FDS_PER_REQUEST:
                 self._spawn([str(word) for word in message.get("args", [])], fds)
+            elif message.get("op") == "ahead" and not fds:
+                self._fork_ahead()
             else:
                 send(self.sock, {"op": "error", "error": "a spawn request needs arguments "
                                                          "and two file descriptors"})
@@ -140,37 +161,64 @@ class Zygote:
         return True
 
     def _spawn(self, args: list[str], fds: list[int]) -> None:
-        if threading.active_count() > 1:  # never fork a process with threads
-            send(self.sock, {"op": "error", "error": "the zygote has threads; not forking"})
-            return
-        # Two one-byte handshakes: the child has its own session before the
-        # startd hears of it, and starts only once the startd has heard.
-        go_r, go_w = os.pipe()
-        set_r, set_w = os.pipe()
+        """Fork a starter and give it the job, once the startd has heard of it."""
         try:
-            pid = os.fork()
+            pid, child = self._fork()
         except OSError as exc:
-            for fd in (go_r, go_w, set_r, set_w):
-                os.close(fd)
             send(self.sock, {"op": "error", "error": f"fork failed: {exc.strerror or exc}"})
             return
-        if pid == 0:
-            os.close(go_w)
-            os.close(set_r)
-            _child(args, fds, (set_w, go_r), self)  # never returns
-        os.close(go_r)
-        os.close(set_w)
-        self.children.add(pid)
-        os.read(set_r, 1)  # b"" if the child died first: its exit is reported as usual
-        os.close(set_r)
+        try:
+            self._announce({"op": "spawned", "pid": pid}, pid)
+            try:
+                send(child, {"op": "job", "args": args}, fds)
+            except OSError:
+                pass  # the child died first: its exit is reported as usual
+        finally:
+            child.close()
+
+    def _fork_ahead(self) -> None:
+        """Fork a starter ahead of its job and hand the startd its socket."""
+        try:
+            pid, child = self._fork()
+        except OSError as exc:
+            send(self.sock, {"op": "forked", "error": f"fork failed: {exc.strerror or exc}"})
+            return
+        try:
+            self._announce({"op": "forked", "pid": pid}, pid, child.fileno())
+        finally:
+            child.close()  # the startd's copy is the only one: its close is the fork's EOF
+
+    def _announce(self, message: dict[str, Any], pid: int, fd: int | None = None) -> None:
+        """Tell the startd of a new child: `message`, with `fd` and a pidfd of it."""
         pidfd = _pidfd(pid)
         try:
-            send(self.sock, {"op": "spawned", "pid": pid}, [pidfd] if pidfd is not None else [])
+            send(self.sock, message, [f for f in (fd, pidfd) if f is not None])
         finally:
             if pidfd is not None:
                 os.close(pidfd)
-        os.write(go_w, b"g")
-        os.close(go_w)
+
+    def _fork(self) -> tuple[int, socket.socket]:
+        """A new child, with its own session, waiting on its socket for a job.
+        Raises OSError when the fork fails."""
+        if threading.active_count() > 1:  # never fork a process with threads
+            raise OSError("the zygote has threads; not forking")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            raise
+        if pid == 0:
+            ours.close()
+            _child(theirs, self)  # never returns
+        theirs.close()
+        self.children.add(pid)
+        try:  # its own session before the startd hears of it (nothing if it died first)
+            receive(ours)
+        except (OSError, ValueError):
+            pass
+        return pid, ours
 
     def _reap(self) -> None:
         """Reap every child that ended: report starters; kill what dead ones left."""
@@ -207,10 +255,14 @@ class Zygote:
                     pass
 
     def close_in_child(self) -> None:
+        """In a forked child: let go of the zygote's descriptors (fd 0, the startd's
+        socket, becomes /dev/null: nothing opened meanwhile may take its number)."""
         signal.set_wakeup_fd(-1)
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
-        self.sock.close()
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, self.sock.detach())
+        os.close(null)
 
 
 def _children_of(pid: int) -> list[int]:
@@ -243,45 +295,102 @@ def _drain(fd: int) -> None:
         pass
 
 
-def _child(args: list[str], fds: list[int], handshake: tuple[int, int],
-           zygote: Zygote) -> None:
-    """In the forked child: become a starter of its own, or leave if the zygote died."""
+def _readable(sock: socket.socket, timeout_s: float = 0.0) -> bool:
+    """Whether `sock` has something to read (or is at its end) within `timeout_s`."""
+    return bool(select.select([sock], [], [], timeout_s)[0])
+
+
+def _child(sock: socket.socket, zygote: Zygote) -> None:
+    """In the forked child: wait for a job and become its starter, or leave when
+    its socket closes (or the zygote dies) before a job came."""
     code = 2
-    set_w, go_r = handshake
     try:
         os.setsid()
-        os.write(set_w, b"s")
-        os.close(set_w)
+        _die_with(zygote.pid)
+        send(sock, {"op": "session"})
         zygote.close_in_child()
         for number in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
                        signal.SIGQUIT, signal.SIGPIPE):
             signal.signal(number, signal.SIG_DFL)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as Python sets it up in a new process
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        from fetchwork.starter import __main__ as entry
+        from fetchwork.starter import launch
+
+        entry.log_to_stderr("starter[standby]")
+        try:
+            _while_waiting(sock)
+        except Exception:  # noqa: BLE001 - the job's own start reports what it meets
+            log.warning("a starter waiting for its job could not prepare for it", exc_info=True)
+        message, fds = receive(sock)
+        sock.close()
+        if message is None or message.get("op") != "job" or len(fds) != _FDS_PER_REQUEST:
+            os._exit(ORPHAN_STATUS)  # let go before a job came
+        _die_with(None)
         stdin_fd, stdout_fd = fds
         os.dup2(stdin_fd, 0)
         os.dup2(stdout_fd, 1)
         for fd in fds:
             if fd > 2:
                 os.close(fd)
-        gone = os.read(go_r, 1) == b""
-        os.close(go_r)
-        if gone:
-            os._exit(ORPHAN_STATUS)
-        root = logging.getLogger()
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        from fetchwork.starter import launch
-        from fetchwork.starter.__main__ import _exit_now, main
-
+        args = [str(word) for word in message.get("args", [])]
         launch.orphans_are_killed = zygote.adopts
         sys.argv = [sys.argv[0], *args]
-        _exit_now(main(args))
+        entry.exit_now(entry.main(args))
     except BaseException:  # noqa: BLE001 - a child must never return into the zygote
         try:
             logging.getLogger("fetchwork.starter").exception("the forked starter failed")
         finally:
             os._exit(code)
     os._exit(code)
+
+
+def _die_with(zygote_pid: int | None) -> None:
+    """SIGKILL this fork when the zygote `zygote_pid` dies, or no longer (None). A
+    fork still without a job goes with its zygote (whoever holds its socket may be
+    slow to see that the zygote is gone); a starter with a job outlives it."""
+    from fetchwork.starter.launch import c_library
+
+    try:
+        c_library().prctl(_PR_SET_PDEATHSIG, 0 if zygote_pid is None else int(signal.SIGKILL),
+                          0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if zygote_pid is not None and os.getppid() != zygote_pid:  # it died before the call
+        os._exit(ORPHAN_STATUS)
+
+
+def _while_waiting(sock: socket.socket) -> None:
+    """What every job's start would do first, done while no job has come (each
+    step only while none has): hook threads started, `prepare_standby()` of
+    the in-process hook modules of the keywords this machine's slots use (the
+    reference hooks connect to the broker), and once it has waited IDLE_S, a
+    rehearsal of the start path (rehearsal.py). A fork made for a job at hand
+    skips them all. Configuration errors are left to the job's own start to report."""
+    from fetchwork.config import keywords
+    from fetchwork.config.loader import Config
+    from fetchwork.errors import FetchworkError
+    from fetchwork.hooks import inprocess
+    from fetchwork.hooks.workers import WORKERS
+    from fetchwork.starter import rehearsal
+
+    if _readable(sock):
+        return
+    WORKERS.warm(HOOK_THREADS)
+    if _readable(sock):
+        return
+    try:
+        config = Config.load()
+        failed = inprocess.preload(keywords.starter_hook_values(config))
+        used = [keywords.hook_value(config, keyword, hook)
+                for keyword, hook in keywords.starter_hooks(config)]
+    except FetchworkError:
+        return
+    inprocess.prepare_modules([value for value in used if value], "prepare_standby", failed)
+    if not _readable(sock, rehearsal.IDLE_S):
+        rehearsal.rehearse(config, lambda: _readable(sock))
 
 
 def _warm_up() -> None:
@@ -298,14 +407,14 @@ def _warm_up() -> None:
     ads.first_of_pair(ads.join_pair(*rehearsal.sample_ads()))
 
 
-def _preload() -> None:
+def preload() -> None:
     """Import what every starter needs, and the modules of in-process starter hooks."""
     from fetchwork.config import keywords
     from fetchwork.config.loader import Config
     from fetchwork.errors import FetchworkError
     from fetchwork.hooks import inprocess
     from fetchwork.starter import __main__ as entry
-    from fetchwork.starter import rehearsal, starter  # noqa: F401 - imported ahead on purpose
+    from fetchwork.starter import starter  # noqa: F401 - imported ahead on purpose
     from fetchwork.starter.launch import c_library, thread_id_calls
 
     entry.argument_parser()
@@ -329,7 +438,7 @@ def main() -> int:
     except OSError as exc:
         log.error("the zygote expects a unix socket on its stdin: %s", exc)
         return 2
-    _preload()
+    preload()
     # Objects made so far stay out of the collector's reach: forked
     # starters then share their pages with the zygote instead of copying them.
     gc.freeze()

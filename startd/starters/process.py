@@ -1,10 +1,10 @@
 """One starter process as the startd sees it: spawn, control lines, JSON-line events.
 
 The startd writes the job ad and the slot ad into the sandbox (`.job.ad`,
-`.machine.ad`) and has the starter zygote fork a starter (`python -m
-fetchwork.starter`'s main) with pipes on stdin and stdout. Control words go
-down stdin one per line; events come back one JSON object per line on
-stdout. The starter's stderr is the startd's.
+`.machine.ad`) and has the starter zygote give the job to a starter (`python
+-m fetchwork.starter`'s main in a fork of the zygote) with pipes on its stdin
+and stdout. Control words go down stdin one per line; events come back one
+JSON object per line on stdout. The starter's stderr is the startd's.
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 from typing import Any
 
 import classad2
 
 from fetchwork.config import ads
-from fetchwork.config.protocol import CONTROL_WORDS, JOB_AD_FILE, MACHINE_AD_FILE, STANDBY_FLAG
+from fetchwork.config.protocol import CONTROL_WORDS, JOB_AD_FILE, MACHINE_AD_FILE
 from fetchwork.errors import StarterError
 from fetchwork.hooks.pipes import read_available
 
@@ -49,9 +48,9 @@ class StarterProcess:
     @classmethod
     def spawn(cls, slot_id: int, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
               sandboxes: Sandboxes, keyword: str | None,
-              standby: StandbyStarters) -> StarterProcess:
-        """Make the sandbox with both ads in it and start the starter (a standby
-        one when one is ready, else one the zygote forks now)."""
+              zygote: ZygoteClient) -> StarterProcess:
+        """Make the sandbox with both ads in it and have the zygote start the
+        starter (one it forked ahead, when it has one)."""
         try:
             sandbox = sandboxes.make(slot_id, ads.format_ad(job_ad), ads.format_ad(slot_ad))
         except OSError as exc:
@@ -64,7 +63,7 @@ class StarterProcess:
         if keyword:
             args += ["--keyword", keyword]
         try:
-            proc = standby.take(args) or standby.start(args)
+            proc = zygote.spawn(args)
         except OSError as exc:
             shutil.rmtree(sandbox, ignore_errors=True)
             raise StarterError(f"cannot start the starter: {exc.strerror or exc}") from exc
@@ -141,94 +140,6 @@ class StarterProcess:
         self.pidfd = None
         # HTCondor's startd also cleans an execute directory its starter left.
         shutil.rmtree(self.sandbox, ignore_errors=True)
-
-
-class StandbyStarters:
-    """Starters the zygote forked ahead of need (`STARTER_STANDBY` of them), and the
-    way to start one.
-
-    A fork of the zygote that has just been made (milliseconds of page
-    copying, its logging, hook threads and hook modules to set up) is not
-    ready to run a job; a standby one is, and waits for its arguments on
-    stdin (`python -m fetchwork.starter --standby`), so a fetched job starts
-    at once. They are made once the zygote is ready and only while they are
-    its own (a starter of a zygote that died is let go: the zygote kills what
-    a dead starter leaves). One that died while waiting is replaced.
-    """
-
-    def __init__(self, count: int, zygote: ZygoteClient):
-        self.count = max(0, count)
-        self.zygote = zygote
-        self._ready: list[ForkedStarter] = []
-
-    def waiting(self) -> list[ForkedStarter]:
-        """The standby starters (oldest first)."""
-        return list(self._ready)
-
-    def start(self, args: list[str]) -> ForkedStarter:
-        """A new starter given `args` (StarterError when none can be started)."""
-        return self.zygote.spawn(args)
-
-    def _usable(self, proc: ForkedStarter) -> bool:
-        if proc.poll() is not None:
-            return False
-        return self.zygote.alive() and proc.zygote_pid == self.zygote.pid
-
-    def refill(self) -> None:
-        self.zygote.refill()
-        for proc in [proc for proc in self._ready if not self._usable(proc)]:
-            _let_go(proc)
-            self._ready.remove(proc)
-        while len(self._ready) < self.count:
-            if not self.zygote.ready():
-                return  # a fresh zygote is still importing: not worth waiting for
-            try:
-                self._ready.append(self.start([STANDBY_FLAG]))
-            except StarterError as exc:
-                log.warning("cannot start a standby starter: %s", exc)
-                return
-
-    def take(self, args: list[str]) -> ForkedStarter | None:
-        """A ready starter given `args`, or None when none is ready."""
-        while self._ready:
-            proc = self._ready.pop(0)
-            if not self._usable(proc):
-                _let_go(proc)
-                continue
-            try:
-                proc.stdin.write(json.dumps(args).encode() + b"\n")
-                proc.stdin.flush()
-            except (BrokenPipeError, OSError):
-                proc.kill()
-                _let_go(proc)
-                continue
-            return proc
-        return None
-
-    def close(self) -> None:
-        """Let every waiting starter go: EOF before arguments makes it exit 0."""
-        ready, self._ready = self._ready, []
-        for proc in ready:
-            _let_go(proc)
-        self.zygote.close()
-
-
-def _let_go(proc: ForkedStarter) -> None:
-    """Close `proc`'s pipes (a standby starter exits at EOF) and reap it."""
-    for stream in (proc.stdin, proc.stdout):
-        try:
-            stream.close()
-        except OSError:
-            pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            log.error("standby starter %s survived SIGKILL", proc.pid)
-    proc.close()
 
 
 def _parse_event(line: bytes, pid: int) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ from fetchwork.startd.states import Activity, State
 
 from . import eviction
 from .eviction import Effect
-from .process import StandbyStarters, StarterProcess
+from .process import StarterProcess
 from .sandboxes import Sandboxes
 from .zygoteclient import ZygoteClient
 
@@ -63,14 +63,20 @@ class StarterSupervisor:
         self.host = host
         self.selector = selector
         self.sandboxes = Sandboxes(host.settings.execute_dir)  # the first made once it exists
-        # Every starter is a fork of the zygote; some stand by.
-        self.standby = StandbyStarters(host.settings.starter_standby, ZygoteClient())
-        self.standby.refill()
+        # Every starter is a fork of the zygote; STARTER_STANDBY of them are forked ahead.
+        self.zygote = ZygoteClient()
+        self.zygote.keep_ahead(host.settings.starter_standby)
 
     def refill(self) -> None:
-        """Have a standby starter and a sandbox ready for the next job (off its path)."""
-        self.standby.refill()
+        """Have starters forked ahead and a sandbox ready for the next job (off its path)."""
+        self.zygote.keep_ahead(self.host.settings.starter_standby)
         self.sandboxes.refill()
+
+    def close(self) -> None:
+        """Stop the zygote (with the starters waiting for a job) and drop the sandbox
+        made ahead; starters running jobs are not touched."""
+        self.zygote.close()
+        self.sandboxes.close()
 
     def spawn(self, slot: Slot, accepted: Callable[[], None] = lambda: None) -> None:
         """Start the claim's job; `accepted()` (the reply hook) is called once the
@@ -81,7 +87,7 @@ class StarterSupervisor:
                                            keywords.hook_keyword_of(claim.job_ad))
         try:
             starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad(slot),
-                                           self.sandboxes, keyword, standby=self.standby)
+                                           self.sandboxes, keyword, self.zygote)
         except StarterError as exc:
             log.error("%s: job %s not started: %s; the claim is given back", slot.label,
                       claim.job_id, exc)
@@ -202,7 +208,7 @@ class StarterSupervisor:
         if kind == "started":
             claim.job_started_at = time.time()
             log.info("%s: job %s started, pid %s", slot.label, claim.job_id, event.get("pid"))
-            # Replace the standby starter now, not while this job was starting.
+            # Fork the next starter ahead now, not while this job was starting.
             if self.host.shutdown_plan is None:
                 self.refill()
         elif kind == "state" and slot.is_in(State.CLAIMED):

@@ -2,14 +2,17 @@
 
 The zygote (`fetchwork.starter.zygote`) is a child of the startd holding one
 end of a unix SOCK_SEQPACKET pair on its fd 0. `spawn` makes the starter's
-two pipes, passes the child's ends over the socket and waits for the reply:
-the starter's pid and a pidfd for it. The zygote reaps its children and
+two pipes and gives them, with the job's arguments, to a starter the zygote
+forked ahead (`keep_ahead`: the zygote hands over the socket such a fork
+waits on, with a pidfd of it), straight over that socket; with none waiting,
+it passes them to the zygote and waits for the reply: the starter's pid and
+a pidfd for it. The zygote reaps its children and
 reports their exit status; `fileno()` is readable when a report waits, and
 `read_reports` takes them. A zygote found dead is started again and the
-request retried once; a zygote that cannot fork answers with an error that
-`spawn` raises as StarterError, so the caller can give the job back.
-A starter orphaned by a dead zygote is still seen to end (its pidfd), with
-its status unknown (`STATUS_UNKNOWN`).
+request retried once (the forks it made ahead are let go); a zygote that
+cannot fork answers with an error that `spawn` raises as StarterError, so
+the caller can give the job back. A starter orphaned by a dead zygote is
+still seen to end (its pidfd), with its status unknown (`STATUS_UNKNOWN`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,34 @@ REPLY_TIMEOUT_S = 60.0
 
 class ZygoteGone(StarterError):
     """The zygote exited or closed its socket."""
+
+
+@dataclass
+class Waiting:
+    """A starter the zygote forked ahead: it waits on `sock` for its job."""
+
+    pid: int
+    pidfd: int | None
+    sock: socket.socket
+    zygote_pid: int
+
+    def ended(self) -> bool:
+        return _gone(self.pid, self.pidfd)
+
+    def let_go(self, wait_s: float = 0.0) -> None:
+        """Close its socket (it leaves at EOF); wait up to `wait_s` for it to leave,
+        then SIGKILL it."""
+        self.sock.close()
+        if wait_s > 0 and self.pidfd is not None:
+            select.select([self.pidfd], [], [], wait_s)
+        if wait_s > 0 and not self.ended():
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 @dataclass
@@ -112,7 +143,8 @@ class ZygoteClient:
         self.starts = 0
         self._statuses: dict[int, int] = {}
         self._pending: list[tuple[int, int]] = []
-        self._ready_pid: int | None = None  # the zygote that said `ready`
+        self._waiting: list[Waiting] = []  # forked ahead, oldest first
+        self._asked = 0  # forks ahead asked of this zygote and not yet reported
 
     # -- the zygote process ----------------------------------------------------
 
@@ -132,6 +164,7 @@ class ZygoteClient:
             theirs.close()
         ours.setblocking(False)
         self.sock = ours
+        self._asked = 0
         self.starts += 1
         log.debug("starter zygote %s started", self.proc.pid)
 
@@ -142,22 +175,26 @@ class ZygoteClient:
     def alive(self) -> bool:
         return self.proc is not None and self.sock is not None and self.proc.poll() is None
 
-    def ready(self) -> bool:
-        """Whether the running zygote has finished its imports (it said `ready`)."""
-        if not self.alive() or self.proc is None:
-            return False
-        if self._ready_pid != self.proc.pid:
-            self._drain()
-        return self._ready_pid == self.proc.pid
-
     def fileno(self) -> int | None:
         """The socket to watch for exit reports (None while no zygote runs)."""
         return self.sock.fileno() if self.sock is not None else None
 
-    def _discard(self) -> None:
-        """Forget the current zygote: close its socket, reap it (it exits at EOF)."""
+    def waiting(self) -> list[int]:
+        """The pids of the starters forked ahead that wait for a job (oldest first)."""
+        self._drain()
+        return [fork.pid for fork in self._waiting]
+
+    def _discard(self, wait_s: float = 0.0) -> None:
+        """Forget the current zygote: let its forks ahead go (waiting up to `wait_s`
+        for them), close its socket, reap it (it exits at EOF)."""
         if self.sock is not None:
             self._drain()
+        waiting, self._waiting = self._waiting, []
+        deadline = time.monotonic() + wait_s
+        for fork in waiting:
+            fork.let_go(max(0.0, deadline - time.monotonic()) if wait_s else 0.0)
+            self._statuses.pop(fork.pid, None)
+        if self.sock is not None:
             self.sock.close()
             self.sock = None
         proc, self.proc = self.proc, None
@@ -169,8 +206,9 @@ class ZygoteClient:
                 proc.wait()
 
     def close(self) -> None:
-        """Stop the zygote; starters it forked keep running (they are their own sessions)."""
-        self._discard()
+        """Stop the zygote and the starters it forked ahead; starters with jobs keep
+        running (they are their own sessions)."""
+        self._discard(wait_s=5.0)
 
     def refill(self) -> None:
         """Have a zygote running (started now if none is), without waiting for it."""
@@ -182,15 +220,33 @@ class ZygoteClient:
 
     # -- starting a starter ------------------------------------------------------
 
+    def keep_ahead(self, count: int) -> None:
+        """Have `count` starters forked ahead of their jobs (a zygote started now if
+        none runs); the forks are asked for, not waited for."""
+        self.refill()
+        self._drain()
+        for fork in [fork for fork in self._waiting if fork.ended()]:
+            self._waiting.remove(fork)
+            self._let_go(fork)  # died while waiting: replaced below
+        while len(self._waiting) + self._asked < count:
+            assert self.sock is not None
+            try:
+                send(self.sock, {"op": "ahead"})
+            except OSError as exc:  # full (a zygote still importing) or gone: asked again later
+                log.debug("the starter zygote did not take a request to fork ahead: %s", exc)
+                return
+            self._asked += 1
+
     def spawn(self, args: Sequence[str]) -> ForkedStarter:
-        """A new starter running `python -m fetchwork.starter <args>`.
+        """A new starter running `python -m fetchwork.starter <args>`: one forked
+        ahead when one waits (or is being forked), else one forked now.
 
         Raises StarterError when the zygote cannot fork or cannot be started.
         """
         for attempt in (1, 2):
             self.refill()
             try:
-                return self._request(args)
+                return self._give_waiting(args) or self._request(args)
             except ZygoteGone as exc:
                 if attempt == 2:
                     raise StarterError(f"the starter zygote failed twice: {exc}") from exc
@@ -198,6 +254,49 @@ class ZygoteClient:
                             "retrying with a new one", exc)
                 self._kill()
         raise AssertionError("unreachable")
+
+    def _give_waiting(self, args: Sequence[str]) -> ForkedStarter | None:
+        """Give the job to the oldest starter forked ahead, or None when none waits.
+        A fork asked for and not yet reported is waited for: the zygote makes it
+        before any other."""
+        self._drain()
+        if not self._waiting and self._asked:
+            self._await_forked()
+        while self._waiting:
+            fork = self._waiting.pop(0)
+            if fork.zygote_pid != self.pid or fork.ended():
+                self._let_go(fork)
+                continue
+            stdin_r, stdin_w = os.pipe()
+            stdout_r, stdout_w = os.pipe()
+            try:
+                send(fork.sock, {"op": "job", "args": list(args)}, [stdin_r, stdout_w])
+            except OSError:
+                for fd in (stdin_w, stdout_r):
+                    os.close(fd)
+                self._let_go(fork)
+                continue
+            finally:
+                os.close(stdin_r)
+                os.close(stdout_w)
+            fork.sock.close()
+            os.set_blocking(stdout_r, False)
+            return ForkedStarter(pid=fork.pid, pidfd=fork.pidfd,
+                                 stdin=os.fdopen(stdin_w, "wb"),
+                                 stdout=os.fdopen(stdout_r, "rb"),
+                                 zygote_pid=fork.zygote_pid, client=self)
+        return None
+
+    def _await_forked(self) -> None:
+        """Wait for the report of a fork asked for ahead (or for the zygote's end)."""
+        deadline = time.monotonic() + self.reply_timeout_s
+        while self._asked and not self._waiting:
+            message, fds = self._next(deadline)
+            self._note(message, fds)
+
+    def _let_go(self, fork: Waiting) -> None:
+        fork.let_go()
+        self._statuses.pop(fork.pid, None)
 
     def _request(self, args: Sequence[str]) -> ForkedStarter:
         assert self.sock is not None and self.proc is not None
@@ -236,16 +335,14 @@ class ZygoteClient:
             raise ZygoteGone("its socket stayed full")
 
     def _reply(self) -> tuple[dict[str, Any], list[int]]:
-        """Wait for the answer to a spawn request, keeping exit reports that come first."""
+        """Wait for the answer to a spawn request, keeping reports that come first."""
         assert self.sock is not None
         deadline = time.monotonic() + self.reply_timeout_s
         while True:
             message, fds = self._next(deadline)
             if message.get("op") in ("spawned", "error"):
                 return message, fds
-            for fd in fds:
-                os.close(fd)
-            self._note(message)
+            self._note(message, fds)
 
     def _next(self, deadline: float) -> tuple[dict[str, Any], list[int]]:
         assert self.sock is not None
@@ -273,13 +370,25 @@ class ZygoteClient:
 
     # -- how starters end ----------------------------------------------------------
 
-    def _note(self, message: dict[str, Any]) -> None:
-        if message.get("op") == "ready" and self.proc is not None:
-            self._ready_pid = self.proc.pid
+    def _note(self, message: dict[str, Any], fds: list[int]) -> None:
+        """Take a report: a starter's exit, or a fork made ahead (its socket and pidfd)."""
+        if message.get("op") == "forked":
+            self._asked = max(0, self._asked - 1)
+            if "pid" in message and fds and self.proc is not None:
+                for fd in fds:
+                    os.set_inheritable(fd, False)
+                pidfd = fds[1] if len(fds) > 1 else None
+                self._waiting.append(Waiting(int(message["pid"]), pidfd,
+                                             socket.socket(fileno=fds[0]), self.proc.pid))
+                return
+            log.warning("the starter zygote could not fork a starter ahead: %s",
+                        message.get("error") or message)
         elif message.get("op") == "exited":
             pid, status = int(message["pid"]), int(message["status"])
             self._statuses[pid] = status
             self._pending.append((pid, status))
+        for fd in fds:
+            os.close(fd)
 
     def _drain(self) -> bool:
         """Take every report waiting on the socket; False when the zygote has gone."""
@@ -294,9 +403,7 @@ class ZygoteClient:
                 return False
             if message is None:
                 return False
-            for fd in fds:
-                os.close(fd)
-            self._note(message)
+            self._note(message, fds)
 
     def read_reports(self) -> list[tuple[int, int]]:
         """(pid, status) of starters reported ended since the last call."""
@@ -330,7 +437,6 @@ class ZygoteClient:
         return STATUS_UNKNOWN if _ended(starter) else None
 
 
-
 def _wait_ended(starter: ForkedStarter, timeout_s: float) -> None:
     if starter.pidfd is not None:
         select.select([starter.pidfd], [], [], timeout_s)
@@ -339,11 +445,16 @@ def _wait_ended(starter: ForkedStarter, timeout_s: float) -> None:
 
 
 def _ended(starter: ForkedStarter) -> bool:
-    if starter.pidfd is not None:
-        readable, _w, _x = select.select([starter.pidfd], [], [], 0)
+    return _gone(starter.pid, starter.pidfd)
+
+
+def _gone(pid: int, pidfd: int | None) -> bool:
+    """Whether process `pid` has ended (its pidfd is readable then)."""
+    if pidfd is not None:
+        readable, _w, _x = select.select([pidfd], [], [], 0)
         return bool(readable)
     try:
-        os.kill(starter.pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:

@@ -84,16 +84,3 @@ def test_line_reader_splits_words_and_sees_eof():
         os.close(read_fd)
         if write_fd >= 0:
             os.close(write_fd)
-
-
-def test_line_reader_starts_with_what_was_read_before_it():
-    read_fd, write_fd = os.pipe()
-    try:
-        reader = LineReader(read_fd, b"Vacate\n\nsusp")
-        assert reader.buffered() == ["vacate"]
-        assert reader.buffered() == []
-        os.write(write_fd, b"end\n")
-        assert reader.read() == ["suspend"]
-    finally:
-        os.close(read_fd)
-        os.close(write_fd)

@@ -1,4 +1,4 @@
-"""A standby starter's rehearsal of the start path: complete, silent, without traces."""
+"""A waiting starter's rehearsal of the start path: complete, silent, without traces."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_a_rehearsal_that_fails_raises_nothing_and_logs_nothing(tmp_path, record
 
 
 def test_a_rehearsal_silences_only_its_own_steps(tmp_path, records):
-    # Another thread of the standby (a hook module's, say) still logs meanwhile.
+    # Another thread of the waiting starter (a hook module's, say) still logs meanwhile.
     other = logging.getLogger("site.hookmodule")
 
     def interrupted() -> bool:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import pwd
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,8 +26,7 @@ from tests.support.waiting import wait_until
 
 # -- a job that runs to its end ----------------------------------------------
 
-@pytest.mark.parametrize("standby", [False, True], ids=["spawned", "standby"])
-def test_job_runs_with_its_ad_and_hooks_see_everything(bench, standby):
+def test_job_runs_with_its_ad_and_hooks_see_everything(bench):
     (bench.work / "input.txt").write_text("from stdin\n")
     exit_hook = bench.hook("exit")
     prepare = bench.hook("prepare", tail="echo 'Extra = \"from prepare\"'")
@@ -40,7 +37,7 @@ def test_job_runs_with_its_ad_and_hooks_see_everything(bench, standby):
         "Environment": "MYVAR='hello world'",
         "Iwd": str(bench.work), "In": "input.txt", "Out": "out.txt", "Err": "err.txt",
         "Custom": "kept",
-    }, standby=standby, T_HOOK_PREPARE_JOB=prepare, T_HOOK_JOB_EXIT=exit_hook)
+    }, T_HOOK_PREPARE_JOB=prepare, T_HOOK_JOB_EXIT=exit_hook)
     started = run.event("started")
     exited = run.finish()
     assert exited["how"] == "exit"
@@ -107,15 +104,11 @@ def test_the_prepare_hook_finds_the_job_ad_file_as_the_startd_wrote_it(bench):
     # Nothing changed the ad before the prepare hook: `.job.ad` is not written
     # again (same file), and the hook's stdin carries the texts as read.
     prepare = bench.hook("prepare", tail=f'stat -c %i "$_CONDOR_JOB_AD" > {bench.work}/inode')
-    run = bench.start({"Cmd": "/bin/true", "Custom": "kept"}, standby=True,
-                      hold_arguments=True, T_HOOK_PREPARE_JOB=prepare)
-    written = run.sandbox / ".job.ad"
-    inode, text = written.stat().st_ino, written.read_text()
-    machine_text = (run.sandbox / ".machine.ad").read_text()
-    run.give_arguments()
+    run = bench.start({"Cmd": "/bin/true", "Custom": "kept"}, T_HOOK_PREPARE_JOB=prepare)
     assert run.finish()["how"] == "exit"
-    assert int((bench.work / "inode").read_text()) == inode
-    assert bench.recorded("prepare", "stdin") == [f"{text}-----\n{machine_text}"]
+    assert int((bench.work / "inode").read_text()) == run.job_ad_inode
+    assert bench.recorded("prepare", "stdin") == [
+        f"{run.job_ad_text}-----\n{run.machine_ad_text}"]
 
 
 def test_prepare_failure_means_no_job_and_evict(bench):
@@ -264,86 +257,6 @@ def test_vacate_sends_killsig_then_sigkill_and_leaves_no_orphans(bench):
     assert exited["ad"]["ExitSignal"] == signal.SIGKILL
     assert bench.recorded("exit", "args") == ["evict\n"]
     wait_until(lambda: not any(alive(pid) for pid in leftovers), 10, what="no orphans")
-
-
-def test_a_standby_starter_hands_on_control_words_sent_behind_its_arguments(bench):
-    job, _, _, _ = _loop_job(bench)
-    run = bench.start({"Cmd": job, "Iwd": str(bench.work)}, standby=True)
-    run.send("kill")
-    exited = run.finish()
-    assert exited["how"] == "evict"
-
-
-def test_a_standby_starter_obeys_a_word_read_with_its_arguments(bench):
-    job, _, _, _ = _loop_job(bench)
-    run = bench.start({"Cmd": job, "Iwd": str(bench.work)}, standby=True, arguments_and="kill")
-    exited = run.finish()
-    assert exited["how"] == "evict"
-    assert "started" not in [event["event"] for event in run.events]
-
-
-def test_a_standby_starter_prepares_its_hook_modules_before_the_job(bench):
-    record = bench.work / "calls"
-    (bench.hooks / "standbyhook.py").write_text(
-        "import os\n\n\n"
-        f"RECORD = {str(record)!r}\n\n\n"
-        "def _note(word):\n"
-        "    with open(RECORD, 'a') as handle:\n"
-        "        handle.write(f'{word} {os.getpid()}\\n')\n\n\n"
-        "def prepare_standby():\n"
-        "    _note('standby')\n\n\n"
-        "def prepare(args, stdin_text):\n"
-        "    _note('prepare')\n")
-    run = bench.start({"Cmd": "/bin/true"}, standby=True, STARTD_JOB_HOOK_KEYWORD="T",
-                      T_HOOK_PREPARE_JOB="python:standbyhook:prepare")
-    assert run.finish()["how"] == "exit"
-    pid = run.proc.pid
-    assert record.read_text().splitlines() == [f"standby {pid}", f"prepare {pid}"]
-    # Logging was set up before the slot was known; the job's lines name it.
-    assert "starter[slot1] INFO job ended (exit)" in run.log.read_text()
-
-
-def _blocked_in(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/wchan").read_text().strip()
-    except OSError:
-        return ""
-
-
-def test_a_standby_starter_that_waited_rehearses_quietly_then_runs_its_job(bench):
-    record = bench.work / "calls"
-    (bench.hooks / "waitedhook.py").write_text(
-        f"RECORD = {str(record)!r}\n\n\n"
-        "def prepare_standby():\n"
-        "    open(RECORD, 'a').close()\n\n\n"
-        "def prepare(args, stdin_text):\n"
-        "    return None\n")
-    out = bench.work / "out"
-    run = bench.start({"Cmd": "/bin/echo", "Arguments": "ran", "Out": str(out)}, standby=True,
-                      hold_arguments=True, STARTD_JOB_HOOK_KEYWORD="T",
-                      T_HOOK_PREPARE_JOB="python:waitedhook:prepare")
-    wait_until(record.exists, 60, fail_if=run._died, what="prepare_standby() to run")
-    if _blocked_in(run.proc.pid) in ("", "0"):
-        pytest.skip("this kernel does not say where a process waits (/proc/PID/wchan)")
-    # Blocked reading stdin (not waiting IDLE_S in select, not rehearsing): the
-    # rehearsal is over, and nothing of it may show in the job's run.
-    wait_until(lambda: _blocked_in(run.proc.pid).endswith("pipe_read"), 30,
-               fail_if=run._died, what="the standby to wait on stdin after its rehearsal")
-    run.give_arguments()
-    assert run.finish()["how"] == "exit"
-    assert out.read_text() == "ran\n"
-    log = run.log.read_text()
-    assert "rehearsal" not in log.lower(), log
-    assert "starter[slot1] INFO job ended (exit)" in log
-
-
-def test_a_standby_starter_without_a_job_exits_quietly(bench):
-    done = subprocess.run([sys.executable, "-m", "fetchwork.starter", "--standby"],
-                          input="", capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "FETCHWORK_CONFIG": os.devnull,
-                               "FETCHWORK_STATE_DIR": str(bench.base / "state")})
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == ""
 
 
 def test_eof_on_stdin_vacates(bench):

@@ -22,7 +22,6 @@ import pytest
 
 from fetchwork.config.ads import format_ad
 from fetchwork.errors import StarterError
-from fetchwork.startd.starters.process import StandbyStarters
 from fetchwork.startd.starters.zygoteclient import STATUS_UNKNOWN, ForkedStarter, ZygoteClient
 from tests.support.waiting import wait_until
 
@@ -37,11 +36,11 @@ FAILING_FORK = ("import errno, os, sys\n"
                 "sys.exit(main())\n")
 
 
-def _env(base: Path) -> dict[str, str]:
+def _env(base: Path, config_text: str = "") -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("_FETCHWORK_") and key != "FETCHWORK_CONFIG"}
-    config = base / "empty.conf"
-    config.touch()
+    config = base / "zygote.conf"
+    config.write_text(config_text)
     env.update(FETCHWORK_CONFIG=str(config), FETCHWORK_STATE_DIR=str(base / "state"))
     return env
 
@@ -240,28 +239,211 @@ def test_a_killed_starters_job_and_its_children_die_with_it(client: Client,
     assert client.alive()
 
 
-def test_standby_starters_are_forks_of_the_ready_zygote(client: Client,
-                                                         job_tmp: Path) -> None:
-    standby = StandbyStarters(1, client)
-    wait_until(lambda: standby.refill() or standby.waiting(), 60, what="a standby starter")
-    [waiting] = standby.waiting()
-    assert isinstance(waiting, ForkedStarter) and waiting.zygote_pid == client.pid
-    out = _out(job_tmp, "standby")
-    given = standby.take(_args(job_tmp, "standby", {"Cmd": "/bin/sh",
+def _waiting(client: ZygoteClient, count: int) -> list[int]:
+    """The pids of the `count` starters the zygote has forked ahead (no other runs)."""
+    assert client.pid is not None
+    zygote = psutil.Process(client.pid)
+
+    def forked() -> list[int] | None:
+        pids = [child.pid for child in zygote.children()]
+        return pids if len(pids) == count else None
+
+    return wait_until(forked, 60, what=f"{count} starter(s) forked ahead")
+
+
+def test_a_starter_forked_ahead_waits_for_its_job_and_runs_it(client: Client,
+                                                             job_tmp: Path) -> None:
+    client.keep_ahead(1)
+    [waiting] = _waiting(client, 1)
+    assert os.getsid(waiting) == waiting  # its own session, before it has a job
+    out = _out(job_tmp, "ahead")
+    starter = client.spawn(_args(job_tmp, "ahead", {"Cmd": "/bin/sh",
                                                     "Arguments": f"-c 'echo s > {out}'"}))
-    assert given is waiting and not standby.waiting()
-    assert _wait_status(client, waiting) == 0
+    assert starter.pid == waiting
+    assert _wait_status(client, starter) == 0
     assert out.read_text().strip() == "s"
 
 
-def test_a_standby_starter_of_a_dead_zygote_is_let_go(client: Client, job_tmp: Path) -> None:
-    standby = StandbyStarters(1, client)
-    wait_until(lambda: standby.refill() or standby.waiting(), 60, what="a standby starter")
-    [old] = standby.waiting()
-    os.kill(old.zygote_pid, signal.SIGKILL)
+def test_a_starter_forked_ahead_is_given_its_job_without_the_zygote(client: Client,
+                                                                    job_tmp: Path) -> None:
+    client.keep_ahead(1)
+    [waiting] = _waiting(client, 1)
+    wait_until(client.waiting, 60, what="the fork ahead reported")
+    assert client.pid is not None
+    os.kill(client.pid, signal.SIGSTOP)  # a zygote that answers nothing
+    try:
+        out = _out(job_tmp, "direct")
+        starter = client.spawn(_args(job_tmp, "direct", {"Cmd": "/bin/sh",
+                                                         "Arguments": f"-c 'echo d > {out}'"}))
+        assert starter.pid == waiting
+        wait_until(out.exists, 30, what="the job to run while the zygote is stopped")
+    finally:
+        os.kill(client.pid, signal.SIGCONT)
+    assert _wait_status(client, starter) == 0
+    assert out.read_text().strip() == "d"
+
+
+def test_the_oldest_starter_forked_ahead_is_taken_and_none_forked_while_one_waits(
+        client: Client, job_tmp: Path) -> None:
+    client.keep_ahead(2)
+    first, second = sorted(_waiting(client, 2))
+    one = client.spawn(_args(job_tmp, "one", {"Cmd": "/bin/sleep", "Arguments": "30"}))
+    client.keep_ahead(1)  # one waits still: nothing is forked
+    two = client.spawn(_args(job_tmp, "two", {"Cmd": "/bin/sleep", "Arguments": "30"}))
+    assert (one.pid, two.pid) == (first, second)
+    assert client.pid is not None
+    assert sorted(c.pid for c in psutil.Process(client.pid).children()) == [first, second]
+    for starter in (one, two):
+        starter.stdin.close()  # EOF on stdin: the starter vacates its job
+        assert _wait_status(client, starter) == 0
+
+
+def test_a_starter_that_died_while_waiting_is_replaced(client: Client, job_tmp: Path) -> None:
+    client.keep_ahead(1)
+    [dead] = _waiting(client, 1)
+    os.kill(dead, signal.SIGKILL)
+    wait_until(lambda: not psutil.pid_exists(dead), 30, what="the dead one reaped")
+    client.keep_ahead(1)
+    [waiting] = _waiting(client, 1)
+    assert waiting != dead
+    starter = client.spawn(_args(job_tmp, "replaced", {"Cmd": "/bin/true"}))
+    assert starter.pid == waiting and _wait_status(client, starter) == 0
+
+
+@pytest.mark.parametrize("ahead", [0, 1], ids=["forked-for-it", "forked-ahead"])
+def test_a_control_word_sent_at_once_is_obeyed(client: Client, job_tmp: Path,
+                                               ahead: int) -> None:
+    if ahead:
+        client.keep_ahead(ahead)
+        _waiting(client, ahead)
+    starter = client.spawn(_args(job_tmp, f"word{ahead}", {"Cmd": "/bin/sleep",
+                                                           "Arguments": "30"}))
+    starter.stdin.write(b"kill\n")
+    starter.stdin.flush()
+    assert _wait_status(client, starter) == 0
+    events = _events(starter)
+    assert events[-1]["event"] == "exited" and events[-1]["how"] == "evict"
+
+
+HOOK_MODULE = """\
+import os
+
+RECORD = {record!r}
+
+
+def _note(word):
+    with open(RECORD, "a") as handle:
+        handle.write(f"{{word}} {{os.getpid()}}\\n")
+
+
+def prepare_standby():
+    _note("standby")
+
+
+def prepare(args, stdin_text):
+    _note("prepare")
+"""
+
+
+def test_a_starter_forked_ahead_prepares_its_hook_modules_before_its_job(
+        job_tmp: Path) -> None:
+    record = _out(job_tmp, "calls")
+    hooks = job_tmp / "hooks"
+    hooks.mkdir()
+    (hooks / "aheadhook.py").write_text(HOOK_MODULE.format(record=str(record)))
+    log_dir = job_tmp / "log"
+    env = _env(job_tmp, f"STARTD_JOB_HOOK_KEYWORD = T\nT_HOOK_PREPARE_JOB = "
+                        f"python:aheadhook:prepare\nLOG = {log_dir}\n")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hooks), env.get("PYTHONPATH")]))
+    client = Client(env=env)
+    try:
+        client.keep_ahead(1)
+        [waiting] = _waiting(client, 1)
+        wait_until(record.exists, 60, what="prepare_standby() to run")
+        starter = client.spawn(_args(job_tmp, "prepared", {"Cmd": "/bin/true",
+                                                           "HookKeyword": "T"}))
+        assert starter.pid == waiting and _wait_status(client, starter) == 0
+    finally:
+        client.close()
+    assert record.read_text().splitlines() == [f"standby {waiting}", f"prepare {waiting}"]
+    # Logging was set up before the slot was known; the job's lines name it.
+    assert "starter[slot1] INFO job ended (exit)" in (log_dir / "StarterLog.slot1").read_text()
+
+
+def _blocked_in(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text().strip()
+    except OSError:
+        return ""
+
+
+WAITED_HOOK = """\
+RECORD = {record!r}
+
+
+def prepare_standby():
+    open(RECORD, "a").close()
+
+
+def prepare(args, stdin_text):
+    return None
+"""
+
+
+def test_a_starter_forked_ahead_that_waited_rehearses_quietly_then_runs_its_job(
+        job_tmp: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    record = _out(job_tmp, "prepared")
+    hooks = job_tmp / "hooks"
+    hooks.mkdir()
+    (hooks / "waitedhook.py").write_text(WAITED_HOOK.format(record=str(record)))
+    env = _env(job_tmp, "STARTD_JOB_HOOK_KEYWORD = T\n"
+                        "T_HOOK_PREPARE_JOB = python:waitedhook:prepare\n")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hooks), env.get("PYTHONPATH")]))
+    client = Client(env=env)
+    try:
+        client.keep_ahead(1)
+        [waiting] = _waiting(client, 1)
+        wait_until(record.exists, 60, what="prepare_standby() to run")
+        if _blocked_in(waiting) in ("", "0"):
+            pytest.skip("this kernel does not say where a process waits (/proc/PID/wchan)")
+        # Blocked reading its socket (not waiting IDLE_S in select, not rehearsing):
+        # the rehearsal is over, and nothing of it may show in the job's run.
+        wait_until(lambda: _blocked_in(waiting).endswith("wait_for_more_packets"), 30,
+                   what="the starter to wait on its socket after its rehearsal")
+        out = _out(job_tmp, "waited")
+        starter = client.spawn(_args(job_tmp, "waited", {"Cmd": "/bin/echo", "Arguments": "ran",
+                                                         "Out": str(out), "HookKeyword": "T"}))
+        assert starter.pid == waiting and _wait_status(client, starter) == 0
+    finally:
+        client.close()
+    assert out.read_text() == "ran\n"
+    err = capfd.readouterr().err
+    assert "rehearsal" not in err.lower(), err
+    assert "starter[slot1] INFO job ended (exit)" in err
+
+
+def test_starters_waiting_for_a_job_leave_with_the_zygote(client: Client,
+                                                          job_tmp: Path) -> None:
+    client.keep_ahead(2)
+    waiting = _waiting(client, 2)
+    proc = client.proc
+    assert proc is not None
+    client.close()
+    assert proc.returncode == 0
+    wait_until(lambda: all(_gone(pid) for pid in waiting), 30, what="the waiting ones gone")
+
+
+def test_a_starter_waiting_when_its_zygote_died_leaves(client: Client, job_tmp: Path) -> None:
+    client.keep_ahead(1)
+    [old] = _waiting(client, 1)
+    old_zygote = client.pid
+    assert old_zygote is not None
+    os.kill(old_zygote, signal.SIGKILL)
     wait_until(lambda: not client.alive(), 30, what="the zygote's death seen")
-    assert standby.take(_args(job_tmp, "late", {"Cmd": "/bin/true"})) is None
-    wait_until(lambda: _gone(old.pid), 30, what="the old standby to leave")
-    wait_until(lambda: standby.refill() or standby.waiting(), 60, what="a new standby")
-    assert standby.waiting()[0].zygote_pid == client.pid != old.zygote_pid
-    standby.close()
+    wait_until(lambda: _gone(old), 30, what="the waiting starter to leave")
+    out = _out(job_tmp, "after")
+    starter = client.spawn(_args(job_tmp, "after", {"Cmd": "/bin/sh",
+                                                    "Arguments": f"-c 'echo a > {out}'"}))
+    assert client.pid != old_zygote and starter.pid != old
+    assert _wait_status(client, starter) == 0
+    assert out.read_text().strip() == "a"

@@ -34,16 +34,17 @@ class StarterRun:
     """One starter process and what it said."""
 
     def __init__(self, base: Path, name: str, job: dict[str, Any], knobs: dict[str, str],
-                 slot_ad: dict[str, Any] | None = None, slot: int = 1,
-                 standby: bool = False, arguments_and: str | None = None,
-                 hold_arguments: bool = False):
+                 slot_ad: dict[str, Any] | None = None, slot: int = 1):
         self.sandbox = base / "execute" / name
         self.sandbox.mkdir(parents=True)
         self.sandbox.chmod(0o755)
         job = {"HookKeyword": "T", **job}
-        (self.sandbox / ".job.ad").write_text(format_ad(job))
-        (self.sandbox / ".machine.ad").write_text(
-            format_ad(slot_ad or {"Name": f"slot{slot}@test", "SlotID": slot}))
+        # The two ad files as written here, before the starter runs.
+        self.job_ad_text = format_ad(job)
+        self.machine_ad_text = format_ad(slot_ad or {"Name": f"slot{slot}@test", "SlotID": slot})
+        (self.sandbox / ".job.ad").write_text(self.job_ad_text)
+        (self.sandbox / ".machine.ad").write_text(self.machine_ad_text)
+        self.job_ad_inode = (self.sandbox / ".job.ad").stat().st_ino
         env = {key: value for key, value in os.environ.items()
                if not key.startswith("_FETCHWORK_") and key != "FETCHWORK_CONFIG"}
         config = base / "empty.conf"
@@ -57,17 +58,9 @@ class StarterRun:
                 "--slot-ad", str(self.sandbox / ".machine.ad"),
                 "--slot", str(slot), "--sandbox", str(self.sandbox)]
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "fetchwork.starter",
-                 *(["--standby"] if standby else args)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
-                text=True, bufsize=1)
-        # The arguments line and a control word right behind it: the
-        # standby starter must leave the word for the starter proper.
-        # `arguments_and`: a control word in the same write as the arguments.
-        self._arguments = json.dumps(args) + (f"\n{arguments_and}" if arguments_and else "")
-        if standby and not hold_arguments:
-            self.give_arguments()
+            self.proc = subprocess.Popen([sys.executable, "-m", "fetchwork.starter", *args],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=log, env=env, text=True, bufsize=1)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -75,10 +68,6 @@ class StarterRun:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.events.append(json.loads(line))
-
-    def give_arguments(self) -> None:
-        """A standby starter's job: its arguments line."""
-        self.send(self._arguments)
 
     def send(self, word: str) -> None:
         assert self.proc.stdin is not None
@@ -142,11 +131,8 @@ class Bench:
         path.chmod(mode)
         return str(path)
 
-    def start(self, job: dict[str, Any], standby: bool = False, arguments_and: str | None = None,
-              hold_arguments: bool = False,
-              **knobs: str) -> StarterRun:
-        run = StarterRun(self.base, f"job{len(self.runs)}", job, knobs, standby=standby,
-                         arguments_and=arguments_and, hold_arguments=hold_arguments)
+    def start(self, job: dict[str, Any], **knobs: str) -> StarterRun:
+        run = StarterRun(self.base, f"job{len(self.runs)}", job, knobs)
         self.runs.append(run)
         return run
 
