@@ -337,9 +337,9 @@ def _stop_keeper(job_id: str) -> None:
 
 
 def prepare_standby() -> None:
-    """Called in a standby starter while it waits for a job: the exit hook's
-    broker connection is then made before the job, not on its way out, and
-    the prepare hook's own steps are run once on a sample (a lease keeper
+    """Called in a starter forked ahead while it waits for its job: the exit
+    hook's broker connection is then made before the job, not on its way out,
+    and the prepare hook's own steps are run once on a sample (a lease keeper
     made, not started), so the job's call finds their code run before."""
     broker()
     job_ad = _job_ad_of(f'{CLAIM_ATTR} = "sample"\nClusterId = 1\nProcId = 0\n'
