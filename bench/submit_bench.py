@@ -93,7 +93,7 @@ def rss_report(pool: Pool) -> None:
                 for kid in process.children():
                     command = " ".join(kid.cmdline())
                     label = ("starter zygote" if "fetchwork.starter.zygote" in command
-                             else "standby starter" if "--standby" in command else "starter")
+                             else "starter")
                     print(f"  {label:<28} {kid.memory_info().rss / 2**20:8.1f} MB")
         except psutil.Error:
             pass

@@ -109,7 +109,7 @@ def remove_stale_sandboxes(execute_dir: str) -> list[str]:
     several startds may share one, so only folders whose startd process no
     longer exists are removed.
     """
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(execute_dir)
     except OSError:

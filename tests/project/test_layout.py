@@ -1,7 +1,8 @@
 """The layout docs/design.md describes: dependencies point one way between the
 components and between the broker's layers, no import cycles, every package
-installed, and a prompt to look for a second idea in a long module. Read from
-the source (no imports run), over every package and subpackage.
+installed, no module reaching into another's private members, and a prompt to
+look for a second idea in a long module. Read from the source (no imports
+run), over every package and subpackage.
 """
 
 from __future__ import annotations
@@ -177,3 +178,62 @@ def test_long_modules_hold_one_idea():
     assert not long, (f"modules over {LINES_PROMPT} lines: split where an idea ends, or name "
                       "the module in LONG_MODULES with the one idea it holds:\n"
                       + "\n".join(long))
+
+
+# Private names of other libraries that are their public API (namedtuple's
+# _replace, os._exit: leave a forked child without the interpreter's teardown).
+FOREIGN_PRIVATE_API = {"_replace", "_asdict", "_fields", "_exit"}
+
+
+def own_private_names(tree: ast.Module) -> set[str]:
+    """The `_names` a module defines: its functions, classes, attributes it sets."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def private_reaches(source: str) -> list[tuple[int, str]]:
+    """(line, expression) of each reach into a private member the module does not
+    define itself (`other._name`; `self._name`, `cls._name` and `super()._name`
+    are the class's own or its parent's)."""
+    tree = ast.parse(source)
+    own = own_private_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        attr = node.attr
+        if not attr.startswith("_") or attr.startswith("__") or attr in own:
+            continue
+        if attr in FOREIGN_PRIVATE_API:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        if isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "super":
+            continue
+        found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_a_reach_into_another_modules_private_member_is_found():
+    source = ("import os\nfrom x import y\n\n\nclass A:\n    _kept = 1\n\n"
+              "    def f(self, other):\n        os._exit(0)\n"
+              "        return self._kept, other._kept, super()._base, y._hidden\n")
+    assert private_reaches(source) == [(10, "y._hidden")]
+
+
+def test_no_module_touches_another_modules_private_members():
+    wrong = [f"{path.relative_to(ROOT)}:{line}: {text}"
+             for path in product_modules().values()
+             for line, text in private_reaches(path.read_text(encoding="utf-8"))]
+    assert not wrong, ("modules reaching into another module's private members (make "
+                       "the member public, or move the code to its module):\n"
+                       + "\n".join(wrong))

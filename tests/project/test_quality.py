@@ -22,7 +22,6 @@ import re
 import subprocess
 import sys
 import tomllib
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -31,12 +30,6 @@ from tests.project import typetree
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# mypy errors left in modules that are being changed elsewhere right now, by
-# (file, error code): how many. They are fixed with that work; lower a count
-# (or drop the entry) as they go. Any other error fails.
-PENDING_TYPE_ERRORS: dict[tuple[str, str], int] = {
-    ("startd/starters/sandboxes.py", "var-annotated"): 1,
-}
 
 # A module added to the checked tree: its two errors are found only when
 # mypy resolves the imports between components (were they `Any`, it would
@@ -95,18 +88,10 @@ def test_mypy_checks_types_across_components(mypy_run):
 
 
 @pytest.mark.timeout(300)
-def test_mypy_finds_no_error_but_the_pending_ones(mypy_run):
-    errors = [error for error in errors_of(mypy_run.stdout) if error["path"] != TYPE_PROBE]
-    found = Counter((error["path"], error["code"] or "") for error in errors)
-    new = [error[0] for error in errors
-           if found[error["path"], error["code"] or ""]
-           > PENDING_TYPE_ERRORS.get((error["path"], error["code"] or ""), 0)]
-    fixed = [f"{path} [{code}]: {count} pending, {found[path, code]} found"
-             for (path, code), count in sorted(PENDING_TYPE_ERRORS.items())
-             if found[path, code] < count]
-    assert not new, "mypy (see tests/project/typetree.py to run it by hand):\n" + "\n".join(new)
-    assert not fixed, ("fewer mypy errors than PENDING_TYPE_ERRORS lists: lower its counts\n"
-                       + "\n".join(fixed))
+def test_mypy_finds_no_error(mypy_run):
+    errors = [error[0] for error in errors_of(mypy_run.stdout) if error["path"] != TYPE_PROBE]
+    assert not errors, "mypy (see tests/project/typetree.py to run it by hand):\n" + "\n".join(
+        errors)
 
 
 # -- dead code ---------------------------------------------------------------------
