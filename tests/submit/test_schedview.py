@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
@@ -32,11 +31,8 @@ cli.add_command(submitcli.submit_command)
 
 
 @pytest.fixture
-def env(redis_url: str, pool_name: str, tmp_path: Path) -> dict[str, str]:
-    knobs = {f"_FETCHWORK_{name}": value for name, value in KNOBS.items()}
-    return {"FETCHWORK_BROKER": redis_url, "FETCHWORK_POOL": pool_name,
-            "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path / "state"),
-            **knobs}
+def env(env: dict[str, str]) -> dict[str, str]:
+    return {**env, **{f"_FETCHWORK_{name}": value for name, value in KNOBS.items()}}
 
 
 @pytest.fixture

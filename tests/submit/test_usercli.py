@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import pytest
-import redis
 from click.testing import CliRunner, Result
 
 from fetchwork.broker.client import Broker
 from fetchwork.cli import COMMANDS, FetchworkGroup
 from fetchwork.config.argsyntax import job_args
-from fetchwork.config.loader import Config, environ_without_config
+from fetchwork.config.loader import environ_without_config
 from fetchwork.submit import submitcli, tables, usercli
 from tests.support.waiting import wait_until
 
@@ -43,19 +40,6 @@ _USER_MODULES = {module.__name__: module for module in (submitcli, usercli)}
 for _module, _attr in COMMANDS.values():
     if _module in _USER_MODULES:
         cli.add_command(getattr(_USER_MODULES[_module], _attr))
-
-
-@pytest.fixture
-def env(redis_url: str, pool_name: str, tmp_path: Path) -> dict[str, str]:
-    return {"FETCHWORK_BROKER": redis_url, "FETCHWORK_POOL": pool_name,
-            "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path / "state")}
-
-
-@pytest.fixture
-def broker(redis_url: str, pool_name: str) -> Iterator[Broker]:
-    client = redis.Redis.from_url(redis_url)
-    yield Broker(client, pool_name, Config.load(environ={}))
-    client.close()
 
 
 @pytest.fixture

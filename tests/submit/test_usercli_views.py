@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -35,19 +34,6 @@ def cli() -> None:
 for _name in ("submit", "q", "history", "rm", "hold", "release", "status"):
     cli.add_command(load_command(_name), _name)
 assert all(name in COMMANDS for name in cli.commands)
-
-
-@pytest.fixture
-def env(redis_url: str, pool_name: str, tmp_path: Path) -> dict[str, str]:
-    return {"FETCHWORK_BROKER": redis_url, "FETCHWORK_POOL": pool_name,
-            "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path / "state")}
-
-
-@pytest.fixture
-def broker(redis_url: str, pool_name: str) -> Iterator[Broker]:
-    client = redis.Redis.from_url(redis_url)
-    yield Broker(client, pool_name, Config.load(environ={}))
-    client.close()
 
 
 @pytest.fixture

@@ -4,21 +4,16 @@ the broker service's leader has written the submit events."""
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import htcondor2
 import pytest
-import redis
 from click.testing import CliRunner
 
-from fetchwork.broker.client import Broker
 from fetchwork.broker.leader.service import BrokerService
 from fetchwork.cli import FetchworkGroup
-from fetchwork.config.loader import Config
 from fetchwork.submit import submitcli
 
 pytestmark = pytest.mark.timeout(60)
@@ -33,17 +28,8 @@ cli.add_command(submitcli.submit_command)
 
 
 @pytest.fixture
-def env(redis_url: str, pool_name: str, tmp_path: Path) -> dict[str, str]:
-    return {"FETCHWORK_BROKER": redis_url, "FETCHWORK_POOL": pool_name,
-            "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path / "state"),
-            "_FETCHWORK_SUBMIT_USERLOG_WAIT": "20"}
-
-
-@pytest.fixture
-def broker(redis_url: str, pool_name: str) -> Iterator[Broker]:
-    client = redis.Redis.from_url(redis_url)
-    yield Broker(client, pool_name, Config.load(environ={}))
-    client.close()
+def env(env: dict[str, str]) -> dict[str, str]:
+    return {**env, "_FETCHWORK_SUBMIT_USERLOG_WAIT": "20"}
 
 
 def submit(env: dict[str, str], tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch):
