@@ -33,8 +33,7 @@ class Store:
 
     def __init__(self, client: redis.Redis, pool: str, events_maxlen: int):
         if client.get_connection_kwargs().get("decode_responses"):
-            raise BrokerError("the broker needs a Redis client that returns bytes "
-                              "(decode_responses=False)")
+            raise BrokerError(codec.BYTES_CLIENT)
         self.client = client
         self.pool = pool
         try:

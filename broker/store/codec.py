@@ -20,6 +20,7 @@ from fetchwork.errors import AdError, BrokerError
 from .valuecheck import check_value
 
 _LITERALS = (bool, int, float, str)
+BYTES_CLIENT = "the broker needs a Redis client that returns bytes (decode_responses=False)"
 
 
 def pack(value: Any) -> bytes:
@@ -39,8 +40,7 @@ def as_bytes(reply: bytes | str) -> bytes:
     """A Redis reply as the bytes a store's client returns (redis-py's types allow
     text too; Store refuses a client that decodes replies)."""
     if isinstance(reply, str):
-        raise BrokerError("the broker needs a Redis client that returns bytes "
-                          "(decode_responses=False)")
+        raise BrokerError(BYTES_CLIENT)
     return reply
 
 
