@@ -17,18 +17,19 @@ from typing import Any, TypeAlias
 import classad2
 import redis
 
+from fetchwork.broker.autoclusters import SIGNIFICANT_ATTRS
 from fetchwork.broker.claim.claimer import Claimer
 from fetchwork.broker.connections.durability import ReplicaWait
 from fetchwork.broker.jobpolicy.expressions import Action
 from fetchwork.broker.jobpolicy.onexit import POLICY, POLICY_ATTRS, finished, judge_exit
 from fetchwork.broker.scheduling.settings import scheduling_in_force
-from fetchwork.broker.store import calls, codec
+from fetchwork.broker.store import calls, codec, editable
 from fetchwork.broker.store.jobads import caller_attrs
 from fetchwork.broker.submission.submitter import Submitted, Submitter
 from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
 from fetchwork.config.loader import Config, get_config
 from fetchwork.config.protocol import EXIT, EXIT_HOWS, HOLD, HoldCode, job_id_key, parse_job_id
-from fetchwork.errors import AdError, BrokerError
+from fetchwork.errors import AdError, BrokerError, EditError
 
 from .store import READ_BATCH, Store
 
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 
 AdLike: TypeAlias = classad2.ClassAd | Mapping[str, Any]
 OP_BATCH = 500
+# Attributes a match reads of every job: an edit of one takes a job out of its autocluster.
+_SIGNIFICANT = frozenset(name.lower() for name in SIGNIFICANT_ATTRS)
 # The user actions Broker.apply runs, each one Lua script of that name.
 ACTIONS = ("remove", "hold", "release", "requeue")
 
@@ -241,6 +244,26 @@ class Broker:
         """Running jobs are stopped and go back to IDLE at the head of their priority
         group (whatever Rerunnable says); the ones marked. Other jobs stay as they are."""
         return self.apply("requeue", self.select(job_ids) if job_ids else [])
+
+    def edit(self, job_ids: Sequence[str], attr: str,
+             value: str | classad2.ExprTree) -> list[str]:
+        """condor_qedit: set `attr` of the unfinished jobs among `job_ids` (ids `select()`
+        chose) to `value`, ClassAd expression text or an ExprTree; the ids edited.
+        Attributes a user may not change are refused (store/editable.py)."""
+        why = editable.refusal(attr)
+        if why is not None:
+            raise EditError(why)
+        try:
+            stored = editable.stored_value(attr, value)
+        except AdError as exc:
+            raise EditError(str(exc)) from exc
+        packed, group = codec.pack(stored), editable.priority_group(attr, stored)
+        done: list[str] = []
+        for start in range(0, len(job_ids), OP_BATCH):
+            done += calls.edit(self.store, job_ids=job_ids[start:start + OP_BATCH], attr=attr,
+                               value=packed, priority_group=group,
+                               significant=attr.lower() in _SIGNIFICANT)
+        return done
 
     # -- the execute side --------------------------------------------------------
 

@@ -95,3 +95,9 @@ class HoldTimeError(FetchworkError):
 
 class UserLogError(FetchworkError):
     """A job event log (the submit command `log`) could not be read."""
+
+
+# -- the Python API (fetchwork.Schedd) -------------------------------------------------
+
+class EditError(BrokerError):
+    """An edit of a job attribute was refused: the attribute may not change, or the value is bad."""

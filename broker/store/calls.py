@@ -269,6 +269,18 @@ def requeue(store: Store, *, job_ids: Sequence[str]) -> list[str]:
     return _ids(store.run("requeue", job_ids, job_ids))
 
 
+# -- the user's edit of an attribute (edit.lua) ------------------------------------------
+
+def edit(store: Store, *, job_ids: Sequence[str], attr: str, value: bytes,
+         priority_group: int | None, significant: bool) -> list[str]:
+    """edit.lua: store attribute `attr` (packed `value`) on the unfinished jobs among
+    `job_ids`; `priority_group` (-JobPrio, clamped) for a JobPrio edit; `significant`
+    when a match reads `attr` of every job (the jobs leave their autoclusters). The ids
+    edited."""
+    return _ids(store.run("edit", job_ids, [attr, value, _number(priority_group),
+                                            "1" if significant else "", *job_ids]))
+
+
 # -- the leader's duties ---------------------------------------------------------------------
 
 def release_due(store: Store, *, job_ids: Sequence[str]) -> list[str]:
