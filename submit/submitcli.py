@@ -23,6 +23,7 @@ from fetchwork.submit import poolcheck, reading, tables, userlogsync
 from fetchwork.submit.options import CondorCommand
 from fetchwork.submit.rootwarning import warn_if_root
 from fetchwork.submit.submitfile import ParsedSubmit, command_jobs, parse_submit
+from fetchwork.submit.submitting import await_verdicts, queue_description
 from fetchwork.submit.usercli import (
     FINISHED_STATES,
     FINISHED_STATUS,
@@ -118,20 +119,15 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
     owner = getpass.getuser()
     broker = connect_broker()
     since_event = broker.last_event_id()
-    cluster = broker.next_cluster()
-    if argv is not None:
-        parsed = command_jobs(argv, cluster, commands, count=options["count"])
-    else:
-        parsed = _parse_file(file or "-", cluster, commands)
-    for warning in parsed.warnings:
-        click.echo(f"fetchwork: warning: {warning}", err=True)
-    if not parsed.ads:
-        raise SubmitFileError("the submit description queues no jobs")
-    user_logs = userlogsync.create_logs(parsed.ads)
-    submitted = broker.submit_cluster(parsed.ads, owner=owner, cluster_id=cluster)
+    queued = queue_description(
+        broker, lambda cluster: (command_jobs(argv, cluster, commands, count=options["count"])
+                                 if argv is not None
+                                 else _parse_file(file or "-", cluster, commands)),
+        owner, lambda warning: click.echo(f"fetchwork: warning: {warning}", err=True))
+    cluster, submitted = queued.cluster, queued.submitted
     ids = submitted.job_ids
     click.echo(f"{len(ids)} job(s) submitted to cluster {cluster}.")
-    userlogsync.await_logged(broker, user_logs)
+    userlogsync.await_logged(broker, queued.user_logs)
     warn_if_root(owner)
     poolcheck.warn_without_startd(broker)
     failed = 0
@@ -153,17 +149,7 @@ def report_verdicts(broker: Broker, cluster: int, job_ids: Sequence[str],
     """Wait for the submission filters' verdict on every job; print the failed
     ones with their reasons and what was queued. Returns how many failed."""
     click.echo("waiting for the pool's submission filters...", err=True)
-    waiting = list(job_ids)
-    failed: dict[str, str] = {}
-    while waiting:
-        for job, reason in broker.verdicts(waiting).items():
-            waiting.remove(job)
-            if reason is not None:
-                failed[job] = reason
-        if waiting:
-            for event_id, _fields in broker.events(since_event, block_ms=WAIT_BLOCK_MS,
-                                                   count=1000):
-                since_event = event_id
+    failed = await_verdicts(broker, job_ids, since_event)
     for job in sorted(failed, key=job_id_key):
         click.echo(f"Job {job} failed: {failed[job]}")
     click.echo(f"{len(job_ids) - len(failed)} job(s) queued in cluster {cluster}"

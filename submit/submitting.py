@@ -1,0 +1,70 @@
+"""Queueing a submit description: the one path `fetchwork submit` and the Python
+API (`fetchwork.Schedd.submit`) share.
+
+`queue_description` allocates the cluster, has the description parsed for it
+(all or nothing, errors naming the line), creates the job event logs and
+queues the jobs as one cluster. `await_verdicts` waits for the verdict of
+the pool's submission filters on jobs that wait VALIDATING. Neither prints:
+the caller says what happened in its own terms (lines on a terminal,
+warnings and exceptions in Python).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fetchwork.broker.client import Broker
+from fetchwork.broker.submission.submitter import Submitted
+from fetchwork.errors import SubmitFileError
+from fetchwork.submit import userlogsync
+from fetchwork.submit.submitfile import ParsedSubmit
+
+# Longest block on the event stream while waiting for verdicts.
+VERDICT_BLOCK_MS = 1000
+
+
+@dataclass
+class Queued:
+    """A queued description: its cluster, the submission, the job event logs it
+    names (to await) and the job ads as submitted (to_dict form, ProcId order)."""
+
+    cluster: int
+    submitted: Submitted
+    user_logs: list[str]
+    ads: list[dict[str, Any]]
+
+
+def queue_description(broker: Broker, parse: Callable[[int], ParsedSubmit], owner: str,
+                      warn: Callable[[str], None]) -> Queued:
+    """Queue the jobs `parse(cluster)` makes of a description as one new cluster owned
+    by `owner`; each warning of the description goes to `warn` first. A description
+    that queues no job is refused (SubmitFileError)."""
+    cluster = broker.next_cluster()
+    parsed = parse(cluster)
+    for warning in parsed.warnings:
+        warn(warning)
+    if not parsed.ads:
+        raise SubmitFileError("the submit description queues no jobs")
+    user_logs = userlogsync.create_logs(parsed.ads)
+    submitted = broker.submit_cluster(parsed.ads, owner=owner, cluster_id=cluster)
+    return Queued(cluster, submitted, user_logs, parsed.ads)
+
+
+def await_verdicts(broker: Broker, job_ids: Sequence[str], since_event: str) -> dict[str, str]:
+    """Wait until the submission filters decided every job of `job_ids` (following the
+    event stream from `since_event`, taken before the submission); the failed ones
+    with their reasons."""
+    waiting = list(job_ids)
+    failed: dict[str, str] = {}
+    while waiting:
+        for job, reason in broker.verdicts(waiting).items():
+            waiting.remove(job)
+            if reason is not None:
+                failed[job] = reason
+        if waiting:
+            for event_id, _fields in broker.events(since_event, block_ms=VERDICT_BLOCK_MS,
+                                                   count=1000):
+                since_event = event_id
+    return failed
