@@ -101,3 +101,15 @@ class UserLogError(FetchworkError):
 
 class EditError(BrokerError):
     """An edit of a job attribute was refused: the attribute may not change, or the value is bad."""
+
+
+class JobActionError(BrokerError):
+    """A job action fetchwork does not carry out (Suspend, Continue, RemoveX) or does not know."""
+
+
+class NoMatchingJobsError(BrokerError):
+    """The jobs an edit names are not in the queue."""
+
+
+class SpoolError(SubmitError):
+    """spool=True asked for input files to travel with the jobs, which this pool cannot do."""

@@ -74,3 +74,10 @@ _.reset_broker
 _.final_ad  # startd/starters/process.py: set, never read
 _.soft_kill_sent  # starter/lifecycle.py: never set nor read
 _.step_count  # starter/rehearsal.py: only the tests call it
+
+# The Python API (fetchwork/schedd.py): htcondor2's methods, which users' scripts
+# call; and the package's lazy attribute lookup (PEP 562).
+_.act
+_.clusterad
+_.procad
+_.__getattr__

@@ -47,6 +47,8 @@ POOL_MODULES = frozenset({
     # Starters with real jobs.
     "starter/test_starter.py",
     "starter/test_zygote.py",
+    # The Python API's htcondor2 script against `fetchwork up`.
+    "api/test_script.py",
     # More than about five seconds together.
     "broker/backfill/test_pacing.py",
     "broker/filters/test_activation.py",
