@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hold": ("fetchwork.submit.usercli", "hold_command"),
     "release": ("fetchwork.submit.usercli", "release_command"),
     "requeue": ("fetchwork.submit.requeuecli", "requeue_command"),
+    "qedit": ("fetchwork.submit.qeditcli", "qedit_command"),
     "status": ("fetchwork.submit.usercli", "status_command"),
     "wait": ("fetchwork.submit.waitcli", "wait_command"),
     "up": ("fetchwork.poolcli", "up_command"),

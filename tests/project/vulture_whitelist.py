@@ -76,8 +76,9 @@ _.soft_kill_sent  # starter/lifecycle.py: never set nor read
 _.step_count  # starter/rehearsal.py: only the tests call it
 
 # The Python API (fetchwork/schedd.py): htcondor2's methods, which users' scripts
-# call; and the package's lazy attribute lookup (PEP 562).
+# call; the package's lazy attribute lookup (PEP 562); `fetchwork qedit`.
 _.act
 _.clusterad
+_.qedit_command
 _.procad
 _.__getattr__
