@@ -47,7 +47,8 @@ POOL_MODULES = frozenset({
     # Starters with real jobs.
     "starter/test_starter.py",
     "starter/test_zygote.py",
-    # The Python API's htcondor2 script against `fetchwork up`.
+    # The Python API against `fetchwork up`: the htcondor2 script, the filters' verdict.
+    "api/test_filtered.py",
     "api/test_script.py",
     # More than about five seconds together.
     "broker/backfill/test_pacing.py",
