@@ -114,3 +114,16 @@ def test_held_and_running_jobs_are_edited_and_finished_ones_are_not(broker: Brok
     edited = broker.edit(ids, "Tag", "1")
     assert edited == ids[:2]
     assert broker.get(ids[2]).get("Tag") is None
+
+
+def test_an_edit_does_not_restart_a_jobs_measured_wait(broker: Broker) -> None:
+    from fetchwork.broker.metrics import BrokerMetrics
+
+    metrics = BrokerMetrics(broker, recount_interval_s=60)
+    ids = broker.submit([{"Cmd": "/bin/true"}])
+    metrics.observe("1000-0", {"type": "submit", "job": ids[0], "state": "IDLE"})
+    metrics.observe("5000-0", {"type": "edit", "job": ids[0], "state": "IDLE", "attr": "A"})
+    metrics.observe("9000-0", {"type": "claim", "job": ids[0], "state": "RUNNING"})
+    waited = metrics.registry.get_sample_value("fetchwork_claim_latency_seconds_sum")
+    assert waited == 8.0
+    assert metrics.registry.get_sample_value("fetchwork_events_total", {"type": "edit"}) == 1
