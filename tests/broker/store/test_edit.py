@@ -127,3 +127,11 @@ def test_an_edit_does_not_restart_a_jobs_measured_wait(broker: Broker) -> None:
     waited = metrics.registry.get_sample_value("fetchwork_claim_latency_seconds_sum")
     assert waited == 8.0
     assert metrics.registry.get_sample_value("fetchwork_events_total", {"type": "edit"}) == 1
+
+
+@pytest.mark.parametrize("state", ["IDLE", "HELD", "RUNNING", "SUSPENDED", "BLOCKED"])
+def test_an_edit_writes_nothing_to_the_job_event_log(state: str) -> None:
+    from fetchwork.broker.userlog.events import bodies
+
+    event = {"type": "edit", "job": "1.0", "state": state, "status": "1", "attr": "A"}
+    assert bodies(event, {"ClusterId": 1, "ProcId": 0}, "host") == []
