@@ -18,6 +18,7 @@ from typing import TypeAlias
 import classad2
 
 from fetchwork.config.ads import unparse
+from fetchwork.config.protocol import job_id, parse_job_id
 from fetchwork.errors import JobIdError
 
 _ID_RE = re.compile(r"\s*\d+(\.\d+)?\s*\Z")
@@ -34,8 +35,10 @@ class JobSpec:
     constraint: str | None = None
 
     def named_jobs(self) -> list[str]:
-        """The `C.P` ids named one by one (clusters and constraints name none)."""
-        return [text.strip() for text in self.ids if "." in text]
+        """The `C.P` ids named one by one, as the queue spells them (`12.00` is `12.0`);
+        clusters and constraints name none."""
+        named = (parse_job_id(text) for text in self.ids)
+        return [job_id(cluster, proc) for cluster, proc in named if proc is not None]
 
 
 def job_spec(spec: JobSpecLike) -> JobSpec:

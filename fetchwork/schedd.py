@@ -45,6 +45,10 @@ from fetchwork.errors import (
     SubmitError,
 )
 from fetchwork.jobspec import Constraint, JobSpec, JobSpecLike, constraint_text, job_spec
+from fetchwork.submit import reading
+from fetchwork.submit.submitfile import parse_submit
+from fetchwork.submit.submitting import await_verdicts, queue_description
+from fetchwork.submit.userlogsync import await_logged
 
 log = logging.getLogger(__name__)
 
@@ -200,10 +204,6 @@ class Schedd:
         text = submit_text(description, count, itemdata, queue)
         submit_dir = os.getcwd()
         broker = self._broker
-        from fetchwork.submit.submitfile import parse_submit
-        from fetchwork.submit.submitting import await_verdicts, queue_description
-        from fetchwork.submit.userlogsync import await_logged
-
         with _translated():
             since_event = broker.last_event_id()
             queued = queue_description(
@@ -231,8 +231,6 @@ class Schedd:
         when it names any; at most `limit` (-1: all). `callback`, as in htcondor2,
         replaces each ad by what it returns (None drops the ad). `opts` must be
         QueryOpt.Default (or None)."""
-        from fetchwork.submit import reading
-
         _default_opts(opts)
         text = constraint_text(constraint)
         names = _projection(projection)
@@ -248,8 +246,6 @@ class Schedd:
         newest first, at most `match` (-1: all). `since`, as in htcondor2: a cluster id
         (int) or job id ("12.3") stops before that job; an expression stops before the
         first job for which it is true."""
-        from fetchwork.submit import reading
-
         text = constraint_text(constraint)
         names = _projection(projection)
         limit = match if match > 0 else None
@@ -272,7 +268,7 @@ class Schedd:
         `release`, `rm` and `requeue` do; `action` an htcondor2.JobAction or its name.
         Returns HTCondor's counts: TotalSuccess, TotalNotFound (ids not in the
         queue), TotalBadStatus (jobs the action does not apply to), TotalAlreadyDone,
-        TotalPermissionDenied, TotalError, TotalJobAds (the jobs named) and
+        TotalPermissionDenied, TotalError, TotalJobAds (the queued jobs it named) and
         TotalChangedAds (the jobs changed)."""
         verb = _action(action)
         spec = _spec(job_spec)
@@ -280,7 +276,8 @@ class Schedd:
         with _translated():
             selected = self._select(spec)
             done = self._broker.apply(verb, selected, text or DEFAULT_REASON) if selected else []
-            left = [job for job in selected if job not in set(done)]
+            changed = set(done)
+            left = [job for job in selected if job not in changed]
             already = self._already_done(verb, left)
         queued = set(selected)
         counts = dict.fromkeys(COUNTS, 0)
@@ -288,7 +285,7 @@ class Schedd:
         counts["TotalNotFound"] = sum(1 for job in spec.named_jobs() if job not in queued)
         counts["TotalAlreadyDone"] = already
         counts["TotalBadStatus"] = len(left) - already
-        counts["TotalJobAds"] = len(selected) + counts["TotalNotFound"]
+        counts["TotalJobAds"] = len(selected)
         result = classad2.ClassAd()
         for name, value in counts.items():
             result[name] = value

@@ -212,7 +212,7 @@ def test_act_counts_as_htcondor_does(schedd: fetchwork.Schedd) -> None:
                       reason="because")
     assert isinstance(held, classad2.ClassAd)
     assert (held["TotalSuccess"], held["TotalNotFound"], held["TotalJobAds"],
-            held["TotalChangedAds"], held["TotalError"]) == (2, 1, 3, 2, 0)
+            held["TotalChangedAds"], held["TotalError"]) == (2, 1, 2, 2, 0)
     assert schedd.query(f"ClusterId == {cluster} && ProcId == 0",
                         ["HoldReason"])[0]["HoldReason"] == "because"
     again = schedd.act("hold", f"ClusterId == {cluster}")
