@@ -46,6 +46,7 @@ from fetchwork.errors import (
 )
 from fetchwork.jobspec import Constraint, JobSpec, JobSpecLike, constraint_text, job_spec
 from fetchwork.submit import reading
+from fetchwork.submit.rootwarning import root_warning
 from fetchwork.submit.submitfile import parse_submit
 from fetchwork.submit.submitting import await_verdicts, queue_description
 from fetchwork.submit.userlogsync import await_logged
@@ -202,14 +203,14 @@ class Schedd:
                              "files to the execute machines (fetchwork submit has no "
                              "-spool); jobs read their files where they run")
         text = submit_text(description, count, itemdata, queue)
-        submit_dir = os.getcwd()
+        submit_dir, owner = os.getcwd(), getpass.getuser()
         broker = self._broker
         with _translated():
             since_event = broker.last_event_id()
             queued = queue_description(
                 broker, lambda cluster: parse_submit(text, cluster, submit_dir=submit_dir,
                                                      source="<submit description>"),
-                getpass.getuser(), _warn)
+                owner, _warn)
             await_logged(broker, queued.user_logs)
             ids = queued.submitted.job_ids
             failed = (await_verdicts(broker, ids, since_event)
@@ -217,6 +218,9 @@ class Schedd:
         first = min((job_id_key(job)[1] for job in ids), default=0)
         result = SubmitResult(queued.cluster, first, len(ids), queued.ads)
         log.info("%d job(s) submitted to cluster %d", len(ids), queued.cluster)
+        as_root = root_warning(owner, os.geteuid())
+        if as_root is not None:  # logged: a fact of the caller's account, not of the text
+            log.warning("%s", as_root)
         if failed:
             raise SubmissionFilteredError(result, failed)
         return result

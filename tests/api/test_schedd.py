@@ -320,3 +320,13 @@ def test_a_refused_redis_command_is_a_broker_error(private_schedd: fetchwork.Sch
             private_schedd.submit({"executable": "/bin/true"})
     finally:
         client.execute_command("ACL", "SETUSER", "default", "+@all")
+
+
+def test_root_is_told_its_jobs_do_not_run_as_root(schedd: fetchwork.Schedd,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    schedd.submit({"executable": "/bin/true"})
+    said = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    if os.geteuid() == 0:
+        assert any("jobs never run as root" in text for text in said)
+    else:
+        assert not any("root" in text for text in said)
