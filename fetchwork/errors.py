@@ -4,6 +4,10 @@ Errors from redis, psutil and the OS are translated into these once, at the
 boundary where they happen, with a message that says what to do.
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping
+
 
 class FetchworkError(Exception):
     """Root of every error fetchwork raises on purpose."""
@@ -109,6 +113,15 @@ class JobActionError(BrokerError):
 
 class NoMatchingJobsError(BrokerError):
     """The jobs an edit names are not in the queue."""
+
+
+class SubmissionFilteredError(SubmitError):
+    """The pool's submission filters failed some jobs of a submission; the others are queued."""
+
+    def __init__(self, message: str, result: object, failed: Mapping[str, str]):
+        super().__init__(message)
+        self.result = result  # the cluster's SubmitResult (fetchwork.schedd)
+        self.failed = dict(failed)  # job id -> the reason it failed
 
 
 class SpoolError(SubmitError):

@@ -42,7 +42,7 @@ from fetchwork.errors import (
     NoMatchingJobsError,
     RedisUnavailableError,
     SpoolError,
-    SubmitError,
+    SubmissionFilteredError,
 )
 from fetchwork.jobspec import Constraint, JobSpec, JobSpecLike, constraint_text, job_spec
 from fetchwork.submit import reading
@@ -125,21 +125,14 @@ class SubmitResult:
                 f"num_procs={self._num_procs})")
 
 
-class SubmissionFilteredError(SubmitError):
-    """Some jobs of a submission failed the pool's submission filters; the rest are queued.
-
-    `result` is the SubmitResult of the whole cluster and `failed` maps each
-    failed job id to its RemoveReason."""
-
-    def __init__(self, result: SubmitResult, failed: Mapping[str, str]):
-        self.result = result
-        self.failed = dict(failed)
-        shown = "; ".join(f"Job {job} failed: {failed[job]}"
-                          for job in sorted(failed, key=job_id_key)[:10])
-        more = f"; and {len(failed) - 10} more" if len(failed) > 10 else ""
-        super().__init__(f"{len(failed)} of {result.num_procs()} job(s) of cluster "
-                         f"{result.cluster()} failed the pool's submission filters: "
-                         f"{shown}{more}")
+def _filtered(result: SubmitResult, failed: Mapping[str, str]) -> SubmissionFilteredError:
+    """The error for jobs of `result` the pool's submission filters failed."""
+    shown = "; ".join(f"Job {job} failed: {failed[job]}"
+                      for job in sorted(failed, key=job_id_key)[:10])
+    more = f"; and {len(failed) - 10} more" if len(failed) > 10 else ""
+    return SubmissionFilteredError(
+        f"{len(failed)} of {result.num_procs()} job(s) of cluster {result.cluster()} failed "
+        f"the pool's submission filters: {shown}{more}", result, failed)
 
 
 @contextlib.contextmanager
@@ -222,7 +215,7 @@ class Schedd:
         if as_root is not None:  # logged: a fact of the caller's account, not of the text
             log.warning("%s", as_root)
         if failed:
-            raise SubmissionFilteredError(result, failed)
+            raise _filtered(result, failed)
         return result
 
     # -- reading -------------------------------------------------------------------------

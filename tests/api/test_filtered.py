@@ -11,8 +11,7 @@ import pytest
 
 import fetchwork
 from fetchwork.broker.filters.gate import SUBMIT_FIELD
-from fetchwork.errors import SubmitError
-from fetchwork.schedd import SubmissionFilteredError
+from fetchwork.errors import SubmissionFilteredError, SubmitError
 from tests.support.filterprogs import write_filter
 from tests.support.folders import open_folder
 from tests.support.pools import pool_up
