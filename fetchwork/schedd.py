@@ -310,7 +310,7 @@ class Schedd:
             raise NoMatchingJobsError("no matching jobs")
         return len(edited)
 
-    # -- helpers -------------------------------------------------------------------------
+    # -- selecting jobs ------------------------------------------------------------------
 
     def _select(self, spec: JobSpec) -> list[str]:
         """The queued jobs a job spec names, as `fetchwork rm|hold|release` selects them."""
@@ -328,7 +328,7 @@ class Schedd:
         return sum(1 for row in rows if status is not None and row.get("JobStatus") == status)
 
 
-# -- pure helpers --------------------------------------------------------------------------
+# -- the pieces of each call --------------------------------------------------------------
 
 def _start_embedded(config: Config) -> None:
     """As the command line does: with no broker configured, start the embedded Redis of

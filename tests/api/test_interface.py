@@ -17,7 +17,7 @@ import fetchwork
 from fetchwork.errors import FetchworkError, JobActionError
 from fetchwork.schedd import ACTIONS, REFUSED, Schedd, SubmitResult, _action
 
-# The methods the issue fixes, and the arguments of each that scripts pass.
+# The methods scripts call, and the arguments of each that scripts pass.
 METHODS = {
     "submit": ["description", "count", "spool", "itemdata", "queue"],
     "query": ["constraint", "projection", "callback", "limit", "opts"],
@@ -78,7 +78,7 @@ def test_every_job_action_is_done_or_refused_clearly(action: htcondor2.JobAction
             _action(action)
 
 
-def test_the_issues_actions_are_done() -> None:
+def test_hold_release_remove_and_vacate_are_done() -> None:
     assert [_action(name) for name in ("Hold", "Release", "Remove", "Vacate")] == \
         ["hold", "release", "remove", "requeue"]
 
