@@ -88,3 +88,10 @@ def check(record: Record) -> None:
     assert sorted(ad["ProcId"] for ad in removed) == [0, 1, 2]
     assert all(ad["JobStatus"] == 3 for ad in removed)
     assert "bad_constraint" in record.errors
+
+    assert record.results["log_terminated"] is True
+    seen = record.results["log_events"]
+    for proc in (0, 1):
+        kinds = [kind for kind, cluster, job in seen
+                 if (cluster, job) == (items.cluster(), proc)]
+        assert kinds[0] == "SUBMIT" and "EXECUTE" in kinds and kinds[-1] == "JOB_TERMINATED"

@@ -47,7 +47,8 @@ def _until(condition: Callable[[], Any], timeout_s: float) -> Any:
 
 def run(module: ModuleType, workdir: str, timeout_s: float = 60.0) -> Record:
     """The script: submit with itemdata, query with projections and constraints,
-    hold/release/remove, edit, history; each answer goes into the record."""
+    hold/release/remove, edit, history, the job event log; each answer goes into the
+    record."""
     record = Record()
     schedd = module.Schedd()
 
@@ -56,6 +57,7 @@ def run(module: ModuleType, workdir: str, timeout_s: float = 60.0) -> Record:
         "executable": "/bin/sh",
         "arguments": "\"-c 'exit $(code)'\"",
         "initialdir": workdir,
+        "log": f"{workdir}/quick.log",
         "+Word": '"$(word)"',
     })
     done = record.call("submit_items", lambda: schedd.submit(
@@ -108,6 +110,16 @@ def run(module: ModuleType, workdir: str, timeout_s: float = 60.0) -> Record:
     record.call("history_match", lambda: schedd.history(None, ["ClusterId", "ProcId"], match=1))
     record.call("history_removed", lambda: schedd.history(
         classad2.ExprTree(f"ClusterId == {held_id}"), ["ProcId", "JobStatus"]))
+
+    # The job event log, read the way htcondor2 scripts wait on their jobs.
+    def terminated() -> list[Any]:
+        events = htcondor2.JobEventLog(f"{workdir}/quick.log").events(0)
+        return [event for event in events if event.type == htcondor2.JobEventType.JOB_TERMINATED]
+
+    record.call("log_terminated", lambda: _until(lambda: len(terminated()) == 2, timeout_s))
+    record.call("log_events", lambda: [
+        (event.type.name, event.cluster, event.proc)
+        for event in htcondor2.JobEventLog(f"{workdir}/quick.log").events(0)])
 
     # A constraint that is no expression.
     record.call("bad_constraint", lambda: schedd.query("ClusterId == ((", ["ProcId"]))
