@@ -330,3 +330,24 @@ def test_root_is_told_its_jobs_do_not_run_as_root(schedd: fetchwork.Schedd,
         assert any("jobs never run as root" in text for text in said)
     else:
         assert not any("root" in text for text in said)
+
+
+def test_with_no_broker_configured_the_embedded_redis_starts_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    state = tmp_path / "state"
+    monkeypatch.delenv("FETCHWORK_BROKER", raising=False)
+    monkeypatch.delenv("_FETCHWORK_FETCHWORK_BROKER", raising=False)
+    monkeypatch.setenv("FETCHWORK_CONFIG", os.devnull)
+    monkeypatch.setenv("FETCHWORK_STATE_DIR", str(state))
+    try:
+        first = fetchwork.Schedd()
+        assert any("started a Redis server for the queue" in record.getMessage()
+                   for record in caplog.records)
+        caplog.clear()
+        cluster = first.submit({"executable": "/bin/true"}).cluster()
+        second = fetchwork.Schedd()
+        assert not any("started" in record.getMessage() for record in caplog.records)
+        assert [ad["ClusterId"] for ad in second.query(projection=["ClusterId"])] == [cluster]
+    finally:
+        EmbeddedRedis(state).stop()
