@@ -20,7 +20,7 @@ import redis
 from fetchwork.broker.autoclusters import SIGNIFICANT_ATTRS
 from fetchwork.broker.claim.claimer import Claimer
 from fetchwork.broker.connections.durability import ReplicaWait
-from fetchwork.broker.jobpolicy.expressions import Action
+from fetchwork.broker.jobpolicy.expressions import PERIODIC_ATTRS, Action
 from fetchwork.broker.jobpolicy.onexit import POLICY, POLICY_ATTRS, finished, judge_exit
 from fetchwork.broker.scheduling.settings import scheduling_in_force
 from fetchwork.broker.store import calls, codec, editable
@@ -39,6 +39,8 @@ AdLike: TypeAlias = classad2.ClassAd | Mapping[str, Any]
 OP_BATCH = 500
 # Attributes a match reads of every job: an edit of one takes a job out of its autocluster.
 _SIGNIFICANT = frozenset(name.lower() for name in SIGNIFICANT_ATTRS)
+# Periodic policy expressions: an edit of one puts a job in the periodic pass's index.
+_PERIODIC = frozenset(name.lower() for name in PERIODIC_ATTRS)
 # The user actions Broker.apply runs, each one Lua script of that name.
 ACTIONS = ("remove", "hold", "release", "requeue")
 
@@ -262,7 +264,8 @@ class Broker:
         for start in range(0, len(job_ids), OP_BATCH):
             done += calls.edit(self.store, job_ids=job_ids[start:start + OP_BATCH], attr=attr,
                                value=packed, priority_group=group,
-                               significant=attr.lower() in _SIGNIFICANT)
+                               significant=attr.lower() in _SIGNIFICANT,
+                               periodic=attr.lower() in _PERIODIC)
         return done
 
     # -- the execute side --------------------------------------------------------

@@ -8,7 +8,9 @@ IMMUTABLE_JOB_ATTRS (`JobUniverse`, `User`, `OsUser` and the accounting
 group). Beyond those, every attribute only the broker writes
 (states.MANAGED_ATTRS: the state, the claim, the run accounting, the hold and
 remove reasons) is refused: the transitions own them, and `fetchwork hold`,
-`release`, `rm` and `requeue` change them. The pool's own lists are not
+`release`, `rm` and `requeue` change them; and so are the few the broker acts
+on only when a job is queued or held (`Depends`, `HoldUntil`), where an edit
+would change the ad and nothing else. The pool's own lists are not
 read from the caller's configuration: a client never decides the pool's rules.
 """
 
@@ -30,6 +32,14 @@ IMMUTABLE_ATTRS = ("Owner", "ClusterId", "ProcId", "MyType", "TargetType",
                    "JobUniverse", "User", "OsUser", "AcctGroup", "AcctGroupUser",
                    "AccountingGroup")
 _IMMUTABLE = frozenset(name.lower() for name in IMMUTABLE_ATTRS)
+# Attributes the broker acts on when a job is queued or held, not when they change:
+# an edit would change the ad and nothing else. What to do instead.
+FIXED_ATTRS = {
+    "depends": "a job's dependencies are resolved when it is queued; remove it and submit "
+               "it again with the new depends_on",
+    "fetchworkdependsonnames": "a job's dependencies are resolved when it is queued",
+    "holduntil": "a timed hold is set with `fetchwork hold --until` (or --for)",
+}
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -40,6 +50,8 @@ def refusal(attr: str) -> str | None:
     low = attr.lower()
     if low in _IMMUTABLE:
         return f"attribute {attr} cannot be changed once a job is queued (it is immutable)"
+    if low in FIXED_ATTRS:
+        return f"attribute {attr} cannot be edited: {FIXED_ATTRS[low]}"
     if low in MANAGED_ATTRS:
         return (f"attribute {attr} is kept by the broker and cannot be edited; "
                 "hold, release, rm and requeue change a job's state")

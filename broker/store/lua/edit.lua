@@ -4,21 +4,26 @@
 -- same position within its new priority group, and an attribute a match reads
 -- of it takes it out of its autocluster (a group of its own, '', as
 -- acindex.lua's ac_watch does): its representative no longer stands for it.
--- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the jobs' hashes, in ARGV order.
+-- A job given a PeriodicHold, PeriodicRelease or PeriodicRemove joins the
+-- periodic index, so the leader's periodic pass looks at it from now on.
+-- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the jobs' hashes, in ARGV order;
+-- last, the periodic index (zset, score = the job's submission sequence).
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] the attribute's name,
 -- ARGV[4] its msgpack value, ARGV[5] the new priority group (-JobPrio, clamped)
 -- when the attribute is JobPrio, else '', ARGV[6] '1' when the attribute is one
 -- a match reads of every job (autoclusters.SIGNIFICANT_ATTRS), else '',
--- ARGV[7..] job ids.
+-- ARGV[7] '1' when the attribute is a periodic policy expression, else '',
+-- ARGV[8..] job ids.
 -- Which attributes a user may edit is decided before (store/editable.py).
 -- A VALIDATING job is not edited: its submission filters judge it as submitted.
 -- Emits one 'edit' event per job, with the attribute's name.
 -- Returns the ids edited (finished, validating or missing jobs are skipped).
 local done = {}
 local NAME_ARG, VALUE_ARG = 3, 4  -- the pair store_attrs stores
-local group, significant = tonumber(ARGV[5]), ARGV[6] == '1'
-for i = 7, #ARGV do
-  local key, id = KEYS[FIRST_JOB_KEY + i - 7], ARGV[i]
+local group, significant, periodic = tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7] == '1'
+local K_PERIODIC = KEYS[#KEYS]
+for i = 8, #ARGV do
+  local key, id = KEYS[FIRST_JOB_KEY + i - 8], ARGV[i]
   local state = getv(key, 'FetchworkState')
   if state and state ~= 'COMPLETED' and state ~= 'REMOVED' and state ~= 'FAILED'
       and state ~= 'VALIDATING' then
@@ -31,6 +36,8 @@ for i = 7, #ARGV do
       setv(key, 'FetchworkOrder', order)
     end
     if was_idle and order then idle_add(key, id, order) end
+    local seq = periodic and redis.call('ZSCORE', K_QUEUE, id)
+    if seq then redis.call('ZADD', K_PERIODIC, seq, id) end
     event('edit', id, state, getv(key, 'JobStatus'), 'attr', ARGV[3])
     done[#done + 1] = id
   end

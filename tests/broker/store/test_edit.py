@@ -135,3 +135,21 @@ def test_an_edit_writes_nothing_to_the_job_event_log(state: str) -> None:
 
     event = {"type": "edit", "job": "1.0", "state": state, "status": "1", "attr": "A"}
     assert bodies(event, {"ClusterId": 1, "ProcId": 0}, "host") == []
+
+
+@pytest.mark.parametrize("attr, hint", [("Depends", "depends_on"),
+                                        ("HoldUntil", "hold --until")])
+def test_attributes_acted_on_only_at_submission_are_refused(attr: str, hint: str) -> None:
+    assert hint in (editable.refusal(attr) or "")
+
+
+def test_a_new_periodic_expression_is_judged_by_the_periodic_pass(broker: Broker) -> None:
+    from fetchwork.broker.jobpolicy.periodic import PeriodicPolicy
+
+    ids = broker.submit([{"Cmd": "/bin/true"}] * 2)
+    assert broker.client.zcard(broker.keys.periodic) == 0
+    broker.edit(ids[1:], "PeriodicHold", "JobStatus == 1")
+    broker.edit(ids[:1], "Tag", "1")
+    assert broker.store.ids(broker.client.zrange(broker.keys.periodic, 0, -1)) == ids[1:]
+    PeriodicPolicy(broker.store, interval_s=60).run_pass()
+    assert [broker.get(job)["JobStatus"] for job in ids] == [1, 5]
