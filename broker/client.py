@@ -262,7 +262,7 @@ class Broker:
         packed, group = codec.pack(stored), editable.priority_group(attr, stored)
         done: list[str] = []
         for start in range(0, len(job_ids), OP_BATCH):
-            done += calls.edit(self.store, job_ids=job_ids[start:start + OP_BATCH], attr=attr,
+            done += calls.qedit(self.store, job_ids=job_ids[start:start + OP_BATCH], attr=attr,
                                value=packed, priority_group=group,
                                significant=attr.lower() in _SIGNIFICANT,
                                periodic=attr.lower() in _PERIODIC)

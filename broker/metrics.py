@@ -71,7 +71,7 @@ class BrokerMetrics:
         """Count one transition event."""
         kind, job, state = event.get("type", "?"), event.get("job", ""), event.get("state", "")
         self.events.labels(kind).inc()
-        if kind == "edit":  # an attribute changed (edit.lua); the job's wait did not
+        if kind == "edit":  # an attribute changed (qedit.lua); the job's wait did not
             return
         at_ms = stream_ms(entry_id)
         if kind == "submit":

@@ -269,17 +269,17 @@ def requeue(store: Store, *, job_ids: Sequence[str]) -> list[str]:
     return _ids(store.run("requeue", job_ids, job_ids))
 
 
-# -- the user's edit of an attribute (edit.lua) ------------------------------------------
+# -- the user's edit of an attribute (qedit.lua) -----------------------------------------
 
-def edit(store: Store, *, job_ids: Sequence[str], attr: str, value: bytes,
+def qedit(store: Store, *, job_ids: Sequence[str], attr: str, value: bytes,
          priority_group: int | None, significant: bool, periodic: bool) -> list[str]:
-    """edit.lua: store attribute `attr` (packed `value`) on the unfinished jobs among
+    """qedit.lua: store attribute `attr` (packed `value`) on the unfinished jobs among
     `job_ids`; `priority_group` (-JobPrio, clamped) for a JobPrio edit; `significant`
     when a match reads `attr` of every job (the jobs leave their autoclusters);
     `periodic` for a periodic policy expression (the jobs join the periodic index).
     The ids edited."""
     flags = ["1" if significant else "", "1" if periodic else ""]
-    return _ids(store.run("edit", job_ids, [attr, value, _number(priority_group), *flags,
+    return _ids(store.run("qedit", job_ids, [attr, value, _number(priority_group), *flags,
                                             *job_ids], extra_keys=[store.keys.periodic]))
 
 

@@ -1,5 +1,5 @@
 """Which job attributes a user may change after submission (condor_qedit), and
-the stored form of an edited value. Pure: no Redis here; edit.lua applies it.
+the stored form of an edited value. Pure: no Redis here; qedit.lua applies it.
 
 As HTCondor's schedd does, the attributes of SYSTEM_IMMUTABLE_JOB_ATTRS
 (`Owner`, `ClusterId`, `ProcId`, `MyType`, `TargetType`) never change once a

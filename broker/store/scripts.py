@@ -47,7 +47,7 @@ TRANSITIONS = ("stage", "submit", "claim", "claim_quiet", "reject", "renew", "fi
                "activate_defer", "activate_hold", "activate_fail", "activate_abandon",
                "activation_expire", "release_due", "reservation_expire", "block", "unblock",
                "overrun", "policy_exit", "policy_act", "requeue", "depend", "reorder",
-               "edit")
+               "qedit")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
               "trim_history", "userlog_advance", "read_groups", "bypass", "read_backfill")
 

@@ -1,5 +1,5 @@
 """The user's edit of a job attribute (condor_qedit): which attributes may change
-(store/editable.py, pure) and edit.lua against a real Redis: the value is stored,
+(store/editable.py, pure) and qedit.lua against a real Redis: the value is stored,
 a new JobPrio reorders the idle set, an attribute a match reads takes the job out
 of its autocluster so a claim sees the new value, finished jobs are left alone."""
 
@@ -64,7 +64,7 @@ def test_priority_group_is_minus_the_clamped_prio_for_jobprio_only() -> None:
     assert editable.priority_group("Foo", 5) is None
 
 
-# -- edit.lua on a real Redis -------------------------------------------------------
+# -- qedit.lua on a real Redis ------------------------------------------------------
 
 def test_edit_stores_the_value_on_queued_jobs(broker: Broker) -> None:
     ids = broker.submit([{"Cmd": "/bin/true"}] * 2)

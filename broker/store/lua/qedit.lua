@@ -1,4 +1,4 @@
--- edit.lua: the user's edit of one job attribute (condor_qedit): every
+-- qedit.lua: the user's edit of one job attribute (condor_qedit): every
 -- unfinished job among the ids stores the new value; no state changes. A job
 -- in the idle set takes its new place there: a new JobPrio moves it to the
 -- same position within its new priority group, and an attribute a match reads
