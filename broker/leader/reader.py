@@ -10,6 +10,12 @@ gathered and runs the duty's passes (`drive`). On losing the lead the
 inboxes drop what they hold and a batch read across the change is dropped
 too: a duty never sees events of another replica's leadership as its own.
 
+A duty may read events only while the pool uses its feature
+(leader/interest.py): the reader hands each batch to the duties that read
+events at the time, hands a duty that starts reading over as on taking the
+lead (from the last entry read, or the newest one), and reads nothing while
+no duty reads events.
+
 The reader starts at the newest entry rather than at the oldest one any
 duty still needs: only the user log writer needs older ones (from its
 stored position), and starting there would hand every other duty a replay
@@ -28,6 +34,7 @@ from types import TracebackType
 from fetchwork.broker.store import Store
 
 from .duty import RETRY_S, Duty, Inbox, drive
+from .interest import WhenInUse
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +64,9 @@ class LeaderDuties:
         self._epoch = 0
         self._stopping = False
         self._threads: list[threading.Thread] = []
+        for duty in self.duties:
+            if isinstance(duty, WhenInUse):
+                duty.wake = self._wake
 
     def __enter__(self) -> LeaderDuties:
         self.start()
@@ -107,10 +117,9 @@ class LeaderDuties:
 
     def _read(self) -> None:
         """The reader thread: while leading, XREAD after XREAD, each batch to the inboxes
-        of the duties that read events."""
-        feeding = [inbox for duty, inbox in zip(self.duties, self._inboxes, strict=True)
-                   if duty.reads_events]
+        of the duties that read events now; while none does, no XREAD at all."""
         position, read_epoch = "", -1
+        fed: set[int] = set()  # the duties handed every event after `position`
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._leading or self._stopping)
@@ -120,7 +129,18 @@ class LeaderDuties:
             try:
                 if epoch != read_epoch:
                     position, read_epoch = self._lead(epoch)
+                    fed = self._reading()
                     continue
+                reading = self._reading()
+                if not reading:
+                    fed = set()
+                    self._await_reader(epoch)
+                    continue
+                if reading - fed:
+                    position = self._hand_over(epoch, reading - fed, position if fed else None)
+                    if position is None:
+                        continue
+                fed = reading
                 events = self.store.events(position, block_ms=int(self.block_s * 1000),
                                            count=self.count)
             except Exception:  # never end the reader: the duties would wait for events forever
@@ -133,9 +153,37 @@ class LeaderDuties:
             with self._cond:
                 if epoch != self._epoch:
                     continue  # the lead changed while this batch was read
-                for inbox in feeding:
-                    inbox.put(events)
+                for index in fed:
+                    self._inboxes[index].put(events)
             position = events[-1][0]
+
+    def _await_reader(self, epoch: int) -> None:
+        """Until a duty wants events (`_wake`), the lead changes or the reader stops
+        (at most `block_s`: a duty's wish is also seen without a wake-up)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._stopping or epoch != self._epoch
+                                or bool(self._reading()), self.block_s)
+
+    def _reading(self) -> set[int]:
+        """The duties that read events now (a duty may start or stop, leader/interest.py)."""
+        return {index for index, duty in enumerate(self.duties) if duty.reads_events}
+
+    def _hand_over(self, epoch: int, joining: set[int], position: str | None) -> str | None:
+        """Duties that start reading events get those after `position` (None: after the
+        newest, when nothing was read meanwhile), as on taking the lead; the position,
+        or None when the lead changed meanwhile."""
+        since = self.store.last_event_id() if position is None else position
+        with self._cond:
+            if epoch != self._epoch:
+                return None
+            for index in joining:
+                self._inboxes[index].lead(since)
+        return since
+
+    def _wake(self) -> None:
+        """A duty wants events: a reader waiting for one to want them reads again now."""
+        with self._cond:
+            self._cond.notify_all()
 
     def _lead(self, epoch: int) -> tuple[str, int]:
         """Start a leadership's reads at the newest entry and tell every duty so;

@@ -13,7 +13,9 @@ left BLOCKED; while it leads, its tick publishes the filter summary that
 submissions and claims read.
 
 The leader's duties (leader/duty.py, fed by the one reader of the event
-stream in leader/reader.py, started and stopped together by `run`):
+stream in leader/reader.py, started and stopped together by `run`; the
+dependencies and the user logs read events only while the pool uses them,
+leader/interest.py):
 
 - the filters (broker/filters/leader.py): admit VALIDATING jobs, decide
   ACTIVATING ones, release holds whose HoldUntil passed; a pass on every
@@ -69,6 +71,7 @@ from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 
 from .duty import Duty
+from .interest import wrapped
 from .leadership import leader_ttl_ms, standby_wait_s
 from .reader import LeaderDuties
 
@@ -162,7 +165,7 @@ class BrokerService:
             duties.append(self.backfill)
         if self.periodic is not None:
             duties.append(self.periodic)
-        return duties
+        return [wrapped(duty, self.store) for duty in duties]
 
     def try_lead(self) -> bool:
         """Take or extend leadership; True while this replica leads."""

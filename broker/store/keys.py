@@ -27,6 +27,8 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:soft          zset: jobs BLOCKED only by a soft PS limit, by FetchworkOrder
     fw:{P}:psledger      hash: policy budget -> its running jobs (the claim scripts' PS re-check)
     fw:{P}:userlog       string: id of the last event the leader wrote to the jobs' user logs
+    fw:{P}:userlog:used  string: set by the first submission with a UserLog (the leader's
+                         user log writer reads the event stream only once it exists)
     fw:{P}:periodic      zset: jobs with a PeriodicHold/Release/Remove expression, by sequence
     fw:{P}:depwait       set: jobs waiting on dependencies (FetchworkWaitingOn set)
     fw:{P}:dependents:<C.P>  set: the jobs that wait on job C.P
@@ -94,6 +96,8 @@ class PoolKeys:
     soft = _named("soft")
     ps_ledger = _named("psledger")
     userlog = _named("userlog")
+    # Whether any job ever named a user log (leader/interest.py).
+    userlog_used = _named("userlog:used")
     periodic = _named("periodic")
     dep_waiting = _named("depwait")
     ac_groups = _named("ac:groups")

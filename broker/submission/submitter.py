@@ -37,6 +37,7 @@ from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import PreparedJob, identity, place
 from fetchwork.broker.store.states import State
+from fetchwork.broker.userlog.writer import note_user_logs
 from fetchwork.errors import SubmitError
 
 from .shape import PackedJobs, SubmissionShape, SubmitGroups
@@ -171,5 +172,6 @@ class Submitter:
                 if due:
                     pipe.zadd(store.keys.periodic, due)
             register_waiting(pipe, store, (job for job, _seq in placed[first:first + TRANSACTION]))
+            note_user_logs(pipe, store, (job for job, _seq in placed[first:first + TRANSACTION]))
             pipe.execute()
 

@@ -29,7 +29,7 @@ import os
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fetchwork.broker.store import Store, calls, codec
@@ -74,6 +74,13 @@ def _tail(path: str) -> str:
             return handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def note_user_logs(pipe: Any, store: Store, jobs: Iterable[Any]) -> None:
+    """Mark the pool as one whose jobs use user logs, in `pipe` (the MULTI that queues
+    `jobs`, so the mark is there before any of their events), when one of them names one."""
+    if any(log_path(job.attrs) is not None or job.attrs.get("UserLog") for job in jobs):
+        pipe.set(store.keys.userlog_used, 1)
 
 
 class UserLogWriter:
@@ -155,6 +162,19 @@ class UserLogWriter:
         self._read_from = newest
         self._fresh = False
         return len(events)
+
+    def skip_to(self, newest: str) -> None:
+        """While no job uses a user log: store `newest` (read before the pool was seen
+        unmarked, see `note_user_logs`) as the position, so a writer that starts reading
+        later goes on from there rather than from events no job logs."""
+        if newest in ("", "0-0") or newest == self._stored:
+            return
+        stored = self.position()
+        if stored is not None and stream_id(stored) >= stream_id(newest):
+            return
+        if calls.userlog_advance(self.store, replica=self.replica, read_position=stored or "",
+                                 new_position=newest):
+            self._stored = self._read_from = newest
 
     def drain(self) -> int:
         """Write every event there is now; how many stream entries were handled."""
