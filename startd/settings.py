@@ -55,6 +55,7 @@ class StartdSettings:
     starter_standby: int
     slot_types: tuple[SlotType, ...] = ()   # empty: NUM_SLOTS even static slots
     assign_cpu_affinity: bool = False
+    starter_jobs_per_process: int = 1   # jobs a starter runs before it is replaced
 
     @classmethod
     def from_config(cls, config: Config) -> StartdSettings:
@@ -92,6 +93,7 @@ class StartdSettings:
             starter_standby=config.get_int("STARTER_STANDBY"),
             slot_types=slot_types,
             assign_cpu_affinity=config.get_bool("ASSIGN_CPU_AFFINITY"),
+            starter_jobs_per_process=_jobs_per_process(config),
         )
 
 
@@ -108,6 +110,18 @@ def retired_knobs(config: Config) -> list[str]:
         warnings.append(f"{name} ({where}) no longer means anything and is ignored: {why}; "
                         "remove it from the configuration")
     return warnings
+
+
+def _jobs_per_process(config: Config) -> int:
+    """STARTER_JOBS_PER_PROCESS, at least 1."""
+    value = config.get_int("STARTER_JOBS_PER_PROCESS")
+    if value < 1:
+        where = config.where("STARTER_JOBS_PER_PROCESS")
+        source = f" ({where.source}" + (f", line {where.line})" if where and where.line
+                                         else ")") if where else ""
+        raise ConfigError(f"STARTER_JOBS_PER_PROCESS{source} must be at least 1 (1: a new "
+                          f"starter process for every job), not {value}")
+    return value
 
 
 def _expr_text(config: Config, name: str) -> str:

@@ -85,20 +85,21 @@ def log_to_stderr(name: str) -> None:
         handler.setFormatter(logging.Formatter(f"%(asctime)s {name} %(levelname)s %(message)s"))
 
 
-def _log_to_file(config: Config, slot: int) -> None:
-    """Also log to LOG/StarterLog.slotN, as HTCondor's starter does."""
+def _log_to_file(config: Config, slot: int) -> logging.Handler | None:
+    """Also log to LOG/StarterLog.slotN, as HTCondor's starter does; the handler added."""
     log_dir = (config.get("LOG") or "").strip()
     if not log_dir:
-        return
+        return None
     path = os.path.join(log_dir, f"StarterLog.slot{slot}")
     try:
         os.makedirs(log_dir, exist_ok=True)
         handler = logging.FileHandler(path, encoding="utf-8")
     except OSError as exc:
         log.warning("cannot write %s: %s; logging to stderr only", path, exc.strerror or exc)
-        return
+        return None
     handler.setFormatter(logging.getLogger().handlers[0].formatter)
     logging.getLogger().addHandler(handler)
+    return handler
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     events = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    file_log = None
     try:
         config = Config.load()
-        _log_to_file(config, args.slot)
+        file_log = _log_to_file(config, args.slot)
         job_ad, job_text = _read_ad(args.job_ad)
         slot_ad, slot_text = _read_ad(args.slot_ad)
         starter = Starter(config, job_ad, slot_ad, args.slot, args.sandbox,  # type: ignore[arg-type]
@@ -126,6 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         log.exception("the starter failed")
         return 2
+    finally:
+        # A starter that runs another job next (zygote.py) starts it from a clean
+        # slate: this job's event stream closed, its log file let go.
+        if file_log is not None:
+            logging.getLogger().removeHandler(file_log)
+            file_log.close()
+        try:
+            events.close()
+        except OSError:
+            pass
     return 0
 
 

@@ -19,7 +19,7 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import classad2
 import psutil
@@ -47,6 +47,9 @@ class Outcome:
     writer_pid: int
     writer_started_at: float
     written_at: float
+    # Set when its writer gave up reporting it (the exit hook failed) and went on:
+    # a starter that runs further jobs is alive, yet no longer reports this one.
+    released: bool = False
 
 
 def outcome_dir(config: Config) -> str:
@@ -159,6 +162,8 @@ def forget_outcome(path: str) -> None:
 
 def writer_alive(outcome: Outcome) -> bool:
     """Whether the starter that wrote `outcome` still runs (it is still reporting it)."""
+    if outcome.released:
+        return False
     if outcome.writer_pid == os.getpid():
         return True
     try:
@@ -188,4 +193,9 @@ def report_exit(config: Config, spec: HookSpec, outcome: Outcome, env: Mapping[s
     else:
         log.warning("the exit hook failed: %s%s", result.outcome(),
                     f"; the outcome stays in {path} for the startd to report" if path else "")
+        if path is not None:
+            try:  # the startd's now, even while this starter goes on to another job
+                write_outcome(outcome_dir(config), replace(outcome, released=True))
+            except OSError as exc:
+                log.warning("job %s: cannot hand its outcome over: %s", outcome.job, exc)
     return result

@@ -7,8 +7,9 @@ request per message:
 
     startd -> zygote   {"op": "spawn", "args": [...]} with two fds (SCM_RIGHTS):
                        the starter's stdin (read end) and stdout (write end)
-    zygote -> startd   {"op": "spawned", "pid": N} with a pidfd of the child
-                       (none where the OS has no pidfd), or
+    zygote -> startd   {"op": "spawned", "pid": N, "keep": K} with a pidfd of the
+                       child (none where the OS has no pidfd) and, when the request
+                       had "keep": true, the child's socket after it, or
                        {"op": "error", "error": "..."} when the fork failed
     startd -> zygote   {"op": "ahead"}: fork a starter ahead of its job
     zygote -> startd   {"op": "forked", "pid": N} with the startd's end of the
@@ -17,7 +18,12 @@ request per message:
                        it reaps (S as subprocess's returncode: -signal if killed)
 
 Every starter is a fork that waits on a socket of its own for its job:
-{"op": "job", "args": [...]} with the two fds of a spawn request. For a spawn
+{"op": "job", "args": [...], "last": L} with the two fds of a spawn request.
+A starter may run several jobs in turn (STARTER_JOBS_PER_PROCESS): after a
+job that is not its last it answers {"op": "done", "status": S} (S: what its
+main returned) on that socket and waits there for the next one; after its
+last job, or one it failed at (S not 0), it exits with S, as a starter of
+one job does. For a spawn
 request the zygote forks one and gives it the job once it has sent its
 `spawned` reply (a zygote killed in between leaves a child that exits at
 once, so a retried request never runs a job twice). A fork made ahead is
@@ -117,6 +123,9 @@ class Zygote:
         # A subreaper: a dead starter's processes come to the zygote, which kills them.
         self.adopts = become_subreaper()
         self._wake_r, self._wake_w = os.pipe()
+        # The descriptors of the request being served (a starter that runs further
+        # jobs would otherwise hold one job's pipes open for good).
+        self._held: list[int] = []
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
 
@@ -147,30 +156,36 @@ class Zygote:
             return not isinstance(exc, ConnectionError)
         if message is None:
             return False
+        self._held = fds  # a fork made now must not keep them (`close_in_child`)
         try:
             if message.get("op") == "spawn" and len(fds) == _FDS_PER_REQUEST:
-                self._spawn([str(word) for word in message.get("args", [])], fds)
+                self._spawn([str(word) for word in message.get("args", [])], fds,
+                            keep=bool(message.get("keep")))
             elif message.get("op") == "ahead" and not fds:
                 self._fork_ahead()
             else:
                 send(self.sock, {"op": "error", "error": "a spawn request needs arguments "
                                                          "and two file descriptors"})
         finally:
+            self._held = []
             for fd in fds:
                 os.close(fd)
         return True
 
-    def _spawn(self, args: list[str], fds: list[int]) -> None:
-        """Fork a starter and give it the job, once the startd has heard of it."""
+    def _spawn(self, args: list[str], fds: list[int], keep: bool = False) -> None:
+        """Fork a starter and give it the job, once the startd has heard of it; with
+        `keep`, the startd gets the child's socket too (after the `spawned` reply's
+        pidfd), to give it further jobs."""
         try:
             pid, child = self._fork()
         except OSError as exc:
             send(self.sock, {"op": "error", "error": f"fork failed: {exc.strerror or exc}"})
             return
         try:
-            self._announce({"op": "spawned", "pid": pid}, pid)
+            self._announce({"op": "spawned", "pid": pid, "keep": keep}, pid,
+                           child.fileno() if keep else None, fd_first=False)
             try:
-                send(child, {"op": "job", "args": args}, fds)
+                send(child, {"op": "job", "args": args, "last": not keep}, fds)
             except OSError:
                 pass  # the child died first: its exit is reported as usual
         finally:
@@ -188,11 +203,14 @@ class Zygote:
         finally:
             child.close()  # the startd's copy is the only one: its close is the fork's EOF
 
-    def _announce(self, message: dict[str, Any], pid: int, fd: int | None = None) -> None:
-        """Tell the startd of a new child: `message`, with `fd` and a pidfd of it."""
+    def _announce(self, message: dict[str, Any], pid: int, fd: int | None = None,
+                  fd_first: bool = True) -> None:
+        """Tell the startd of a new child: `message`, with `fd` and a pidfd of it (in
+        that order, or the pidfd first)."""
         pidfd = _pidfd(pid)
+        order = (fd, pidfd) if fd_first else (pidfd, fd)
         try:
-            send(self.sock, message, [f for f in (fd, pidfd) if f is not None])
+            send(self.sock, message, [f for f in order if f is not None])
         finally:
             if pidfd is not None:
                 os.close(pidfd)
@@ -258,7 +276,7 @@ class Zygote:
         """In a forked child: let go of the zygote's descriptors (fd 0, the startd's
         socket, becomes /dev/null: nothing opened meanwhile may take its number)."""
         signal.set_wakeup_fd(-1)
-        for fd in (self._wake_r, self._wake_w):
+        for fd in (self._wake_r, self._wake_w, *self._held):
             os.close(fd)
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, self.sock.detach())
@@ -324,10 +342,32 @@ def _child(sock: socket.socket, zygote: Zygote) -> None:
             _while_waiting(sock)
         except Exception:  # noqa: BLE001 - the job's own start reports what it meets
             log.warning("a starter waiting for its job could not prepare for it", exc_info=True)
+        launch.orphans_are_killed = zygote.adopts
+        _run_jobs(sock, zygote.pid, entry)
+    except BaseException:  # noqa: BLE001 - a child must never return into the zygote
+        try:
+            logging.getLogger("fetchwork.starter").exception("the forked starter failed")
+        finally:
+            os._exit(code)
+    os._exit(code)
+
+
+def _run_jobs(sock: socket.socket, zygote_pid: int, entry: Any) -> None:
+    """Run the jobs that come on `sock`, one at a time, until one is the last
+    (`"last": true`, or a job that ended with the starter failing) or the socket
+    closes; never returns. Between two jobs the starter lets go of the last one's
+    pipes (its end of the event stream closed, `/dev/null` on fd 0), says `done`
+    with the job's exit status on the socket, and dies with the zygote again."""
+    ran = 0
+    while True:
         message, fds = receive(sock)
-        sock.close()
         if message is None or message.get("op") != "job" or len(fds) != _FDS_PER_REQUEST:
-            os._exit(ORPHAN_STATUS)  # let go before a job came
+            for fd in fds:
+                os.close(fd)
+            os._exit(ORPHAN_STATUS if ran == 0 else 0)  # let go before (another) job came
+        last = bool(message.get("last", True))
+        if last:
+            sock.close()
         _die_with(None)
         stdin_fd, stdout_fd = fds
         os.dup2(stdin_fd, 0)
@@ -336,15 +376,34 @@ def _child(sock: socket.socket, zygote: Zygote) -> None:
             if fd > 2:
                 os.close(fd)
         args = [str(word) for word in message.get("args", [])]
-        launch.orphans_are_killed = zygote.adopts
         sys.argv = [sys.argv[0], *args]
-        entry.exit_now(entry.main(args))
-    except BaseException:  # noqa: BLE001 - a child must never return into the zygote
+        code = entry.main(args)
+        ran += 1
+        if last or code != 0:  # a starter that failed is never given another job
+            entry.exit_now(code)
+        _between_jobs()
+        send(sock, {"op": "done", "status": code})
+        _die_with(zygote_pid)
+
+
+def _between_jobs() -> None:
+    """What a job leaves in a starter that runs another: fd 0 and 1 back on
+    /dev/null (the job's control pipe and any copy of its event pipe let go),
+    the log's name back to a waiting starter's."""
+    from fetchwork.starter import __main__ as entry
+
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    for stream in (sys.stdout, sys.stderr):
         try:
-            logging.getLogger("fetchwork.starter").exception("the forked starter failed")
-        finally:
-            os._exit(code)
-    os._exit(code)
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    entry.log_to_stderr("starter[standby]")
+
+
 
 
 def _die_with(zygote_pid: int | None) -> None:

@@ -63,7 +63,7 @@ class StarterProcess:
         if keyword:
             args += ["--keyword", keyword]
         try:
-            proc = zygote.spawn(args)
+            proc = zygote.spawn(args, slot_id)
         except OSError as exc:
             shutil.rmtree(sandbox, ignore_errors=True)
             raise StarterError(f"cannot start the starter: {exc.strerror or exc}") from exc
@@ -85,7 +85,7 @@ class StarterProcess:
             if chunk is None:
                 break
             if not chunk:
-                self.stdout_closed = True
+                self.stdout_closed = self.proc.events_ended = True
                 break
             self._partial += chunk
         *lines, self._partial = self._partial.split(b"\n")
@@ -133,6 +133,11 @@ class StarterProcess:
 
     def poll(self) -> int | None:
         return self.proc.poll()
+
+    @property
+    def between_jobs(self) -> bool:
+        """The starter finished its job and waits for another (it did not exit)."""
+        return self.proc.between_jobs
 
     def close(self) -> None:
         """Release pipes and the pidfd; remove the sandbox if the starter left it behind."""

@@ -65,6 +65,7 @@ class StarterSupervisor:
         self.sandboxes = Sandboxes(host.settings.execute_dir)  # the first made once it exists
         # Every starter is a fork of the zygote; STARTER_STANDBY of them are forked ahead.
         self.zygote = ZygoteClient()
+        self.zygote.jobs_per_process = host.settings.starter_jobs_per_process
         self.zygote.keep_ahead(host.settings.starter_standby)
 
     def refill(self) -> None:
@@ -200,6 +201,8 @@ class StarterSupervisor:
             self._on_event(slot, event)
         if starter.stdout_closed:
             unregister(self.selector, starter.fileno())
+            if starter.proc.sock is not None:  # it may say `done` rather than exit
+                self.reap(slot)
 
     def _on_event(self, slot: Slot, event: dict[str, Any]) -> None:
         claim, kind = slot.claim, event.get("event")
@@ -236,17 +239,23 @@ class StarterSupervisor:
         status = starter.poll()
         if status is None:
             return
-        self.read_events(slot)
+        if not starter.stdout_closed:
+            self.read_events(slot)
         unregister(self.selector, starter.fileno())
         if starter.pidfd is not None:
             unregister(self.selector, starter.pidfd)
+        # A starter that finished its job and may run another waits for the slot's
+        # next one (STARTER_JOBS_PER_PROCESS), unless the slot goes away with its claim.
+        kept = (starter.between_jobs and slot.carve is None and self.host.shutdown_plan is None
+                and self.zygote.take_back(slot.slot_id, starter.proc))
         starter.close()
         slot.starter = None
         if self.host.shutdown_plan is None:
             self.refill()  # in case the job never started
         level = logging.INFO if status == 0 else logging.WARNING
-        log.log(level, "%s: starter %s exited with status %s (job %s)", slot.label,
-                starter.pid, status, starter.exit_how or "ended without an exit event")
+        log.log(level, "%s: starter %s %s with status %s (job %s)", slot.label, starter.pid,
+                "finished its job" if kept else "exited", status,
+                starter.exit_how or "ended without an exit event")
         if slot.claim is not None:
             slot.claim.job_started_at = None
             slot.claim.ended = True

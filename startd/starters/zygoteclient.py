@@ -8,7 +8,11 @@ waits on, with a pidfd of it), straight over that socket; with none waiting,
 it passes them to the zygote and waits for the reply: the starter's pid and
 a pidfd for it. The zygote reaps its children and
 reports their exit status; `fileno()` is readable when a report waits, and
-`read_reports` takes them. A zygote found dead is started again and the
+`read_reports` takes them. A starter may run several jobs of its slot in
+turn (`jobs_per_process`, STARTER_JOBS_PER_PROCESS): the startd keeps its
+socket, hears its `done` after each job (`ForkedStarter.poll`), takes it back
+for the slot's next job (`take_back`) and tells it which job is its last. A
+zygote found dead is started again and the
 request retried once (the forks it made ahead are let go); a zygote that
 cannot fork answers with an error that `spawn` raises as StarterError, so
 the caller can give the job back. A starter orphaned by a dead zygote is
@@ -56,6 +60,8 @@ class Waiting:
     pidfd: int | None
     sock: socket.socket
     zygote_pid: int
+    # Jobs it ran before (a starter back from a job, STARTER_JOBS_PER_PROCESS > 1).
+    jobs_run: int = 0
 
     def ended(self) -> bool:
         return _gone(self.pid, self.pidfd)
@@ -91,11 +97,42 @@ class ForkedStarter:
     zygote_pid: int
     client: ZygoteClient | None = None
     returncode: int | None = None
+    # The socket it takes its next job on (None: this job is its last), and how
+    # many jobs it has been given, this one included.
+    sock: socket.socket | None = None
+    jobs_run: int = 1
+    # True once it said `done`: the job is over and the starter waits for another.
+    between_jobs: bool = False
+    # Set by its reader at the end of its event stream: `done` follows at once.
+    events_ended: bool = False
 
     def poll(self) -> int | None:
+        if self.returncode is None and self.sock is not None:
+            self._hear_done(REPORT_WAIT_S if self.events_ended else 0.0)
         if self.returncode is None and self.client is not None:
             self.returncode = self.client.exit_status(self, wait_s=REPORT_WAIT_S)
         return self.returncode
+
+    def _hear_done(self, wait_s: float) -> None:
+        """Take its `done` (waiting up to `wait_s` once its event stream has ended:
+        the word follows the stream's end at once, unless the starter died)."""
+        assert self.sock is not None
+        watched: list[Any] = [self.sock] + ([self.pidfd] if self.pidfd is not None else [])
+        readable, _w, _x = select.select(watched, [], [], wait_s)
+        if self.sock not in readable:
+            return
+        try:
+            message, fds = receive(self.sock)
+        except (OSError, ValueError):
+            message, fds = None, []
+        for fd in fds:
+            os.close(fd)
+        if message is not None and message.get("op") == "done":
+            self.returncode = int(message.get("status", 0))
+            self.between_jobs = True
+        else:  # it let go of its socket: it is ending, its exit is reported as usual
+            self.sock.close()
+            self.sock = None
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -118,7 +155,11 @@ class ForkedStarter:
         self.send_signal(signal.SIGKILL)
 
     def close(self) -> None:
-        """Close the startd's ends of the pipes and the pidfd."""
+        """Close the startd's ends of the pipes, the pidfd and its socket (a starter
+        not taken back for another job leaves when it sees the socket close)."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
         for stream in (self.stdin, self.stdout):
             try:
                 stream.close()
@@ -144,6 +185,10 @@ class ZygoteClient:
         self._statuses: dict[int, int] = {}
         self._pending: list[tuple[int, int]] = []
         self._waiting: list[Waiting] = []  # forked ahead, oldest first
+        # Starters back from a job, waiting for their slot's next one, by slot.
+        self._kept: dict[int, Waiting] = {}
+        # STARTER_JOBS_PER_PROCESS: jobs a starter runs before it is replaced.
+        self.jobs_per_process = 1
         self._asked = 0  # forks ahead asked of this zygote and not yet reported
 
     # -- the zygote process ----------------------------------------------------
@@ -190,6 +235,8 @@ class ZygoteClient:
         if self.sock is not None:
             self._drain()
         waiting, self._waiting = self._waiting, []
+        waiting += list(self._kept.values())
+        self._kept = {}
         deadline = time.monotonic() + wait_s
         for fork in waiting:
             fork.let_go(max(0.0, deadline - time.monotonic()) if wait_s else 0.0)
@@ -237,12 +284,16 @@ class ZygoteClient:
                 return
             self._asked += 1
 
-    def spawn(self, args: Sequence[str]) -> ForkedStarter:
-        """A new starter running `python -m fetchwork.starter <args>`: one forked
-        ahead when one waits (or is being forked), else one forked now.
+    def spawn(self, args: Sequence[str], slot_id: int | None = None) -> ForkedStarter:
+        """A starter running `python -m fetchwork.starter <args>`: the one slot
+        `slot_id` kept from its last job when it has one, else one forked ahead when
+        one waits (or is being forked), else one forked now.
 
         Raises StarterError when the zygote cannot fork or cannot be started.
         """
+        kept = self._give_kept(args, slot_id)
+        if kept is not None:
+            return kept
         for attempt in (1, 2):
             self.refill()
             try:
@@ -263,29 +314,67 @@ class ZygoteClient:
         if not self._waiting and self._asked:
             self._await_forked()
         while self._waiting:
-            fork = self._waiting.pop(0)
-            if fork.zygote_pid != self.pid or fork.ended():
-                self._let_go(fork)
-                continue
-            stdin_r, stdin_w = os.pipe()
-            stdout_r, stdout_w = os.pipe()
-            try:
-                send(fork.sock, {"op": "job", "args": list(args)}, [stdin_r, stdout_w])
-            except OSError:
-                for fd in (stdin_w, stdout_r):
-                    os.close(fd)
-                self._let_go(fork)
-                continue
-            finally:
-                os.close(stdin_r)
-                os.close(stdout_w)
-            fork.sock.close()
-            os.set_blocking(stdout_r, False)
-            return ForkedStarter(pid=fork.pid, pidfd=fork.pidfd,
-                                 stdin=os.fdopen(stdin_w, "wb"),
-                                 stdout=os.fdopen(stdout_r, "rb"),
-                                 zygote_pid=fork.zygote_pid, client=self)
+            given = self._give_to(self._waiting.pop(0), args)
+            if given is not None:
+                return given
         return None
+
+    def _give_kept(self, args: Sequence[str], slot_id: int | None) -> ForkedStarter | None:
+        """Give the job to the starter slot `slot_id` kept from its last job, if any."""
+        fork = self._kept.pop(slot_id, None) if slot_id is not None else None
+        return self._give_to(fork, args) if fork is not None else None
+
+    def _give_to(self, fork: Waiting, args: Sequence[str]) -> ForkedStarter | None:
+        """Hand the job to a waiting starter (its last when it has run
+        STARTER_JOBS_PER_PROCESS with it); None when it is gone (it is let go)."""
+        if fork.zygote_pid != self.pid or fork.ended():
+            self._let_go(fork)
+            return None
+        jobs_run = fork.jobs_run + 1
+        last = jobs_run >= self.jobs_per_process
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        try:
+            send(fork.sock, {"op": "job", "args": list(args), "last": last},
+                 [stdin_r, stdout_w])
+        except OSError:
+            for fd in (stdin_w, stdout_r):
+                os.close(fd)
+            self._let_go(fork)
+            return None
+        finally:
+            os.close(stdin_r)
+            os.close(stdout_w)
+        if last:
+            fork.sock.close()
+        os.set_blocking(stdout_r, False)
+        return ForkedStarter(pid=fork.pid, pidfd=fork.pidfd,
+                             stdin=os.fdopen(stdin_w, "wb"), stdout=os.fdopen(stdout_r, "rb"),
+                             zygote_pid=fork.zygote_pid, client=self,
+                             sock=None if last else fork.sock, jobs_run=jobs_run)
+
+    def take_back(self, slot_id: int, starter: ForkedStarter) -> bool:
+        """Keep a starter that finished a job and waits for another, for slot
+        `slot_id`'s next job; False (nothing taken) when it does not wait."""
+        if not starter.between_jobs or starter.sock is None or starter.zygote_pid != self.pid:
+            return False
+        old = self._kept.pop(slot_id, None)
+        if old is not None:
+            self._let_go(old)
+        self._kept[slot_id] = Waiting(starter.pid, starter.pidfd, starter.sock,
+                                      starter.zygote_pid, starter.jobs_run)
+        starter.pidfd, starter.sock = None, None
+        return True
+
+    def let_go_kept(self, slot_id: int) -> None:
+        """Let the starter slot `slot_id` kept go (the slot is gone)."""
+        fork = self._kept.pop(slot_id, None)
+        if fork is not None:
+            self._let_go(fork)
+
+    def kept(self) -> dict[int, int]:
+        """The pids of the starters kept for their slot's next job, by slot."""
+        return {slot_id: fork.pid for slot_id, fork in self._kept.items()}
 
     def _await_forked(self) -> None:
         """Wait for the report of a fork asked for ahead (or for the zygote's end)."""
@@ -302,12 +391,13 @@ class ZygoteClient:
         assert self.sock is not None and self.proc is not None
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
+        request = {"op": "spawn", "args": list(args), "keep": self.jobs_per_process > 1}
         try:
             try:
-                send(self.sock, {"op": "spawn", "args": list(args)}, [stdin_r, stdout_w])
+                send(self.sock, request, [stdin_r, stdout_w])
             except BlockingIOError:
                 self._writable()
-                send(self.sock, {"op": "spawn", "args": list(args)}, [stdin_r, stdout_w])
+                send(self.sock, request, [stdin_r, stdout_w])
             except OSError as exc:
                 raise ZygoteGone(f"cannot write to it: {exc.strerror or exc}") from exc
             reply, fds = self._reply()
@@ -324,9 +414,13 @@ class ZygoteClient:
             raise StarterError(f"the starter zygote could not start a starter: "
                                f"{reply.get('error') or reply}")
         os.set_blocking(stdout_r, False)
+        sock = None
+        if reply.get("keep") and len(fds) == 2:  # the child's socket, after its pidfd
+            sock = socket.socket(fileno=fds.pop())
+            os.set_inheritable(sock.fileno(), False)
         return ForkedStarter(pid=int(reply["pid"]), pidfd=fds[0] if fds else None,
                              stdin=os.fdopen(stdin_w, "wb"), stdout=os.fdopen(stdout_r, "rb"),
-                             zygote_pid=self.proc.pid, client=self)
+                             zygote_pid=self.proc.pid, client=self, sock=sock)
 
     def _writable(self) -> None:
         assert self.sock is not None
