@@ -25,6 +25,10 @@ One private pool (embedded Redis, broker, a startd with the reference
   files from a folder, jobs/s (the cost of HTCondor-style program hooks);
 - reference: fork+exec+wait of `/bin/true` from Python.
 
+`--jobs-per-process N` sets STARTER_JOBS_PER_PROCESS for the pool (a starter
+runs N jobs of its slot in turn); the line before the figures names the
+value used.
+
 Prints figures only; the pool's logs go to a file in the temporary folder.
 """
 
@@ -122,7 +126,7 @@ def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 3
 class StartdRun:
     """A private pool with `slots` slots and the recording fetch hook."""
 
-    def __init__(self, root: Path, slots: int):
+    def __init__(self, root: Path, slots: int, jobs_per_process: int | None = None):
         self.root = root
         self.fetch_log = root / "fetched.log"
         (root / "fwbench_hooks.py").write_text(FETCH_RECORDER.format(log=str(self.fetch_log)))
@@ -133,6 +137,8 @@ class StartdRun:
                                                                os.environ.get("PYTHONPATH")])),
                    "_FETCHWORK_FETCHWORK_HOOK_FETCH_WORK": "python:fwbench_hooks:fetch",
                    "_FETCHWORK_STARTER_INITIAL_UPDATE_INTERVAL": "3600"}
+        if jobs_per_process is not None:
+            environ["_FETCHWORK_STARTER_JOBS_PER_PROCESS"] = str(jobs_per_process)
         os.environ.update(environ)
         self.config = Config.load(environ=environ)
         self.pool = Pool(self.config, slots=slots, log_path=root / "pool.log")
@@ -341,6 +347,9 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--program-jobs", type=int, default=50,
                         help="jobs for the program-hook run (0: skip it)")
+    parser.add_argument("--jobs-per-process", type=int, default=None,
+                        help="STARTER_JOBS_PER_PROCESS of the pool (default: the "
+                             "configuration's)")
     args = parser.parse_args()
     per_exec_ms = fork_exec_ms(200)
     print(f"reference: fork+exec+wait of /bin/true {per_exec_ms:.2f} ms "
@@ -348,7 +357,8 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f}")
     root = Path(tempfile.mkdtemp(prefix="fw-startd-bench-"))
     root.chmod(0o755)
-    run = StartdRun(root, args.slots)
+    run = StartdRun(root, args.slots, args.jobs_per_process)
+    print(f"STARTER_JOBS_PER_PROCESS = {run.config.get_int('STARTER_JOBS_PER_PROCESS')}")
     try:
         run.start()
         print(f"/bin/true throughput, {args.jobs} jobs (or 30 s), {args.slots} slots / "
