@@ -137,9 +137,10 @@ class LeaderDuties:
                     self._await_reader(epoch)
                     continue
                 if reading - fed:
-                    position = self._hand_over(epoch, reading - fed, position if fed else None)
-                    if position is None:
+                    handed = self._hand_over(epoch, reading - fed, position if fed else None)
+                    if handed is None:
                         continue
+                    position = handed
                 fed = reading
                 events = self.store.events(position, block_ms=int(self.block_s * 1000),
                                            count=self.count)

@@ -21,7 +21,7 @@ import getpass
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,6 @@ from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import PreparedJob, identity, place
 from fetchwork.broker.store.states import State
-from fetchwork.broker.userlog.writer import note_user_logs
 from fetchwork.errors import SubmitError
 
 from .shape import PackedJobs, SubmissionShape, SubmitGroups
@@ -175,3 +174,11 @@ class Submitter:
             note_user_logs(pipe, store, (job for job, _seq in placed[first:first + TRANSACTION]))
             pipe.execute()
 
+
+def note_user_logs(pipe: redis.client.Pipeline, store: Store,
+                   jobs: Iterable[PreparedJob]) -> None:
+    """Mark the pool as one whose jobs use user logs, in `pipe` (the MULTI that queues
+    `jobs`, so the mark is there before any of their events), when one of them names
+    one: the leader's user log writer reads events only once it is (leader/interest.py)."""
+    if any(job.attrs.get("UserLog") for job in jobs):
+        pipe.set(store.keys.userlog_used, 1)

@@ -29,7 +29,7 @@ import os
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from fetchwork.broker.store import Store, calls, codec
@@ -74,13 +74,6 @@ def _tail(path: str) -> str:
             return handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-
-
-def note_user_logs(pipe: Any, store: Store, jobs: Iterable[Any]) -> None:
-    """Mark the pool as one whose jobs use user logs, in `pipe` (the MULTI that queues
-    `jobs`, so the mark is there before any of their events), when one of them names one."""
-    if any(log_path(job.attrs) is not None or job.attrs.get("UserLog") for job in jobs):
-        pipe.set(store.keys.userlog_used, 1)
 
 
 class UserLogWriter:

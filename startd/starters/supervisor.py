@@ -165,6 +165,7 @@ class StarterSupervisor:
         slot.deadlines, _ = eviction.step(slot.deadlines, eviction.Released(), time.monotonic())
         if slot.carve is not None and slot.pending is None:
             # A dynamic slot is gone with its claim; its resources go back to its p-slot.
+            self.zygote.let_go_kept(slot.slot_id)
             self.host.carving.drop(slot, self.host.slots)
             return
         if slot.pending is not None and self.host.shutdown_plan is None:
