@@ -229,7 +229,7 @@ def test_suspend_and_continue(bench):
     wait_until(lambda: ticks.exists() and ticks.stat().st_size > 0, 20)
     run.send("suspend")
     run.event("state", state="Suspended")
-    wait_until(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, 10)
+    wait_until(lambda: _suspended(pid), 10, what="the job's processes stopped")
     wait_until(lambda: any(e["event"] == "update" and e["ad"]["JobState"] == "Suspended"
                            for e in run.events), 10, what="an update while suspended")
     run.send("continue")
@@ -240,6 +240,23 @@ def test_suspend_and_continue(bench):
     run.send("kill")
     ad = run.finish()["ad"]
     assert ad["ExitSignal"] == signal.SIGKILL
+
+
+def _suspended(pid: int) -> bool:
+    """Whether the job's main process and its group are stopped.
+
+    A shell caught by SIGSTOP in the middle of a vfork waits in disk-sleep for
+    its child, which is itself stopped before its exec: suspended all the same.
+    """
+    try:
+        main = psutil.Process(pid)
+        group = [main] + [proc for proc in main.children(recursive=True)
+                          if os.getpgid(proc.pid) == pid]
+        states = {proc.status() for proc in group}
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return False  # a child ended while it was looked at: look again
+    return psutil.STATUS_STOPPED in states and \
+        states <= {psutil.STATUS_STOPPED, psutil.STATUS_DISK_SLEEP}
 
 
 def test_vacate_sends_killsig_then_sigkill_and_leaves_no_orphans(bench):
