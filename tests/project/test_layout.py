@@ -30,7 +30,9 @@ ALLOWED = {
     "startd": {"config", "hooks", "starter"},
     "submit": {"config", "broker"},
 }
-HOOKS_THAT_SPEAK_TO_THE_BROKER = {"fetchwork.hooks.reference", "fetchwork.hooks.brokerconn"}
+HOOKS_THAT_SPEAK_TO_THE_BROKER = {"fetchwork.hooks.reference", "fetchwork.hooks.brokerconn",
+                                  # the rq bridge's client: the broker's URL to client factory
+                                  "fetchwork.hooks.rqbridge.redisconn"}
 
 # The broker's layers, by package (or top-level module) under fetchwork.broker.
 # The store (keys, codec, states, job ads, Lua scripts) is the bottom. Each

@@ -70,6 +70,17 @@ _.moves
 _.last_plan
 _.reset_broker
 
+# rq's Worker and Job read these (the rq bridge, hooks/rqbridge/): the worker's
+# process title, address and stopped job, the job's server version and end,
+# an execution's job.
+_.procline
+_.queue_class
+_.ip_address
+_.redis_server_version
+_.ended_at
+_._stopped_job_id
+_._job
+
 # Dead, in modules being reworked at the moment: remove with that work.
 _.final_ad  # startd/starters/process.py: set, never read
 _.soft_kill_sent  # starter/lifecycle.py: never set nor read

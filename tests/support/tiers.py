@@ -31,6 +31,8 @@ POOL_MODULES = frozenset({
     "broker/leader/test_failover.py",
     "broker/leader/test_service.py",
     "hooks/test_finish_outage.py",
+    "hooks/rqbridge/test_bridge.py",
+    "hooks/rqbridge/test_lifecycle.py",
     "project/test_install.py",
     "startd/slots/test_startd.py",
     "startd/starters/test_zygote.py",

@@ -1,0 +1,218 @@
+"""The rq bridge against rq's own worker: the same jobs, the same assertions.
+
+One module-scoped run per runner: the same rq jobs are enqueued (rq's
+`Queue.enqueue`, on a private Redis, one database per runner) and worked
+either by `rq worker --burst` or by a real startd whose slots use the bridge.
+Every assertion then runs against both runs: return values, exceptions,
+timeouts, retries, dependencies, callbacks, result and failure TTLs, and the
+job process's folder and variables come out as rq's own worker gives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from rq import Callback, Queue, Retry, Worker
+from rq.job import Dependency, Job
+from rq.registry import FailedJobRegistry, FinishedJobRegistry
+from rq.results import Result
+
+from tests.support import rqbridge
+from tests.support.startd import Pool
+from tests.support.waiting import wait_until
+
+RUNNERS = ["rq worker", "fetchwork startd"]
+QUEUE = "bridged"
+DB = {"rq worker": 1, "fetchwork startd": 2}
+
+
+@dataclass
+class World:
+    root: Path
+    port: int
+    python: str | None
+
+
+@dataclass
+class Run:
+    runner: str
+    connection: redis.Redis
+    ids: dict[str, str]
+    root: Path
+    # What `Worker.all()` showed while the startd's slot ran the "slow" job.
+    busy_workers: list[tuple[str, str, str | None]] = field(default_factory=list)
+    workers_after: list[str] = field(default_factory=list)
+
+    def job(self, name: str) -> Job:
+        return Job.fetch(self.ids[name], connection=self.connection)
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    root = rqbridge.fresh_root("bridge")
+    rqbridge.write_jobs(root)
+    with rqbridge.rq_redis(root) as port:
+        yield World(root, port, rqbridge.job_python(root))
+
+
+def enqueue_all(connection: redis.Redis) -> dict[str, str]:
+    """The jobs both runners work; their ids by name."""
+    queue = Queue(QUEUE, connection=connection)
+    jobs = {}
+    jobs["slow"] = queue.enqueue("rqtestjobs.sleepy", 2)
+    jobs["add"] = queue.enqueue("rqtestjobs.add", 1, 2)
+    jobs["boom"] = queue.enqueue("rqtestjobs.boom", "bad input",
+                                 on_failure=Callback("rqtestjobs.on_failure"))
+    jobs["timeout"] = queue.enqueue("rqtestjobs.sleepy", 30, job_timeout=1)
+    jobs["retried"] = queue.enqueue("rqtestjobs.counted_failure", "attempts",
+                                    retry=Retry(max=2))
+    jobs["dependent"] = queue.enqueue("rqtestjobs.add", 10, 20, depends_on=jobs["add"])
+    jobs["after_failure"] = queue.enqueue("rqtestjobs.add", 0, 0, depends_on=jobs["boom"])
+    jobs["allowed_failure"] = queue.enqueue(
+        "rqtestjobs.add", 5, 5, depends_on=Dependency(jobs=[jobs["boom"]], allow_failure=True))
+    jobs["callback"] = queue.enqueue("rqtestjobs.add", 2, 2,
+                                     on_success=Callback("rqtestjobs.on_success"))
+    jobs["no_result"] = queue.enqueue("rqtestjobs.add", 1, 1, result_ttl=0)
+    jobs["failure_ttl"] = queue.enqueue("rqtestjobs.boom", "kept a while", failure_ttl=500)
+    jobs["where"] = queue.enqueue("rqtestjobs.where")
+    return {name: job.id for name, job in jobs.items()}
+
+
+def _busy_workers(connection: redis.Redis) -> list[tuple[str, str, str | None]]:
+    return [(worker.name, worker.get_state(), worker.get_current_job_id())
+            for worker in Worker.all(connection=connection)]
+
+
+@pytest.fixture(scope="module", params=RUNNERS)
+def run(request: pytest.FixtureRequest, world: World) -> Iterator[Run]:
+    runner = request.param
+    rq_url = rqbridge.url(world.port, DB[runner])
+    connection = redis.Redis.from_url(rq_url)
+    connection.flushdb()
+    ids = enqueue_all(connection)
+    result = Run(runner, connection, ids, world.root)
+    # Every job but the one whose dependency fails (it stays deferred).
+    ending = [job_id for name, job_id in ids.items() if name != "after_failure"]
+    if runner == "rq worker":
+        rqbridge.rq_worker(world.root, rq_url, [QUEUE])
+    else:
+        # The startd is started in a folder holding the job functions (Pool.start),
+        # as `rq worker` above.
+        pool = Pool(world.root / "startd", "python")
+        rqbridge.write_jobs(pool.root)
+        pool.write_config(rqbridge.startd_config(world.root / "startd", rq_url, QUEUE,
+                                                 world.python))
+        pool.start()
+        try:
+            result.busy_workers = wait_until(
+                lambda: [seen for seen in _busy_workers(connection)
+                         if seen[2] == ids["slow"] and seen[1] == "busy"],
+                60, fail_if=pool.exited, what="a slot shown as a busy rq worker")
+            rqbridge.wait_jobs_done(connection, ending, 120, fail_if=pool.exited)
+            wait_until(lambda: not Worker.all(connection=connection), 30,
+                       fail_if=pool.exited, what="the slots to leave rq's workers")
+            result.workers_after = [w.name for w in Worker.all(connection=connection)]
+        finally:
+            pool.stop()
+            log = pool.log_text()
+        assert "Traceback" not in log, log[-3000:]
+    yield result
+    connection.close()
+
+
+# -- outcomes, as rq's worker records them ----------------------------------
+
+def test_return_value_is_rqs_result(run: Run) -> None:
+    job = run.job("add")
+    assert job.get_status() == "finished"
+    assert job.return_value() == 3
+    latest = job.latest_result()
+    assert latest is not None and latest.type == Result.Type.SUCCESSFUL
+    assert job.id in FinishedJobRegistry(QUEUE, connection=run.connection)
+
+
+def test_exception_fails_with_its_traceback(run: Run) -> None:
+    job = run.job("boom")
+    assert job.get_status() == "failed"
+    assert job.id in FailedJobRegistry(QUEUE, connection=run.connection)
+    latest = job.latest_result()
+    assert latest is not None and latest.type == Result.Type.FAILED
+    assert "ValueError: bad input" in (latest.exc_string or "")
+    assert 'in boom' in (latest.exc_string or "")
+
+
+def test_timeout_is_rqs_timeout(run: Run) -> None:
+    job = run.job("timeout")
+    assert job.get_status() == "failed"
+    exc = job.latest_result().exc_string or ""  # type: ignore[union-attr]
+    assert "JobTimeoutException" in exc
+    assert "maximum timeout value (1 seconds)" in exc
+
+
+def test_retries_as_many_as_asked(run: Run) -> None:
+    job = run.job("retried")
+    assert job.get_status() == "failed"
+    assert job.retries_left == 0
+    assert run.connection.get("attempts") == b"3"
+
+
+def test_dependents_run_after_their_dependency(run: Run) -> None:
+    dependent = run.job("dependent")
+    assert dependent.get_status() == "finished"
+    assert dependent.return_value() == 30
+    assert dependent.started_at >= run.job("add").ended_at  # type: ignore[operator]
+
+
+def test_a_failed_dependency_keeps_dependents_back(run: Run) -> None:
+    assert run.job("after_failure").get_status() == "deferred"
+    allowed = run.job("allowed_failure")
+    assert allowed.get_status() == "finished"
+    assert allowed.return_value() == 10
+
+
+def test_callbacks_run(run: Run) -> None:
+    called = [item.decode() for item in run.connection.lrange("callbacks", 0, -1)]
+    assert f"success:{run.ids['callback']}:4" in called
+    assert f"failure:{run.ids['boom']}:ValueError" in called
+    assert not [item for item in called if run.ids["add"] in item]
+
+
+def test_result_ttl_zero_deletes_the_job(run: Run) -> None:
+    assert not Job.exists(run.ids["no_result"], connection=run.connection)
+
+
+def test_failure_ttl_bounds_a_failed_job(run: Run) -> None:
+    job = run.job("failure_ttl")
+    assert job.get_status() == "failed"
+    assert 0 < run.connection.ttl(job.key) <= 500
+
+
+def test_the_job_process_sees_what_an_rq_horse_sees(run: Run) -> None:
+    seen: Any = run.job("where").return_value()
+    assert seen["job"] == run.ids["where"]
+    assert seen["worker"]
+    assert Path(seen["cwd"]).resolve() == (
+        run.root if run.runner == "rq worker" else run.root / "startd").resolve()
+    assert str(run.root) in seen["pythonpath"].split(":") or \
+        str(run.root / "startd") in seen["pythonpath"].split(":")
+
+
+# -- the startd's slots as rq workers ----------------------------------------
+
+def test_a_busy_slot_is_an_rq_worker(run: Run) -> None:
+    if run.runner != "fetchwork startd":
+        pytest.skip("rq's own worker is a worker by definition")
+    (name, state, job_id), = run.busy_workers
+    assert name.startswith(("slot1@", "slot2@"))
+    assert (state, job_id) == ("busy", run.ids["slow"])
+
+
+def test_slots_leave_rq_when_their_jobs_end(run: Run) -> None:
+    if run.runner != "fetchwork startd":
+        pytest.skip("rq's own worker is a worker by definition")
+    assert run.workers_after == []
