@@ -1,0 +1,158 @@
+"""What becomes of an rq job when its startd goes away or will not run it.
+
+A real startd with the rq bridge, rq's Redis private to the module (one
+database per test). A machine that dies mid-job (the startd, its starters and
+jobs SIGKILLed at once) leaves its jobs where rq's own cleanup finds them;
+a startd killed alone has its starters give their jobs back; a job the slot
+rejects goes back to the front of its queue, intact for any worker.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+from rq import Queue, Retry, Worker
+from rq.job import Job
+from rq.registry import FailedJobRegistry, StartedJobRegistry
+
+from tests.support import rqbridge
+from tests.support.startd import Pool
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+QUEUE = "lifecycle"
+
+
+@dataclass
+class World:
+    root: Path
+    port: int
+    python: str | None
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    root = rqbridge.fresh_root("lifecycle")
+    with rqbridge.rq_redis(root) as port:
+        yield World(root, port, rqbridge.job_python(root))
+
+
+def _startd(world: World, name: str, db: int, extra: str = "") -> tuple[Pool, redis.Redis]:
+    """A startd (not started) in a folder of its own holding the job functions."""
+    pool = Pool(world.root / name, "python")
+    rqbridge.write_jobs(pool.root)
+    rq_url = rqbridge.url(world.port, db)
+    pool.write_config(rqbridge.startd_config(pool.root, rq_url, QUEUE, world.python,
+                                             extra=extra))
+    connection = redis.Redis.from_url(rq_url)
+    connection.flushdb()
+    return pool, connection
+
+
+def _horses(pool: Pool) -> dict[str, psutil.Process]:
+    """The startd's job processes, by rq job id."""
+    assert pool.proc is not None
+    found = {}
+    for proc in psutil.Process(pool.proc.pid).children(recursive=True):
+        try:
+            words = proc.cmdline()
+        except psutil.Error:
+            continue
+        if "fetchwork.hooks.rqbridge.horse" in words:
+            found[words[words.index("fetchwork.hooks.rqbridge.horse") + 2]] = proc
+    return found
+
+
+def _kill_machine(pool: Pool) -> None:
+    """SIGKILL the startd and every process under it at once (stopped first, so none
+    acts on another's death)."""
+    assert pool.proc is not None
+    top = psutil.Process(pool.proc.pid)
+    victims = [top, *top.children(recursive=True)]
+    for proc in victims:
+        try:
+            proc.send_signal(signal.SIGSTOP)
+        except psutil.Error:
+            pass
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    pool.proc.wait(30)
+
+
+def test_a_machine_that_dies_mid_job_leaves_its_jobs_to_rqs_cleanup(world: World) -> None:
+    pool, connection = _startd(world, "machine", 3)
+    queue = Queue(QUEUE, connection=connection)
+    plain = queue.enqueue("rqtestjobs.sleepy", 60, job_timeout=600)
+    retried = queue.enqueue("rqtestjobs.sleepy", 60, job_timeout=600, retry=Retry(max=1))
+    pool.start()
+    try:
+        wait_until(lambda: {plain.id, retried.id} <= set(_horses(pool)), 60,
+                   fail_if=pool.exited, what="both jobs running")
+        _kill_machine(pool)
+    finally:
+        pool.stop()
+    registry = StartedJobRegistry(QUEUE, connection=connection)
+    assert {plain.id, retried.id} <= set(registry.get_job_ids(cleanup=False))
+    assert rqbridge.status(connection, plain.id) == "started"
+    # rq's cleanup (any rq worker runs it every 10 minutes, and so do the bridge's
+    # fetches) once the executions' heartbeats have lapsed: an hour from now.
+    registry.cleanup(timestamp=time.time() + 3600)
+    assert rqbridge.status(connection, plain.id) == "failed"
+    assert plain.id in FailedJobRegistry(QUEUE, connection=connection)
+    assert "AbandonedJobError" in (Job.fetch(plain.id, connection=connection)
+                                   .latest_result().exc_string or "")  # type: ignore[union-attr]
+    assert rqbridge.status(connection, retried.id) == "queued"
+    assert Job.fetch(retried.id, connection=connection).retries_left == 0
+
+
+def test_a_startd_killed_alone_has_its_running_job_given_back(world: World) -> None:
+    pool, connection = _startd(world, "alone", 4, extra="NUM_SLOTS = 1\n")
+    queue = Queue(QUEUE, connection=connection)
+    job = queue.enqueue("rqtestjobs.sleepy", 60, job_timeout=600)
+    later = queue.enqueue("rqtestjobs.add", 1, 1)
+    pool.start()
+    try:
+        horse = wait_until(lambda: _horses(pool).get(job.id), 60, fail_if=pool.exited,
+                           what="the job running")
+        assert pool.proc is not None
+        pool.proc.kill()
+        pool.proc.wait(30)
+        # Its starter sees the startd gone, vacates the job, and the exit hook gives it back.
+        wait_until(lambda: rqbridge.status(connection, job.id) == "queued", 60,
+                   what="the job queued again")
+        wait_until(lambda: not horse.is_running(), 30, what="the job process gone")
+    finally:
+        pool.stop()
+    assert queue.get_job_ids() == [job.id, later.id]
+    assert job.id not in StartedJobRegistry(QUEUE, connection=connection).get_job_ids()
+    assert Worker.all(connection=connection) == []
+
+
+def test_a_rejected_job_goes_back_to_the_front_intact(world: World) -> None:
+    # The slot's START refuses this function: each fetch takes the job and gives it back.
+    pool, connection = _startd(world, "reject", 5, extra=(
+        'START = TARGET.RqFunction =!= "rqtestjobs.add"\nFetchWorkDelay = 1\n'))
+    queue = Queue(QUEUE, connection=connection)
+    job = queue.enqueue("rqtestjobs.add", 20, 22)
+    pool.start()
+    try:
+        pool.wait_log("was rejected by the slot", 60)
+    finally:
+        pool.stop()
+    assert rqbridge.status(connection, job.id) == "queued"
+    assert queue.get_job_ids() == [job.id]
+    assert StartedJobRegistry(QUEUE, connection=connection).get_job_ids() == []
+    pool_root = world.root / "reject"
+    rqbridge.rq_worker(pool_root, rqbridge.url(world.port, 5), [QUEUE])
+    assert Job.fetch(job.id, connection=connection).return_value() == 42
