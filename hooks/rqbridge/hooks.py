@@ -123,6 +123,8 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     name = settings.worker_name(slot_name if isinstance(slot_name, str) else "slot", os.getpid())
     worker = slotworker.new_worker(connection, knobs.queues, name)
     slotworker.maintain(worker)
+    if knobs.with_scheduler:
+        slotworker.enqueue_scheduled(worker)
     taken = slotworker.dequeue(worker, settings.block_s(knobs, slot_ad.get("Activity") == "Busy"))
     if taken is None:
         return None

@@ -25,6 +25,7 @@ try:
     from rq.exceptions import DequeueTimeout, InvalidJobOperation, NoSuchJobError
     from rq.executions import Execution
     from rq.job import Job, JobStatus
+    from rq.scheduler import RQScheduler
     from rq.utils import now
 except ImportError as exc:  # the optional dependency is not installed
     raise RqMissingError(
@@ -33,4 +34,5 @@ except ImportError as exc:  # the optional dependency is not installed
 
 __all__ = ["DEFAULT_JOB_MONITORING_INTERVAL", "DEFAULT_MAINTENANCE_TASK_INTERVAL",
            "DequeueTimeout", "Execution", "InvalidJobOperation", "Job", "JobStatus",
-           "NoSuchJobError", "Queue", "Retry", "RqMissingError", "Worker", "now", "rq"]
+           "NoSuchJobError", "Queue", "RQScheduler", "Retry", "RqMissingError", "Worker", "now",
+           "rq"]

@@ -11,6 +11,8 @@ Knobs (config/defaults.conf, config/examples/rq.conf):
   startd's own PYTHONPATH.
 - RQ_FETCH_LONG_POLL: seconds an idle slot's fetch blocks on the queues.
 - RQ_PYTHON: the interpreter of the job's process (default: the startd's).
+- RQ_WITH_SCHEDULER: the slots also enqueue scheduled jobs that are due, as
+  `rq worker --with-scheduler` does.
 
 The job's process is `python -m fetchwork.hooks.rqbridge.horse` with the
 startd's interpreter (or RQ_PYTHON), in the startd's working folder (`Iwd`), with the
@@ -60,6 +62,7 @@ class RqSettings:
     pythonpath: tuple[str, ...]
     long_poll_s: int
     python: str | None = None  # RQ_PYTHON; None: the startd's own interpreter
+    with_scheduler: bool = False  # RQ_WITH_SCHEDULER, as `rq worker --with-scheduler`
 
 
 def queue_names(text: str) -> tuple[str, ...]:
@@ -97,7 +100,8 @@ def read_settings(config: Config) -> RqSettings:
         raise _bad(config, "RQ_PYTHON", f"must be an absolute path, not {python!r}")
     return RqSettings(url=url, queues=queues,
                       pythonpath=python_path(config.get("RQ_PYTHONPATH") or ""),
-                      long_poll_s=math.ceil(long_poll_s), python=python)
+                      long_poll_s=math.ceil(long_poll_s), python=python,
+                      with_scheduler=config.get_bool("RQ_WITH_SCHEDULER", False))
 
 
 def _bad(config: Config, knob: str, why: str) -> ConfigError:

@@ -33,6 +33,7 @@ from fetchwork.hooks.rqbridge.needrq import (
     InvalidJobOperation,
     Job,
     Queue,
+    RQScheduler,
     Worker,
     now,
 )
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 _ip_lock = threading.Lock()
 _ip_address: dict[int, str] = {}
 _maintained_at: dict[tuple[str, ...], float] = {}
+_scheduled_at: dict[tuple[str, ...], float] = {}
+# rq's scheduler looks for due jobs this often (RQScheduler's interval).
+SCHEDULER_INTERVAL_S = 1.0
 
 
 class SlotQueue(Queue):
@@ -123,6 +127,26 @@ def maintain(worker: SlotWorker, at: float | None = None) -> None:
         worker.clean_group_registries()
     finally:
         worker.register_death()
+
+
+def enqueue_scheduled(worker: SlotWorker, at: float | None = None) -> None:
+    """What `rq worker --with-scheduler` does, at most once a second per startd: under
+    rq's scheduler lock of each queue, move the jobs now due (enqueue_at, enqueue_in,
+    a Retry with an interval) from the scheduled-job registry into their queues."""
+    key = tuple(worker.queue_names())
+    at = time.monotonic() if at is None else at
+    last = _scheduled_at.get(key)
+    if last is not None and at - last < SCHEDULER_INTERVAL_S:
+        return
+    _scheduled_at[key] = at
+    scheduler = RQScheduler(list(key), connection=worker.connection,
+                            serializer=worker.serializer)
+    scheduler.acquire_locks()
+    if scheduler.acquired_locks:
+        try:
+            scheduler.enqueue_scheduled_jobs()
+        finally:
+            scheduler.release_locks()
 
 
 def dequeue(worker: SlotWorker, block_s: int | None) -> tuple[Job, SlotQueue] | None:

@@ -167,11 +167,13 @@ def startd_config(root: Path, rq_url: str, queues: str, python: str | None,
     return textwrap.dedent(text) + textwrap.dedent(extra)
 
 
-def rq_worker(root: Path, rq_url: str, queues: list[str], timeout_s: float = 120.0) -> str:
-    """rq's own worker in burst mode, started in `root`, to the end of the queues;
-    its output."""
+def rq_worker(root: Path, rq_url: str, queues: list[str], *options: str,
+              timeout_s: float = 120.0) -> str:
+    """rq's own worker in burst mode with `options`, started in `root`, to the end of
+    the queues; its output."""
     rq_command = Path(sys.executable).parent / "rq"
-    done = subprocess.run([str(rq_command), "worker", "--burst", "--url", rq_url, *queues],
+    done = subprocess.run([str(rq_command), "worker", "--burst", *options, "--url", rq_url,
+                           *queues],
                           cwd=root, capture_output=True, text=True, timeout=timeout_s,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,9 @@ def enqueue_all(connection: redis.Redis) -> dict[str, str]:
     jobs["no_result"] = queue.enqueue("rqtestjobs.add", 1, 1, result_ttl=0)
     jobs["failure_ttl"] = queue.enqueue("rqtestjobs.boom", "kept a while", failure_ttl=500)
     jobs["where"] = queue.enqueue("rqtestjobs.where")
+    # Due already, in the scheduled-job registry: a worker with a scheduler enqueues it.
+    jobs["scheduled"] = queue.enqueue_at(datetime.now(UTC) - timedelta(seconds=1),
+                                         "rqtestjobs.add", 7, 8)
     return {name: job.id for name, job in jobs.items()}
 
 
@@ -99,14 +103,14 @@ def run(request: pytest.FixtureRequest, world: World) -> Iterator[Run]:
     # Every job but the one whose dependency fails (it stays deferred).
     ending = [job_id for name, job_id in ids.items() if name != "after_failure"]
     if runner == "rq worker":
-        rqbridge.rq_worker(world.root, rq_url, [QUEUE])
+        rqbridge.rq_worker(world.root, rq_url, [QUEUE], "--with-scheduler")
     else:
         # The startd is started in a folder holding the job functions (Pool.start),
         # as `rq worker` above.
         pool = Pool(world.root / "startd", "python")
         rqbridge.write_jobs(pool.root)
         pool.write_config(rqbridge.startd_config(world.root / "startd", rq_url, QUEUE,
-                                                 world.python))
+                                                 world.python, extra="RQ_WITH_SCHEDULER = true\n"))
         pool.start()
         try:
             result.busy_workers = wait_until(
@@ -180,6 +184,12 @@ def test_callbacks_run(run: Run) -> None:
     assert f"success:{run.ids['callback']}:4" in called
     assert f"failure:{run.ids['boom']}:ValueError" in called
     assert not [item for item in called if run.ids["add"] in item]
+
+
+def test_due_scheduled_jobs_run_with_a_scheduler(run: Run) -> None:
+    job = run.job("scheduled")
+    assert job.get_status() == "finished"
+    assert job.return_value() == 15
 
 
 def test_result_ttl_zero_deletes_the_job(run: Run) -> None:

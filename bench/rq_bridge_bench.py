@@ -1,0 +1,152 @@
+"""Jobs/s of a startd working an rq queue through the rq bridge, beside rq's own workers.
+
+    python bench/rq_bridge_bench.py [--jobs 300] [--slots 2]
+
+One private redis-server on a TCP port of 127.0.0.1; each run gets a
+database of its own and the same N rq jobs (`rqtestjobs.add(1, 2)`, a
+function that does nothing worth timing, so the figure is the cost of
+taking, running and recording a job), enqueued at once with rq's
+`Queue.enqueue_many`:
+
+- the rq bridge: a startd with `--slots` slots (keyword RQ, in-process hooks),
+  started in the folder of the job functions; each job gets its starter and
+  its own Python process that performs it with rq's work horse code;
+- rq's `Worker` (a fork per job) and `SimpleWorker` (no fork), as many
+  `rq worker --burst` processes as slots.
+
+The rate is counted from the first job's end to the last one's (start-up not
+counted), from rq's finished-job registry. Under root the jobs run as nobody
+on the system's python3 (tests/support/rqbridge.py). Prints figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR.parent) not in sys.path:  # run as a script: bench/ is not a package then
+    sys.path.insert(0, str(BENCH_DIR.parent))
+from tests.support import rqbridge  # noqa: E402
+
+QUEUE = "bench"
+
+
+def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 300) -> float:
+    """Jobs/s from the first job's end to the last one's (`count()`: jobs ended so far)."""
+    deadline = time.monotonic() + timeout_s
+    first_at, first_count = None, 0
+    while True:
+        done = count()
+        now = time.perf_counter()
+        if first_at is None and done > 0:
+            first_at, first_count = now, done
+        if done >= total:
+            break
+        if time.monotonic() > deadline:
+            if first_at is None:
+                raise SystemExit(f"no job ended within {timeout_s:g}s")
+            break
+        time.sleep(0.01)
+    assert first_at is not None
+    return (done - first_count) / max(now - first_at, 1e-9)
+
+
+def enqueue(url: str, jobs: int) -> Callable[[], int]:
+    """N jobs on a fresh database; a counter of the finished ones."""
+    from rq import Queue
+    from rq.registry import FinishedJobRegistry
+
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    queue = Queue(QUEUE, connection=client)
+    queue.enqueue_many([Queue.prepare_data("rqtestjobs.add", (1, 2), result_ttl=3600)
+                        for _ in range(jobs)])
+    registry = FinishedJobRegistry(QUEUE, connection=client)
+    return lambda: int(registry.count)
+
+
+def rq_rate(root: Path, url: str, worker_class: str, jobs: int, workers: int) -> float:
+    finished = enqueue(url, jobs)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    procs = [subprocess.Popen([sys.executable, "-m", "rq.cli", "worker", "--url", url, "--burst",
+                               "--quiet", "--worker-class", f"rq.worker.{worker_class}",
+                               "--name", f"bench-{worker_class}-{n}-{os.getpid()}", QUEUE],
+                              cwd=root, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+             for n in range(workers)]
+    try:
+        return rate_between_ends(finished, jobs)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def bridge_rate(root: Path, url: str, python: str | None, jobs: int, slots: int) -> float:
+    finished = enqueue(url, jobs)
+    folder = root / "startd"
+    folder.mkdir()
+    rqbridge.write_jobs(folder)
+    config = folder / "fetchwork.conf"
+    config.write_text(rqbridge.startd_config(folder, url, QUEUE, python, slots=slots)
+                      + textwrap.dedent("""
+                          STARTER_INITIAL_UPDATE_INTERVAL = 3600
+                          STARTER_UPDATE_INTERVAL = 3600
+                      """))
+    env = {**os.environ, "FETCHWORK_CONFIG": str(config), "PYTHONPATH": str(folder)}
+    with open(folder / "startd.err", "wb") as log:
+        startd = subprocess.Popen([sys.executable, "-m", "fetchwork.startd"], cwd=folder,
+                                  env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        return rate_between_ends(finished, jobs)
+    finally:
+        startd.send_signal(signal.SIGTERM)
+        try:
+            startd.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            startd.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=300, help="jobs per run")
+    parser.add_argument("--slots", type=int, default=2, help="slots / rq workers")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start; "
+          f"{args.jobs} jobs per run, {args.slots} slots / workers")
+    root = rqbridge.fresh_root("bench")
+    try:
+        rqbridge.write_jobs(root)
+        python = rqbridge.job_python(root)
+        with rqbridge.rq_redis(root) as port:
+            ours = bridge_rate(root, rqbridge.url(port, 1), python, args.jobs, args.slots)
+            print(f"  {'fetchwork startd (rq bridge)':<30} {ours:8.1f} jobs/s")
+            theirs = {}
+            for db, worker_class in enumerate(("Worker", "SimpleWorker"), start=2):
+                theirs[worker_class] = rq_rate(root, rqbridge.url(port, db), worker_class,
+                                               args.jobs, args.slots)
+                print(f"  {'rq ' + worker_class:<30} {theirs[worker_class]:8.1f} jobs/s")
+        print("ratio bridge/rq: " + ", ".join(f"{ours / rate:.2f} x {name}"
+                                              for name, rate in theirs.items()))
+        print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
