@@ -15,8 +15,9 @@ taking, running and recording a job), enqueued at once with rq's
   `rq worker --burst` processes as slots.
 
 The rate is counted from the first job's end to the last one's (start-up not
-counted), from rq's finished-job registry. Under root the jobs run as nobody
-on the system's python3 (tests/support/rqbridge.py). Prints figures only.
+counted), from rq's finished-job registry. The bridge does not run as root:
+under root the startd runs as nobody, on the system's python3
+(tests/support/rqbridge.py). Prints figures only.
 """
 
 from __future__ import annotations
@@ -97,29 +98,20 @@ def rq_rate(root: Path, url: str, worker_class: str, jobs: int, workers: int) ->
                 proc.kill()
 
 
-def bridge_rate(root: Path, url: str, python: str | None, jobs: int, slots: int) -> float:
+def bridge_rate(root: Path, url: str, runtime: rqbridge.Runtime, jobs: int,
+                slots: int) -> float:
     finished = enqueue(url, jobs)
-    folder = root / "startd"
-    folder.mkdir()
-    rqbridge.write_jobs(folder)
-    config = folder / "fetchwork.conf"
-    config.write_text(rqbridge.startd_config(folder, url, QUEUE, python, slots=slots)
-                      + textwrap.dedent("""
-                          STARTER_INITIAL_UPDATE_INTERVAL = 3600
-                          STARTER_UPDATE_INTERVAL = 3600
-                      """))
-    env = {**os.environ, "FETCHWORK_CONFIG": str(config), "PYTHONPATH": str(folder)}
-    with open(folder / "startd.err", "wb") as log:
-        startd = subprocess.Popen([sys.executable, "-m", "fetchwork.startd"], cwd=folder,
-                                  env=env, stdout=subprocess.DEVNULL, stderr=log)
+    startd = rqbridge.BridgeStartd(root / "startd", runtime)
+    startd.write_config(rqbridge.startd_config(startd.folder, url, QUEUE, slots=slots)
+                        + textwrap.dedent("""
+                            STARTER_INITIAL_UPDATE_INTERVAL = 3600
+                            STARTER_UPDATE_INTERVAL = 3600
+                        """))
+    startd.start()
     try:
         return rate_between_ends(finished, jobs)
     finally:
-        startd.send_signal(signal.SIGTERM)
-        try:
-            startd.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            startd.kill()
+        startd.stop()
 
 
 def main() -> None:
@@ -132,9 +124,9 @@ def main() -> None:
     root = rqbridge.fresh_root("bench")
     try:
         rqbridge.write_jobs(root)
-        python = rqbridge.job_python(root)
+        runtime = rqbridge.runtime(root)
         with rqbridge.rq_redis(root) as port:
-            ours = bridge_rate(root, rqbridge.url(port, 1), python, args.jobs, args.slots)
+            ours = bridge_rate(root, rqbridge.url(port, 1), runtime, args.jobs, args.slots)
             print(f"  {'fetchwork startd (rq bridge)':<30} {ours:8.1f} jobs/s")
             theirs = {}
             for db, worker_class in enumerate(("Worker", "SimpleWorker"), start=2):

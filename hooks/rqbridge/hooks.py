@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import classad2
+import redis
 
 from fetchwork.config import ads
 from fetchwork.config.loader import get_config
@@ -84,8 +85,24 @@ class Taken:
     execution: slotworker.Execution | None
 
 
+def rq_redis() -> redis.Redis:
+    """rq's Redis, for a hook of a process that is not root.
+
+    rq keeps a job's function and arguments, its meta and its result pickled, and
+    rq's own code unpickles them when it reads a job (a worker trusts whoever can
+    write to its Redis as itself). Run as root, the bridge would give root to
+    anyone who can write to rq's Redis: it refuses, and the startd runs as the
+    user rq's workers would run as (its jobs then run as that user too).
+    """
+    if os.geteuid() == 0:
+        raise RqHookError("the rq bridge does not run as root: reading rq's jobs unpickles "
+                          "what anyone who can write to rq's Redis put there; run the startd "
+                          "as the user rq's workers would run as")
+    return redisconn.connect(get_config())
+
+
 def _find(ids: RqIds) -> Taken:
-    connection = redisconn.connect(get_config())
+    connection = rq_redis()
     worker = slotworker.found_worker(connection, ids.worker)
     try:
         job = Job.fetch(ids.job_id, connection=connection, serializer=worker.serializer)
@@ -99,7 +116,7 @@ def _find(ids: RqIds) -> Taken:
 def _give_back(ids: RqIds, why: str) -> None:
     """Put a job the slot took but never ran back at the front of its queue (nothing
     when rq no longer has it as started: it ran and left the slot already)."""
-    if slotworker.status_of(redisconn.connect(get_config()), ids.job_id) != "started":
+    if slotworker.status_of(rq_redis(), ids.job_id) != "started":
         return
     taken = _find(ids)
     try:
@@ -118,7 +135,7 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     slot_ad = slotadtext.parsed(stdin_text, source="slot ad")
     config = get_config()
     knobs = settings.read_settings(config)
-    connection = redisconn.connect(config)
+    connection = rq_redis()
     slot_name = slot_ad.get("Name")
     name = settings.worker_name(slot_name if isinstance(slot_name, str) else "slot", os.getpid())
     worker = slotworker.new_worker(connection, knobs.queues, name)
@@ -139,22 +156,14 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     rq_ids = {"RQ_WORKER_ID": worker.name, "RQ_JOB_ID": job.id,
               "RQ_EXECUTION_ID": execution.id}
     dequeued = settings.DequeuedJob(job_id=job.id, queue=queue.name, worker=worker.name,
-                                    execution_id=execution.id, function=_function_of(job),
-                                    timeout_s=job.timeout)
+                                    execution_id=execution.id,
+                                    description=job.description, timeout_s=job.timeout)
     env = settings.job_environment(os.environ, knobs.pythonpath, rq_ids)
     python = knobs.python or sys.executable
     job_ad = ads.from_dict(settings.job_ad(dequeued, python, os.getcwd(), env))
     log.info("slot %s: rq job %s (%s) from queue %s, as rq worker %s", slot_name, job.id,
-             dequeued.function or "?", queue.name, worker.name)
+             job.description, queue.name, worker.name)
     return ads.AdText(job_ad)  # the startd takes the ad rather than parse the text
-
-
-def _function_of(job: Job) -> str | None:
-    try:
-        name = job.func_name
-    except Exception:  # noqa: BLE001 - rq cannot read it here; the job process will say why
-        return None
-    return name if isinstance(name, str) else None
 
 
 def reply_fetch(args: Sequence[str], stdin_text: str) -> None:
@@ -214,14 +223,14 @@ def job_exit(args: Sequence[str], stdin_text: str) -> None:
     stopped = keeper.stop(ids.job_id)
     taken = _find(ids)
     try:
-        _settle(taken, ids, how, job_ad, stopped is not None and stopped.killed_for_timeout)
+        _settle(taken, ids, how, job_ad, stopped is not None and stopped.killed)
     finally:
         slotworker.retire(taken.worker)
     return None
 
 
 def _settle(taken: Taken, ids: RqIds, how: str, job_ad: classad2.ClassAd,
-            killed_for_timeout: bool) -> None:
+            killed: bool) -> None:
     by_signal = job_ad.get("ExitBySignal") is True
     exit_code, exit_signal = job_ad.get("ExitCode"), job_ad.get("ExitSignal")
     hold_reason = job_ad.get("HoldReason")
@@ -229,7 +238,7 @@ def _settle(taken: Taken, ids: RqIds, how: str, job_ad: classad2.ClassAd,
         how, slotworker.status_of(taken.worker.connection, ids.job_id),
         exit_code if isinstance(exit_code, int) and not by_signal else None,
         exit_signal if isinstance(exit_signal, int) and by_signal else None,
-        killed_for_timeout, hold_reason if isinstance(hold_reason, str) else None)
+        killed, hold_reason if isinstance(hold_reason, str) else None)
     job, queue, execution = taken.job, taken.queue, taken.execution
     if decision.record is outcome.Record.NOTHING or job is None or queue is None \
             or execution is None:
@@ -247,7 +256,7 @@ def _settle(taken: Taken, ids: RqIds, how: str, job_ad: classad2.ClassAd,
             exit_code if isinstance(exit_code, int) and not by_signal else None,
             exit_signal if isinstance(exit_signal, int) and by_signal else None)
         slotworker.fail(taken.worker, job, queue, execution, decision.reason,
-                        status if how == EXIT or killed_for_timeout else None)
+                        status if how == EXIT or killed else None)
         log.warning("rq job %s failed: %s%s", ids.job_id, decision.reason, _err_tail(job_ad))
 
 

@@ -1,14 +1,14 @@
-"""The heartbeats of a running rq job, kept from its starter (needs rq).
+"""What rq's worker does while its work horse runs, done from the job's starter (needs rq).
 
-rq's worker, while its work horse runs, wakes every job monitoring interval
-(30 s) to heartbeat the worker, the execution and the job
-(`maintain_heartbeats`), so that the execution's entry in the started-job
-registry does not expire; and it kills a horse still running 60 s past the
-job's timeout (the horse's own death penalty should have ended it at the
-timeout). The prepare hook starts one `Keeper` per job in the starter's
-process (in-process hooks only: a program cannot outlive its call), and the
-exit hook stops it; a job killed here is then recorded as rq records a horse
-it killed.
+rq's worker, while its horse works, heartbeats the worker, the execution and
+the job every job monitoring interval (30 s; `maintain_heartbeats`), so the
+execution's entry in the started-job registry does not expire; kills a horse
+still running 60 s past the job's timeout (the horse's own death penalty
+should have ended it at the timeout); and listens on its pubsub channel for
+rq's commands (`rq.command.send_stop_job_command`, ...). The prepare hook
+starts one `Keeper` per job in the starter's process (in-process hooks only:
+a program cannot outlive its call), and the exit hook stops it; a job killed
+here is then recorded as rq records a horse its worker killed.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 import redis
 
@@ -23,21 +24,24 @@ from fetchwork.config.protocol import KILL
 from fetchwork.errors import FetchworkError
 from fetchwork.hooks import control
 from fetchwork.hooks.rqbridge import slotworker
-from fetchwork.hooks.rqbridge.needrq import Execution, Job
+from fetchwork.hooks.rqbridge.needrq import PUBSUB_CHANNEL_TEMPLATE, Execution, Job
 from fetchwork.hooks.workers import WORKERS
 
 log = logging.getLogger(__name__)
 
 # rq's worker kills a horse this long after the job's timeout (monitor_work_horse).
 KILL_GRACE_S = 60.0
+# Longest wait for a command before the keeper looks at its clock and its stop flag.
+COMMAND_POLL_S = 0.5
 
 _lock = threading.Lock()
 _keepers: dict[str, Keeper] = {}
 
 
 class Keeper:
-    """Heartbeats one job every `interval_s` until stopped; asks the starter to kill
-    the job once it has run `walltime_s` + KILL_GRACE_S (None: never)."""
+    """Heartbeats one job every `interval_s` and serves rq's commands to its worker
+    until stopped; asks the starter to kill the job once it has run `walltime_s` +
+    KILL_GRACE_S (None: never)."""
 
     def __init__(self, worker: slotworker.SlotWorker, job: Job, execution: Execution,
                  interval_s: float, walltime_s: float | None):
@@ -49,25 +53,71 @@ class Keeper:
         self.started = time.monotonic()
         self.killed_for_timeout = False
         self._stop_event = threading.Event()
+        worker.serve_commands()
+
+    @property
+    def killed(self) -> bool:
+        """The job was killed as rq's worker kills a horse (its timeout, `kill-horse`)."""
+        return self.killed_for_timeout or self.worker.horse_killed
 
     def run(self) -> None:
-        while not self._stop_event.wait(self._next_wait_s()):
-            if self._overdue():
-                self._kill()
+        pubsub = self._listen()
+        next_beat = time.monotonic() + self.interval_s
+        try:
+            while not self._stop_event.is_set():
+                now = time.monotonic()
+                if self._overdue(now):
+                    self._kill()
+                if now >= next_beat:
+                    next_beat = now + self.interval_s
+                    self._heartbeat()
+                wait_s = max(0.0, min(next_beat, self._kill_at()) - now)
+                pubsub = self._serve(pubsub, min(wait_s, COMMAND_POLL_S))
+        finally:
+            if pubsub is not None:
+                pubsub.close()
+
+    def _listen(self) -> Any:
+        """A subscription to the worker's command channel, or None when Redis refuses."""
+        try:
+            pubsub = self.worker.connection.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(PUBSUB_CHANNEL_TEMPLATE % self.worker.name)
+            return pubsub
+        except redis.RedisError as exc:
+            log.warning("rq job %s: not listening for rq's commands: %s", self.job.id, exc)
+            return None
+
+    def _serve(self, pubsub: Any, wait_s: float) -> Any:
+        """Wait up to `wait_s` for a command (or the stop flag) and act on it."""
+        if pubsub is None:
+            self._stop_event.wait(wait_s)
+            return None
+        try:
+            message = pubsub.get_message(timeout=wait_s)
+        except redis.RedisError as exc:
+            log.warning("rq job %s: rq's commands no longer heard: %s", self.job.id, exc)
+            pubsub.close()
+            return None
+        if message is not None and message.get("type") == "message":
             try:
-                slotworker.heartbeat(self.worker, self.job, self.execution)
-            except (redis.RedisError, FetchworkError) as exc:  # rq's Redis away: next time
-                log.warning("rq job %s: heartbeat failed: %s", self.job.id, exc)
+                self.worker.handle_payload(message)
+            except Exception:  # a bad command must not stop the heartbeats
+                log.exception("rq job %s: an rq command failed", self.job.id)
+        return pubsub
 
-    def _next_wait_s(self) -> float:
+    def _heartbeat(self) -> None:
+        try:
+            slotworker.heartbeat(self.worker, self.job, self.execution)
+        except (redis.RedisError, FetchworkError) as exc:  # rq's Redis away: next time
+            log.warning("rq job %s: heartbeat failed: %s", self.job.id, exc)
+
+    def _kill_at(self) -> float:
         if self.kill_after_s is None or self.killed_for_timeout:
-            return self.interval_s
-        left_s = self.started + self.kill_after_s - time.monotonic()
-        return max(0.0, min(self.interval_s, left_s))
+            return float("inf")
+        return self.started + self.kill_after_s
 
-    def _overdue(self) -> bool:
-        return (self.kill_after_s is not None and not self.killed_for_timeout
-                and time.monotonic() - self.started >= self.kill_after_s)
+    def _overdue(self, now: float) -> bool:
+        return now >= self._kill_at()
 
     def _kill(self) -> None:
         self.killed_for_timeout = True

@@ -21,11 +21,13 @@ class RqMissingError(FetchworkError):
 try:
     import rq
     from rq import Queue, Retry, Worker
+    from rq.command import PUBSUB_CHANNEL_TEMPLATE, parse_payload
     from rq.defaults import DEFAULT_JOB_MONITORING_INTERVAL, DEFAULT_MAINTENANCE_TASK_INTERVAL
     from rq.exceptions import DequeueTimeout, InvalidJobOperation, NoSuchJobError
     from rq.executions import Execution
     from rq.job import Job, JobStatus
     from rq.scheduler import RQScheduler
+    from rq.timeouts import TimerDeathPenalty
     from rq.utils import now
 except ImportError as exc:  # the optional dependency is not installed
     raise RqMissingError(
@@ -33,6 +35,6 @@ except ImportError as exc:  # the optional dependency is not installed
         f"install it with {INSTALL_HINT}") from exc
 
 __all__ = ["DEFAULT_JOB_MONITORING_INTERVAL", "DEFAULT_MAINTENANCE_TASK_INTERVAL",
-           "DequeueTimeout", "Execution", "InvalidJobOperation", "Job", "JobStatus",
-           "NoSuchJobError", "Queue", "RQScheduler", "Retry", "RqMissingError", "Worker", "now",
-           "rq"]
+           "PUBSUB_CHANNEL_TEMPLATE", "DequeueTimeout", "Execution", "InvalidJobOperation",
+           "Job", "JobStatus", "NoSuchJobError", "Queue", "RQScheduler", "Retry",
+           "RqMissingError", "TimerDeathPenalty", "Worker", "now", "parse_payload", "rq"]

@@ -8,16 +8,18 @@ what that process could not:
 
 - `exit` with status 0: nothing, the process recorded the outcome.
 - `exit` otherwise (killed by a signal, out of memory, crashed before rq got
-  control), or `evict` after the bridge killed a job that outlived its
-  timeout by rq's grace: what rq's worker does when its work horse dies
+  control), or `evict` after the bridge killed the job as rq's worker kills a
+  horse (60 s past its timeout, or rq's `kill-horse` command): what rq's
+  worker does when its work horse dies
   (`monitor_work_horse`): unless the job is already `finished` or `failed`,
   it fails with "Work-horse terminated unexpectedly; waitpid returned ...".
 - `evict` otherwise (the startd stops, a higher-ranked job preempts, the slot
   is vacated): the job did not fail, the machine went away; as HTCondor
   does with an evicted job it goes back to its queue, at the front, when it
   is still `started` (it was not done).
-- `remove`: as rq's stop command (`send_stop_job_command`): `stopped`, with
-  rq's message and the job's `on_stopped` callback.
+- `remove` (rq's `stop-job` command, or the startd removed the job): as rq's
+  worker does with a stopped job: `stopped`, with rq's message and the job's
+  `on_stopped` callback.
 - `hold` (the starter held the job, e.g. MEMORY_LIMIT_POLICY = hold): rq has
   no hold; the job fails with the hold reason.
 """
@@ -64,14 +66,14 @@ STOPPED_REASON = "Job stopped by user, work-horse terminated."
 
 
 def decide(how: str, status: str | None, exit_code: int | None, exit_signal: int | None,
-           killed_for_timeout: bool, hold_reason: str | None = None) -> Decision:
+           killed: bool, hold_reason: str | None = None) -> Decision:
     """What to record for a job that left its slot `how` (the exit hook's word), whose
     rq status is now `status` (None: the job no longer exists in rq)."""
     if status is None or status in DONE_STATUSES:
         return Decision(Record.NOTHING)
     if how == EXIT and exit_signal is None and exit_code == 0:
         return Decision(Record.NOTHING)
-    if how == EXIT or (how == EVICT and killed_for_timeout):
+    if how == EXIT or (how == EVICT and killed):
         return Decision(Record.FAIL, terminated_reason(wait_status(exit_code, exit_signal)))
     if how == EVICT:
         return Decision(Record.REQUEUE if status == "started" else Record.NOTHING)

@@ -39,7 +39,9 @@ HORSE_MODULE = "fetchwork.hooks.rqbridge.horse"
 # The job ad's attributes that name the rq job, its execution and the slot's worker.
 JOB_ID_ATTR, QUEUE_ATTR, WORKER_ATTR, EXECUTION_ATTR = (
     "RqJobId", "RqQueue", "RqWorker", "RqExecutionId")
-FUNCTION_ATTR = "RqFunction"
+DESCRIPTION_ATTR = "RqDescription"
+# rq's description shows the call's arguments: the ad keeps its start only.
+DESCRIPTION_CHARS = 200
 # The file in the sandbox that takes the job process's standard error.
 HORSE_ERR = "rq-job.err"
 # Variables of the startd's environment the job does not get: the slot's own
@@ -147,7 +149,7 @@ class DequeuedJob:
     queue: str
     worker: str
     execution_id: str
-    function: str | None
+    description: str | None  # rq's description of the call: `app.tasks.add(1, 2)`
     timeout_s: float | None  # rq's job timeout; -1: none; None or 0: rq's default
 
 
@@ -176,8 +178,8 @@ def job_ad(job: DequeuedJob, python: str, cwd: str, env: Mapping[str, str]) -> d
         # As HTCondor's vanilla jobs: the job process ends on SIGTERM when vacated.
         "JobUniverse": 5,
     }
-    if job.function:
-        ad[FUNCTION_ATTR] = job.function
+    if job.description:
+        ad[DESCRIPTION_ATTR] = job.description[:DESCRIPTION_CHARS]
     walltime = walltime_s(job.timeout_s)
     if walltime is not None:
         ad["AllowedJobDuration"] = walltime

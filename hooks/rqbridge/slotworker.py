@@ -22,10 +22,12 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import redis
 
+from fetchwork.config.protocol import KILL, REMOVE
+from fetchwork.hooks import control
 from fetchwork.hooks.rqbridge.needrq import (
     DEFAULT_MAINTENANCE_TASK_INTERVAL,
     DequeueTimeout,
@@ -34,8 +36,10 @@ from fetchwork.hooks.rqbridge.needrq import (
     Job,
     Queue,
     RQScheduler,
+    TimerDeathPenalty,
     Worker,
     now,
+    parse_payload,
 )
 
 log = logging.getLogger(__name__)
@@ -59,12 +63,43 @@ class SlotQueue(Queue):
 
 class SlotWorker(Worker):
     """rq's Worker, as a slot of a startd: it leaves the title of the startd's
-    process alone (rq's worker sets its own to what it is doing)."""
+    process alone (rq's worker sets its own to what it is doing); in the starter,
+    its work horse is the starter's job, which rq's commands stop through the
+    starter (`stop-job`, `stop-execution`, `kill-horse`)."""
 
     queue_class = SlotQueue
+    # rq's callbacks run under a death penalty; here they run in a hook's thread,
+    # where rq's signal-based one cannot (rq's thread-based one can).
+    death_penalty_class = TimerDeathPenalty
+    horse_killed = False  # rq's kill-horse command killed the job (in the starter)
 
     def procline(self, message: str) -> None:
         log.debug("worker %s: %s", self.name, message)
+
+    def serve_commands(self) -> None:
+        """In the starter: rq's commands to this worker act on the starter's job."""
+        self._horse_pid = os.getpid()  # rq only asks whether there is one
+        self.horse_killed = False
+
+    def kill_horse(self, sig: object = None) -> None:
+        """As rq's worker kills its horse at once: a job stopped on request (`stop-job`,
+        `stop-execution`) leaves as removed; one killed (`kill-horse`) as killed."""
+        if self._stopped_job_id:
+            control.request(REMOVE)  # then KILL: SIGKILL now, and still removed
+        else:
+            self.horse_killed = True
+        control.request(KILL)
+        log.info("worker %s: rq asked to %s the job", self.name,
+                 "stop" if self._stopped_job_id else "kill")
+
+    def handle_payload(self, message: dict[str, Any]) -> None:
+        """An rq command; `shutdown` is not rq's to give here: the startd's policy
+        decides when its slots stop, so it is logged and ignored."""
+        if parse_payload(message).get("command") == "shutdown":
+            log.warning("worker %s: rq's shutdown command ignored: the startd decides when "
+                        "its slots stop (fetchwork startd's own signals stop it)", self.name)
+            return
+        super().handle_payload(message)
 
     def stop_job(self, job: Job, queue: Queue, execution: Execution) -> None:
         """What rq's worker does with a job stopped on request (`send_stop_job_command`):

@@ -70,15 +70,16 @@ _.moves
 _.last_plan
 _.reset_broker
 
-# rq's Worker and Job read these (the rq bridge, hooks/rqbridge/): the worker's
-# process title, address and stopped job, the job's server version and end,
-# an execution's job.
+# rq's Worker and Job read or call these (the rq bridge, hooks/rqbridge/): the
+# worker's process title, queue class, address, horse and its kill, the job's
+# server version and end, an execution's job.
 _.procline
 _.queue_class
 _.ip_address
+_._horse_pid
+_.kill_horse
 _.redis_server_version
 _.ended_at
-_._stopped_job_id
 _._job
 
 # Dead, in modules being reworked at the moment: remove with that work.

@@ -18,7 +18,9 @@ has the same `timeout`: a one-line module stands in for it there.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -26,6 +28,7 @@ import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -77,6 +80,10 @@ def on_success(job, connection, result, *args, **kwargs):
 
 def on_failure(job, connection, type, value, traceback):
     connection.rpush("callbacks", "failure:%s:%s" % (job.id, type.__name__))
+
+
+def on_stopped(job, connection):
+    connection.rpush("callbacks", "stopped:%s" % job.id)
 '''
 
 
@@ -116,11 +123,26 @@ def write_jobs(folder: Path) -> None:
     (folder / f"{JOBS_MODULE}.py").chmod(0o644)
 
 
-def job_python(folder: Path) -> str | None:
-    """RQ_PYTHON for jobs run as nobody under a root run (None: this interpreter
-    serves); skips the test when no interpreter of this version is there for them."""
+@dataclass(frozen=True)
+class Runtime:
+    """Who runs the bridge's startd (and so its jobs), and on which interpreter."""
+
+    python: str
+    user: tuple[int, int] | None  # (uid, gid) to run as; None: as the tests
+
+
+def runtime(folder: Path) -> Runtime:
+    """This interpreter as the tests' user; under root, nobody on an interpreter
+    nobody can run (made in `folder`)."""
     if os.geteuid() != 0:
-        return None
+        return Runtime(sys.executable, None)
+    nobody = pwd.getpwnam("nobody")
+    return Runtime(_python_for_others(folder), (nobody.pw_uid, nobody.pw_gid))
+
+
+def _python_for_others(folder: Path) -> str:
+    """An interpreter of this version that other users can run, with this one's
+    packages; skips the test when the system has none."""
     system = shutil.which("python3", path="/usr/bin:/bin:/usr/local/bin")
     if system is None:
         pytest.skip("jobs run as nobody under root, and no system python3 is there for them")
@@ -142,8 +164,8 @@ def job_python(folder: Path) -> str | None:
     return str(venv / "bin" / "python")
 
 
-def startd_config(root: Path, rq_url: str, queues: str, python: str | None,
-                  slots: int = 2, extra: str = "") -> str:
+def startd_config(root: Path, rq_url: str, queues: str, slots: int = 2,
+                  extra: str = "") -> str:
     """A startd configuration whose slots use the rq bridge."""
     text = f"""
         FETCHWORK_STATE_DIR = {root / 'state'}
@@ -162,18 +184,77 @@ def startd_config(root: Path, rq_url: str, queues: str, python: str | None,
         STARTD_SHUTDOWN_GRACE = 20
         HOOK_TIMEOUT_FETCH_WORK = 20
     """
-    if python:
-        text += f"    RQ_PYTHON = {python}\n"
     return textwrap.dedent(text) + textwrap.dedent(extra)
+
+
+class BridgeStartd:
+    """A startd with the rq bridge, in `folder` (its working folder, holding the job
+    functions, its state and its log), run as `runtime` says."""
+
+    def __init__(self, folder: Path, runtime: Runtime):
+        self.folder = folder
+        self.runtime = runtime
+        self.proc: subprocess.Popen[bytes] | None = None
+        folder.mkdir(parents=True, exist_ok=True)
+        write_jobs(folder)
+
+    def write_config(self, text: str) -> None:
+        (self.folder / "fetchwork.conf").write_text(text)
+
+    def start(self) -> subprocess.Popen[bytes]:
+        env = {name: value for name, value in os.environ.items()
+               if not name.startswith(("FETCHWORK_", "_FETCHWORK_", "PYTHON"))}
+        env.update(HOME=str(self.folder), PYTHONPATH=str(self.folder),
+                   FETCHWORK_CONFIG=str(self.folder / "fetchwork.conf"))
+        user = self.runtime.user
+        if user is not None:
+            for path in (self.folder, *self.folder.rglob("*")):
+                os.chown(path, *user)
+        with open(self.folder / "startd.err", "wb") as log:
+            self.proc = subprocess.Popen(
+                [self.runtime.python, "-m", "fetchwork.startd"], cwd=self.folder, env=env,
+                stdout=subprocess.DEVNULL, stderr=log,
+                user=user[0] if user else None, group=user[1] if user else None,
+                extra_groups=[] if user else None)
+        return self.proc
+
+    def log_text(self) -> str:
+        path = self.folder / "startd.err"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def exited(self) -> str | None:
+        """For wait_until's fail_if: the startd's exit and its last log lines."""
+        if self.proc is not None and self.proc.poll() is not None:
+            return f"startd exited {self.proc.returncode}: {self.log_text()[-3000:]}"
+        return None
+
+    def wait_log(self, text: str, timeout_s: float = 30.0) -> str:
+        return wait_until(lambda: text in self.log_text() and self.log_text(), timeout_s,
+                          fail_if=self.exited, what=f"log line {text!r}")
+
+    def stop(self, timeout_s: float = 60.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+
+def rq_worker_argv(rq_url: str, queues: list[str], *options: str) -> list[str]:
+    """`rq worker --burst` with `options` on `queues`."""
+    return [str(Path(sys.executable).parent / "rq"), "worker", "--burst", *options,
+            "--url", rq_url, *queues]
 
 
 def rq_worker(root: Path, rq_url: str, queues: list[str], *options: str,
               timeout_s: float = 120.0) -> str:
     """rq's own worker in burst mode with `options`, started in `root`, to the end of
     the queues; its output."""
-    rq_command = Path(sys.executable).parent / "rq"
-    done = subprocess.run([str(rq_command), "worker", "--burst", *options, "--url", rq_url,
-                           *queues],
+    done = subprocess.run(rq_worker_argv(rq_url, queues, *options),
                           cwd=root, capture_output=True, text=True, timeout=timeout_s,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -10,7 +10,10 @@ job process's folder and variables come out as rq's own worker gives them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,12 +22,12 @@ from typing import Any
 import pytest
 import redis
 from rq import Callback, Queue, Retry, Worker
+from rq.command import PUBSUB_CHANNEL_TEMPLATE, send_stop_job_command
 from rq.job import Dependency, Job
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.results import Result
 
 from tests.support import rqbridge
-from tests.support.startd import Pool
 from tests.support.waiting import wait_until
 
 RUNNERS = ["rq worker", "fetchwork startd"]
@@ -36,7 +39,7 @@ DB = {"rq worker": 1, "fetchwork startd": 2}
 class World:
     root: Path
     port: int
-    python: str | None
+    runtime: rqbridge.Runtime
 
 
 @dataclass
@@ -45,9 +48,8 @@ class Run:
     connection: redis.Redis
     ids: dict[str, str]
     root: Path
-    # What `Worker.all()` showed while the startd's slot ran the "slow" job.
+    # What `Worker.all()` showed while the "slow" job ran.
     busy_workers: list[tuple[str, str, str | None]] = field(default_factory=list)
-    workers_after: list[str] = field(default_factory=list)
 
     def job(self, name: str) -> Job:
         return Job.fetch(self.ids[name], connection=self.connection)
@@ -58,7 +60,7 @@ def world() -> Iterator[World]:
     root = rqbridge.fresh_root("bridge")
     rqbridge.write_jobs(root)
     with rqbridge.rq_redis(root) as port:
-        yield World(root, port, rqbridge.job_python(root))
+        yield World(root, port, rqbridge.runtime(root))
 
 
 def enqueue_all(connection: redis.Redis) -> dict[str, str]:
@@ -84,12 +86,42 @@ def enqueue_all(connection: redis.Redis) -> dict[str, str]:
     # Due already, in the scheduled-job registry: a worker with a scheduler enqueues it.
     jobs["scheduled"] = queue.enqueue_at(datetime.now(UTC) - timedelta(seconds=1),
                                          "rqtestjobs.add", 7, 8)
+    jobs["stoppable"] = queue.enqueue("rqtestjobs.sleepy", 60, job_timeout=600,
+                                      on_stopped=Callback("rqtestjobs.on_stopped"))
     return {name: job.id for name, job in jobs.items()}
 
 
 def _busy_workers(connection: redis.Redis) -> list[tuple[str, str, str | None]]:
     return [(worker.name, worker.get_state(), worker.get_current_job_id())
             for worker in Worker.all(connection=connection)]
+
+
+@contextmanager
+def _working(runner: str, world: World, rq_url: str) -> Iterator[Callable[[], object]]:
+    """The runner at work on the queue (rq's burst worker, or a startd, each started in a
+    folder holding the job functions); yields what says it failed, stops it on leaving."""
+    if runner == "rq worker":
+        with open(world.root / "rq-worker.log", "wb") as log:
+            proc = subprocess.Popen(rqbridge.rq_worker_argv(rq_url, [QUEUE], "--with-scheduler"),
+                                    cwd=world.root, stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "PYTHONPATH": str(world.root)})
+        try:
+            yield lambda: proc.poll() not in (None, 0) and f"rq worker exited {proc.returncode}"
+            assert proc.wait(60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return
+    pool = rqbridge.BridgeStartd(world.root / "startd", world.runtime)
+    pool.write_config(rqbridge.startd_config(pool.folder, rq_url, QUEUE,
+                                             extra="RQ_WITH_SCHEDULER = true\n"))
+    pool.start()
+    try:
+        yield pool.exited
+    finally:
+        pool.stop()
+    assert "Traceback" not in pool.log_text(), pool.log_text()[-3000:]
 
 
 @pytest.fixture(scope="module", params=RUNNERS)
@@ -102,29 +134,22 @@ def run(request: pytest.FixtureRequest, world: World) -> Iterator[Run]:
     result = Run(runner, connection, ids, world.root)
     # Every job but the one whose dependency fails (it stays deferred).
     ending = [job_id for name, job_id in ids.items() if name != "after_failure"]
-    if runner == "rq worker":
-        rqbridge.rq_worker(world.root, rq_url, [QUEUE], "--with-scheduler")
-    else:
-        # The startd is started in a folder holding the job functions (Pool.start),
-        # as `rq worker` above.
-        pool = Pool(world.root / "startd", "python")
-        rqbridge.write_jobs(pool.root)
-        pool.write_config(rqbridge.startd_config(world.root / "startd", rq_url, QUEUE,
-                                                 world.python, extra="RQ_WITH_SCHEDULER = true\n"))
-        pool.start()
-        try:
-            result.busy_workers = wait_until(
-                lambda: [seen for seen in _busy_workers(connection)
-                         if seen[2] == ids["slow"] and seen[1] == "busy"],
-                60, fail_if=pool.exited, what="a slot shown as a busy rq worker")
-            rqbridge.wait_jobs_done(connection, ending, 120, fail_if=pool.exited)
-            wait_until(lambda: not Worker.all(connection=connection), 30,
-                       fail_if=pool.exited, what="the slots to leave rq's workers")
-            result.workers_after = [w.name for w in Worker.all(connection=connection)]
-        finally:
-            pool.stop()
-            log = pool.log_text()
-        assert "Traceback" not in log, log[-3000:]
+    with _working(runner, world, rq_url) as failed:
+        result.busy_workers = wait_until(
+            lambda: [seen for seen in _busy_workers(connection)
+                     if seen[2] == ids["slow"] and seen[1] == "busy"],
+            60, fail_if=failed, what="a busy rq worker on the slow job")
+        stoppable = Job.fetch(ids["stoppable"], connection=connection)
+        # Once its worker listens (rq's own from its start, a slot's from its job's start).
+        wait_until(lambda: stoppable.get_status() == "started" and stoppable.refresh() is None
+                   and dict(connection.pubsub_numsub(
+                       PUBSUB_CHANNEL_TEMPLATE % stoppable.worker_name)).get(
+                       (PUBSUB_CHANNEL_TEMPLATE % stoppable.worker_name).encode()),
+                   90, fail_if=failed, what="the stoppable job running, its worker listening")
+        send_stop_job_command(connection, stoppable.id)
+        rqbridge.wait_jobs_done(connection, ending, 120, fail_if=failed)
+        wait_until(lambda: not Worker.all(connection=connection), 30, fail_if=failed,
+                   what="no rq worker left")
     yield result
     connection.close()
 
@@ -212,17 +237,17 @@ def test_the_job_process_sees_what_an_rq_horse_sees(run: Run) -> None:
         str(run.root / "startd") in seen["pythonpath"].split(":")
 
 
-# -- the startd's slots as rq workers ----------------------------------------
+def test_a_stopped_job_is_stopped(run: Run) -> None:
+    job = run.job("stoppable")
+    assert job.get_status() == "stopped"
+    assert job.id in FailedJobRegistry(QUEUE, connection=run.connection)
+    assert "Job stopped by user" in (job.latest_result().exc_string or "")  # type: ignore[union-attr]
+    assert f"stopped:{job.id}" in [item.decode()
+                                    for item in run.connection.lrange("callbacks", 0, -1)]
 
-def test_a_busy_slot_is_an_rq_worker(run: Run) -> None:
-    if run.runner != "fetchwork startd":
-        pytest.skip("rq's own worker is a worker by definition")
+
+def test_a_busy_worker_shows_its_job(run: Run) -> None:
     (name, state, job_id), = run.busy_workers
-    assert name.startswith(("slot1@", "slot2@"))
     assert (state, job_id) == ("busy", run.ids["slow"])
-
-
-def test_slots_leave_rq_when_their_jobs_end(run: Run) -> None:
-    if run.runner != "fetchwork startd":
-        pytest.skip("rq's own worker is a worker by definition")
-    assert run.workers_after == []
+    if run.runner == "fetchwork startd":  # the slot's name, and the startd's pid
+        assert name.startswith(("slot1@", "slot2@"))

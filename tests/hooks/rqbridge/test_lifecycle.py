@@ -23,7 +23,6 @@ from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from tests.support import rqbridge
-from tests.support.startd import Pool
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -35,29 +34,28 @@ QUEUE = "lifecycle"
 class World:
     root: Path
     port: int
-    python: str | None
+    runtime: rqbridge.Runtime
 
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
     root = rqbridge.fresh_root("lifecycle")
     with rqbridge.rq_redis(root) as port:
-        yield World(root, port, rqbridge.job_python(root))
+        yield World(root, port, rqbridge.runtime(root))
 
 
-def _startd(world: World, name: str, db: int, extra: str = "") -> tuple[Pool, redis.Redis]:
+def _startd(world: World, name: str, db: int,
+            extra: str = "") -> tuple[rqbridge.BridgeStartd, redis.Redis]:
     """A startd (not started) in a folder of its own holding the job functions."""
-    pool = Pool(world.root / name, "python")
-    rqbridge.write_jobs(pool.root)
+    pool = rqbridge.BridgeStartd(world.root / name, world.runtime)
     rq_url = rqbridge.url(world.port, db)
-    pool.write_config(rqbridge.startd_config(pool.root, rq_url, QUEUE, world.python,
-                                             extra=extra))
+    pool.write_config(rqbridge.startd_config(pool.folder, rq_url, QUEUE, extra=extra))
     connection = redis.Redis.from_url(rq_url)
     connection.flushdb()
     return pool, connection
 
 
-def _horses(pool: Pool) -> dict[str, psutil.Process]:
+def _horses(pool: rqbridge.BridgeStartd) -> dict[str, psutil.Process]:
     """The startd's job processes, by rq job id."""
     assert pool.proc is not None
     found = {}
@@ -71,7 +69,7 @@ def _horses(pool: Pool) -> dict[str, psutil.Process]:
     return found
 
 
-def _kill_machine(pool: Pool) -> None:
+def _kill_machine(pool: rqbridge.BridgeStartd) -> None:
     """SIGKILL the startd and every process under it at once (stopped first, so none
     acts on another's death)."""
     assert pool.proc is not None
@@ -140,9 +138,9 @@ def test_a_startd_killed_alone_has_its_running_job_given_back(world: World) -> N
 
 
 def test_a_rejected_job_goes_back_to_the_front_intact(world: World) -> None:
-    # The slot's START refuses this function: each fetch takes the job and gives it back.
+    # The slot's START refuses this call: each fetch takes the job and gives it back.
     pool, connection = _startd(world, "reject", 5, extra=(
-        'START = TARGET.RqFunction =!= "rqtestjobs.add"\nFetchWorkDelay = 1\n'))
+        'START = TARGET.RqDescription =!= "rqtestjobs.add(20, 22)"\nFetchWorkDelay = 1\n'))
     queue = Queue(QUEUE, connection=connection)
     job = queue.enqueue("rqtestjobs.add", 20, 22)
     pool.start()

@@ -76,7 +76,7 @@ def test_rqs_timeout_becomes_the_walltime() -> None:
 
 def test_the_job_ad_runs_the_horse_in_the_startds_folder() -> None:
     job = DequeuedJob(job_id="j1", queue="high", worker="slot1@h.7", execution_id="e1",
-                      function="app.tasks.add", timeout_s=30)
+                      description="app.tasks.add(1, 2)", timeout_s=30)
     ad = settings.job_ad(job, "/opt/py/bin/python", "/srv/app", {"PYTHONPATH": "/srv/app"})
     assert ad["Cmd"] == "/opt/py/bin/python"
     assert parse_arguments_raw(ad["Arguments"]) == [
@@ -84,10 +84,13 @@ def test_the_job_ad_runs_the_horse_in_the_startds_folder() -> None:
     assert ad["Iwd"] == "/srv/app"
     assert parse_environment_raw(ad["Environment"]) == {"PYTHONPATH": "/srv/app"}
     assert (ad["RqJobId"], ad["RqQueue"], ad["RqWorker"], ad["RqExecutionId"],
-            ad["RqFunction"]) == ("j1", "high", "slot1@h.7", "e1", "app.tasks.add")
+            ad["RqDescription"]) == ("j1", "high", "slot1@h.7", "e1", "app.tasks.add(1, 2)")
     assert ad["AllowedJobDuration"] == 30
     no_limit = settings.job_ad(DequeuedJob("j", "q", "w", "e", None, -1), "/p", "/", {})
-    assert "AllowedJobDuration" not in no_limit and "RqFunction" not in no_limit
+    assert "AllowedJobDuration" not in no_limit and "RqDescription" not in no_limit
+    long = settings.job_ad(DequeuedJob("j", "q", "w", "e", "f(" + "x" * 1000 + ")", 1), "/p",
+                           "/", {})
+    assert len(long["RqDescription"]) == settings.DESCRIPTION_CHARS
 
 
 def test_worker_names_are_the_slots() -> None:

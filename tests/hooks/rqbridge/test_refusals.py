@@ -1,13 +1,21 @@
-"""Without rq the bridge's hooks and job process fail with a message saying so.
+"""What the rq bridge refuses, with a message that says why.
 
-Each check runs in a subprocess whose import of rq fails (`sys.modules["rq"]`
-set to None, which makes every `import rq` raise ImportError).
+Without rq, the hooks and the job process fail saying what to install (each
+check runs in a subprocess whose import of rq fails: `sys.modules["rq"]` set
+to None makes every `import rq` raise ImportError). As root, the hooks refuse
+to read rq's jobs at all.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import pytest
+
+from fetchwork.hooks.rqbridge import hooks
+from fetchwork.hooks.rqbridge.hooks import RqHookError
 
 NO_RQ = "import sys; sys.modules['rq'] = None\n"
 
@@ -47,3 +55,13 @@ def test_the_job_process_fails_saying_rq_is_missing() -> None:
     assert done.returncode == 1
     assert MESSAGE in done.stderr and HINT in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_hooks_refuse_to_run_as_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs a root test run")
+    with pytest.raises(RqHookError, match="does not run as root: reading rq's jobs unpickles"):
+        hooks.fetch_work([], 'Name = "slot1@here"\n')
+    with pytest.raises(RqHookError, match="run the startd as the user rq's workers"):
+        hooks.job_exit(["exit"], 'RqJobId = "j"\nRqQueue = "q"\nRqWorker = "w"\n'
+                                 'RqExecutionId = "e"\n')
