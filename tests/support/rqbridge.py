@@ -118,9 +118,22 @@ def url(port: int, db: int) -> str:
     return f"redis://{HOST}:{port}/{db}"
 
 
+# A module found only on a folder named by RQ_PYTHONPATH (or `rq worker --path`).
+EXTRA_MODULE = "rqextra"
+EXTRA_SOURCE = '''\
+def found_at():
+    return __file__
+'''
+
+
 def write_jobs(folder: Path) -> None:
+    """The job functions in `folder`, and the extra module in `folder`/extra."""
     (folder / f"{JOBS_MODULE}.py").write_text(JOBS_SOURCE)
     (folder / f"{JOBS_MODULE}.py").chmod(0o644)
+    (folder / "extra").mkdir(exist_ok=True)
+    (folder / "extra").chmod(0o755)
+    (folder / "extra" / f"{EXTRA_MODULE}.py").write_text(EXTRA_SOURCE)
+    (folder / "extra" / f"{EXTRA_MODULE}.py").chmod(0o644)
 
 
 @dataclass(frozen=True)

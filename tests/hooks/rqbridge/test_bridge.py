@@ -83,6 +83,7 @@ def enqueue_all(connection: redis.Redis) -> dict[str, str]:
     jobs["no_result"] = queue.enqueue("rqtestjobs.add", 1, 1, result_ttl=0)
     jobs["failure_ttl"] = queue.enqueue("rqtestjobs.boom", "kept a while", failure_ttl=500)
     jobs["where"] = queue.enqueue("rqtestjobs.where")
+    jobs["extra_path"] = queue.enqueue("rqextra.found_at")
     # Due already, in the scheduled-job registry: a worker with a scheduler enqueues it.
     jobs["scheduled"] = queue.enqueue_at(datetime.now(UTC) - timedelta(seconds=1),
                                          "rqtestjobs.add", 7, 8)
@@ -102,7 +103,8 @@ def _working(runner: str, world: World, rq_url: str) -> Iterator[Callable[[], ob
     folder holding the job functions); yields what says it failed, stops it on leaving."""
     if runner == "rq worker":
         with open(world.root / "rq-worker.log", "wb") as log:
-            proc = subprocess.Popen(rqbridge.rq_worker_argv(rq_url, [QUEUE], "--with-scheduler"),
+            proc = subprocess.Popen(rqbridge.rq_worker_argv(rq_url, [QUEUE], "--with-scheduler",
+                                                            "--path", str(world.root / "extra")),
                                     cwd=world.root, stdout=log, stderr=subprocess.STDOUT,
                                     env={**os.environ, "PYTHONPATH": str(world.root)})
         try:
@@ -114,8 +116,9 @@ def _working(runner: str, world: World, rq_url: str) -> Iterator[Callable[[], ob
                 proc.wait()
         return
     pool = rqbridge.BridgeStartd(world.root / "startd", world.runtime)
-    pool.write_config(rqbridge.startd_config(pool.folder, rq_url, QUEUE,
-                                             extra="RQ_WITH_SCHEDULER = true\n"))
+    pool.write_config(rqbridge.startd_config(
+        pool.folder, rq_url, QUEUE,
+        extra=f"RQ_WITH_SCHEDULER = true\nRQ_PYTHONPATH = {pool.folder / 'extra'}\n"))
     pool.start()
     try:
         yield pool.exited
@@ -235,6 +238,11 @@ def test_the_job_process_sees_what_an_rq_horse_sees(run: Run) -> None:
         run.root if run.runner == "rq worker" else run.root / "startd").resolve()
     assert str(run.root) in seen["pythonpath"].split(":") or \
         str(run.root / "startd") in seen["pythonpath"].split(":")
+
+
+def test_more_import_folders_are_searched(run: Run) -> None:
+    found = Path(run.job("extra_path").return_value())
+    assert found.parent.name == "extra" and found.name == "rqextra.py"
 
 
 def test_a_stopped_job_is_stopped(run: Run) -> None:

@@ -1,0 +1,112 @@
+"""The keeper: what rq's worker does while its horse runs, from the job's starter.
+
+A real rq on a private redis-server; the starter is stood in for by the
+control pipe an in-process hook writes its requests to (hooks/control.py),
+read here as the starter's loop would read it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis
+from rq import Queue
+from rq.command import PUBSUB_CHANNEL_TEMPLATE, send_kill_horse_command, send_stop_job_command
+
+from fetchwork.hooks import control
+from fetchwork.hooks.rqbridge import keeper, slotworker
+from tests.support import rqbridge
+from tests.support.waiting import wait_until
+
+
+@pytest.fixture(scope="module")
+def rq_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with rqbridge.rq_redis(tmp_path_factory.mktemp("rq-keeper")) as port:
+        yield rqbridge.url(port, 0)
+
+
+@pytest.fixture
+def requests() -> Iterator[int]:
+    """The read end of the pipe control.request() writes to."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    control.install(write_fd)
+    yield read_fd
+    control.install(None)
+    os.close(read_fd)
+    os.close(write_fd)
+
+
+def _read(fd: int) -> list[str]:
+    try:
+        return os.read(fd, 4096).decode().split()
+    except BlockingIOError:
+        return []
+
+
+def _running(rq_url: str, name: str) -> tuple[slotworker.SlotWorker, keeper.Keeper]:
+    """A job taken by a slot's worker (as the fetch hook takes it), and its keeper."""
+    connection = redis.Redis.from_url(rq_url)
+    Queue(name, connection=connection).enqueue("builtins.len", "abc")
+    worker = slotworker.new_worker(connection, [name], f"{name}.1")
+    taken = slotworker.dequeue(worker, None)
+    assert taken is not None
+    execution = slotworker.start(worker, taken[0])
+    return worker, keeper.Keeper(worker, taken[0], execution, interval_s=0.1, walltime_s=0.2)
+
+
+def test_heartbeats_keep_the_execution_alive(rq_url: str, requests: int) -> None:
+    worker, kept = _running(rq_url, "beats")
+    registry_key = kept.job.started_job_registry.key
+    first = worker.connection.zscore(registry_key, kept.execution.composite_key)
+    keeper.start(kept)
+    try:
+        wait_until(lambda: (worker.connection.zscore(registry_key, kept.execution.composite_key)
+                            or 0) > (first or 0), 10, what="a later heartbeat")
+    finally:
+        keeper.stop(kept.job.id)
+
+
+def test_a_job_past_its_timeout_is_killed_as_rqs_worker_kills_it(
+        rq_url: str, requests: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keeper, "KILL_GRACE_S", 0.3)
+    _, kept = _running(rq_url, "late")
+    keeper.start(kept)
+    try:
+        wait_until(lambda: kept.killed, 10, what="the kill")
+        assert wait_until(lambda: _read(requests), 5) == ["kill"]
+    finally:
+        keeper.stop(kept.job.id)
+
+
+def _listening(worker: slotworker.SlotWorker) -> bool:
+    channel = PUBSUB_CHANNEL_TEMPLATE % worker.name
+    return bool(dict(worker.connection.pubsub_numsub(channel)).get(channel.encode()))
+
+
+def test_rqs_stop_command_removes_the_job(rq_url: str, requests: int) -> None:
+    worker, kept = _running(rq_url, "stop")
+    kept.kill_after_s = None
+    keeper.start(kept)
+    try:
+        wait_until(lambda: _listening(worker), 10, what="the keeper listening")
+        send_stop_job_command(worker.connection, kept.job.id)
+        assert wait_until(lambda: _read(requests), 10) == ["remove", "kill"]
+        assert not kept.killed  # stopped, not killed: the exit hook records `stopped`
+    finally:
+        keeper.stop(kept.job.id)
+
+
+def test_rqs_kill_horse_command_kills_the_job(rq_url: str, requests: int) -> None:
+    worker, kept = _running(rq_url, "killed")
+    kept.kill_after_s = None
+    keeper.start(kept)
+    try:
+        wait_until(lambda: _listening(worker), 10, what="the keeper listening")
+        send_kill_horse_command(worker.connection, worker.name)
+        assert wait_until(lambda: _read(requests), 10) == ["kill"]
+        assert kept.killed
+    finally:
+        keeper.stop(kept.job.id)
