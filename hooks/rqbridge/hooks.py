@@ -1,8 +1,11 @@
 """The rq bridge's hooks (keyword RQ): slots that work the queues of an rq deployment.
 
 Each hook is `hook(args, stdin_text)` with the protocol's text in and out,
-called in-process (`python:fetchwork.hooks.rqbridge.hooks:<name>`; the
-prepare hook's heartbeats need that form):
+called in-process (`python:fetchwork.hooks.rqbridge.hooks:<name>`), or as a
+program (`python -m fetchwork.hooks.rqbridge <NAME>`, __main__.py). The
+prepare hook's keeper (heartbeats, rq's commands, the kill 60 s past the
+timeout) lives in the starter's process, so only the in-process form has it;
+programs heartbeat at each update hook only:
 
 - fetch_work (startd): dequeues the next job of RQ_QUEUES as an rq worker
   does, under an rq worker named after the slot, and prints a job ad whose
@@ -45,6 +48,14 @@ from fetchwork.hooks.rqbridge.needrq import (
 )
 
 log = logging.getLogger(__name__)
+
+# The program form (__main__.py) turns this off: a program cannot outlive its call.
+_mode = {"in_process": True}
+
+
+def set_program_mode() -> None:
+    _mode["in_process"] = False
+
 
 # How many bytes of the job process's standard error a failure's log line shows.
 ERR_TAIL_BYTES = 2000
@@ -197,9 +208,10 @@ def prepare_job(args: Sequence[str], stdin_text: str) -> tuple[int, str] | str:
     if taken.job is None or taken.execution is None or status != "started":
         log.warning("rq job %s is %s in rq; not running it", ids.job_id, status or "gone")
         return (1, "")
-    walltime = settings.walltime_s(taken.job.timeout)
-    keeper.start(keeper.Keeper(taken.worker, taken.job, taken.execution,
-                               float(DEFAULT_JOB_MONITORING_INTERVAL), walltime))
+    if _mode["in_process"]:
+        keeper.start(keeper.Keeper(taken.worker, taken.job, taken.execution,
+                                   float(DEFAULT_JOB_MONITORING_INTERVAL),
+                                   settings.walltime_s(taken.job.timeout)))
     call = current_call()
     sandbox = call.cwd if call is not None and call.cwd else os.getcwd()
     return f'Err = "{os.path.join(sandbox, settings.HORSE_ERR)}"\n'

@@ -32,6 +32,7 @@ POOL_MODULES = frozenset({
     "broker/leader/test_service.py",
     "hooks/test_finish_outage.py",
     "hooks/rqbridge/test_bridge.py",
+    "hooks/rqbridge/test_keeper.py",
     "hooks/rqbridge/test_lifecycle.py",
     "project/test_install.py",
     "startd/slots/test_startd.py",

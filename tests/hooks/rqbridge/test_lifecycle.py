@@ -154,3 +154,29 @@ def test_a_rejected_job_goes_back_to_the_front_intact(world: World) -> None:
     pool_root = world.root / "reject"
     rqbridge.rq_worker(pool_root, rqbridge.url(world.port, 5), [QUEUE])
     assert Job.fetch(job.id, connection=connection).return_value() == 42
+
+
+PROGRAM_HOOKS = ("FETCH_WORK", "REPLY_FETCH", "EVICT_CLAIM", "PREPARE_JOB", "UPDATE_JOB_INFO",
+                 "JOB_EXIT")
+
+
+def test_the_hooks_work_as_programs(world: World) -> None:
+    knobs = "".join(f"RQ_HOOK_{name} = {world.runtime.python}\n"
+                    f"RQ_HOOK_{name}_ARGS = -m fetchwork.hooks.rqbridge {name}\n"
+                    for name in PROGRAM_HOOKS)
+    pool, connection = _startd(world, "programs", 6, extra=knobs)
+    queue = Queue(QUEUE, connection=connection)
+    added = queue.enqueue("rqtestjobs.add", 2, 3)
+    failed = queue.enqueue("rqtestjobs.boom", "as a program")
+    pool.start()
+    try:
+        rqbridge.wait_jobs_done(connection, [added.id, failed.id], 120, fail_if=pool.exited)
+        wait_until(lambda: not Worker.all(connection=connection), 30, fail_if=pool.exited,
+                   what="no rq worker left")
+    finally:
+        pool.stop()
+    assert Job.fetch(added.id, connection=connection).return_value() == 5
+    assert rqbridge.status(connection, failed.id) == "failed"
+    assert "ValueError: as a program" in (Job.fetch(failed.id, connection=connection)
+                                          .latest_result().exc_string or "")  # type: ignore[union-attr]
+    assert "[-m fetchwork.hooks.rqbridge REPLY_FETCH accept]" in pool.log_text()
