@@ -157,13 +157,7 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     if taken is None:
         return None
     job, queue = taken
-    try:
-        execution = slotworker.start(worker, job)
-    except BaseException:
-        # Dequeued but not taken: it must not be lost (BLPOP took it off its queue).
-        log.exception("rq job %s could not be started here; putting it back", job.id)
-        connection.lpush(queue.key, job.id)
-        raise
+    execution = slotworker.start(worker, job, queue)
     rq_ids = {"RQ_WORKER_ID": worker.name, "RQ_JOB_ID": job.id,
               "RQ_EXECUTION_ID": execution.id}
     dequeued = settings.DequeuedJob(job_id=job.id, queue=queue.name, worker=worker.name,

@@ -21,6 +21,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -156,12 +157,14 @@ def maintain(worker: SlotWorker, at: float | None = None) -> None:
     if last is not None and at - last < DEFAULT_MAINTENANCE_TASK_INTERVAL:
         return
     _maintained_at[key] = at
-    worker.register_birth()
+    # A name of its own: the slot's own worker may be registered with a running job.
+    maintainer = new_worker(worker.connection, key, f"{worker.name}.maintenance")
+    register(maintainer)
     try:
-        worker.clean_registries()
-        worker.clean_group_registries()
+        maintainer.clean_registries()
+        maintainer.clean_group_registries()
     finally:
-        worker.register_death()
+        maintainer.register_death()
 
 
 def enqueue_scheduled(worker: SlotWorker, at: float | None = None) -> None:
@@ -197,15 +200,49 @@ def dequeue(worker: SlotWorker, block_s: int | None) -> tuple[Job, SlotQueue] | 
     return None if taken is None else (taken[0], cast(SlotQueue, taken[1]))
 
 
-def start(worker: SlotWorker, job: Job) -> Execution:
+def register(worker: SlotWorker) -> None:
+    """Register the worker's birth; under a name of its own when a live worker has its
+    name (the slot's running job's, when a busy slot fetches for RANK, or one whose
+    death was never registered)."""
+    try:
+        worker.register_birth()
+    except ValueError:  # rq: "There exists an active worker named ... already"
+        worker.name = f"{worker.name}-{uuid.uuid4().hex[:6]}"
+        worker.register_birth()
+
+
+def start(worker: SlotWorker, job: Job, queue: SlotQueue) -> Execution:
     """Register the worker and take the job as rq's worker and work horse do before
     the job's function is called: execution in the started-job registry, status
-    `started`, the job off the intermediate queue."""
-    worker.register_birth()
-    job.redis_server_version = worker.get_redis_server_version()
-    execution = worker.prepare_execution(job)
-    worker.prepare_job_execution(job, remove_from_intermediate_queue=len(worker.queues) == 1)
+    `started`, the job off the intermediate queue. On any failure the job goes back
+    to the front of its queue (it was dequeued: nothing else would give it back)."""
+    execution: Execution | None = None
+    try:
+        register(worker)
+        job.redis_server_version = worker.get_redis_server_version()
+        execution = worker.prepare_execution(job)
+        worker.prepare_job_execution(job, remove_from_intermediate_queue=len(worker.queues) == 1)
+    except BaseException:
+        log.exception("rq job %s could not be taken; putting it back", job.id)
+        _give_back_quietly(worker, job, queue, execution)
+        raise
     return execution
+
+
+def _give_back_quietly(worker: SlotWorker, job: Job, queue: SlotQueue,
+                       execution: Execution | None) -> None:
+    try:
+        if execution is not None:
+            requeue(worker, job, queue, execution)
+        else:
+            with worker.connection.pipeline() as pipeline:
+                pipeline.lrem(queue.intermediate_queue_key, 1, job.id)
+                queue.put_back(job, pipeline)
+                pipeline.execute()
+        worker.register_death()
+    except (redis.RedisError, ValueError) as exc:  # rq's Redis away: rq's cleanup has it
+        log.warning("rq job %s could not be put back (%s); rq's own cleanup will find it",
+                    job.id, exc)
 
 
 def status_of(connection: redis.Redis, job_id: str) -> str | None:

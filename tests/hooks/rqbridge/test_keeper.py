@@ -53,7 +53,7 @@ def _running(rq_url: str, name: str) -> tuple[slotworker.SlotWorker, keeper.Keep
     worker = slotworker.new_worker(connection, [name], f"{name}.1")
     taken = slotworker.dequeue(worker, None)
     assert taken is not None
-    execution = slotworker.start(worker, taken[0])
+    execution = slotworker.start(worker, *taken)
     return worker, keeper.Keeper(worker, taken[0], execution, interval_s=0.1, walltime_s=0.2)
 
 
@@ -110,3 +110,26 @@ def test_rqs_kill_horse_command_kills_the_job(rq_url: str, requests: int) -> Non
         assert kept.killed
     finally:
         keeper.stop(kept.job.id)
+
+
+def test_a_busy_slots_name_is_not_taken_twice(rq_url: str) -> None:
+    connection = redis.Redis.from_url(rq_url)
+    queue = Queue("twice", connection=connection)
+    queue.enqueue("builtins.len", "a")
+    queue.enqueue("builtins.len", "b")
+    running = slotworker.new_worker(connection, ["twice"], "slot1@host.7")
+    first = slotworker.dequeue(running, None)
+    assert first is not None
+    slotworker.start(running, *first)
+    # The same slot fetches again while its job runs (a busy slot looks for higher RANK),
+    # and rq's maintenance runs meanwhile.
+    again = slotworker.new_worker(connection, ["twice"], "slot1@host.7")
+    slotworker.maintain(again, at=-1e9)
+    second = slotworker.dequeue(again, None)
+    assert second is not None
+    slotworker.start(again, *second)
+    assert running.name == "slot1@host.7"
+    assert again.name.startswith("slot1@host.7-")
+    names = {worker.name for worker in slotworker.SlotWorker.all(connection=connection)
+             if worker.name.startswith("slot1@host.7")}
+    assert names == {running.name, again.name}
