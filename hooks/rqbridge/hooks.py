@@ -124,10 +124,18 @@ def _find(ids: RqIds) -> Taken:
     return Taken(worker, job, queue, slotworker.execution_of(worker, job, ids.execution_id))
 
 
+def _held(connection: redis.Redis, ids: RqIds) -> str | None:
+    """The job's status in rq while this slot's execution of it is alive; None once the
+    slot no longer has it (recorded, given back, or cleaned up and maybe run elsewhere)."""
+    if not slotworker.holds(connection, ids.job_id, ids.execution_id):
+        return None
+    return slotworker.status_of(connection, ids.job_id)
+
+
 def _give_back(ids: RqIds, why: str) -> None:
     """Put a job the slot took but never ran back at the front of its queue (nothing
-    when rq no longer has it as started: it ran and left the slot already)."""
-    if slotworker.status_of(rq_redis(), ids.job_id) != "started":
+    when the slot no longer has it: it ran and left the slot already)."""
+    if _held(rq_redis(), ids) != "started":
         return
     taken = _find(ids)
     try:
@@ -198,9 +206,10 @@ def prepare_job(args: Sequence[str], stdin_text: str) -> tuple[int, str] | str:
     """Check rq still has the job as started; keep its heartbeats; its stderr to a file."""
     ids = _ids(ads.first_of_pair(stdin_text, source="hook input"))
     taken = _find(ids)
-    status = slotworker.status_of(taken.worker.connection, ids.job_id)
+    status = _held(taken.worker.connection, ids)
     if taken.job is None or taken.execution is None or status != "started":
-        log.warning("rq job %s is %s in rq; not running it", ids.job_id, status or "gone")
+        log.warning("rq job %s is %s; not running it", ids.job_id,
+                    f"{status} in rq" if status else "no longer this slot's in rq")
         return (1, "")
     if _mode["in_process"]:
         keeper.start(keeper.Keeper(taken.worker, taken.job, taken.execution,
@@ -241,7 +250,7 @@ def _settle(taken: Taken, ids: RqIds, how: str, job_ad: classad2.ClassAd,
     exit_code, exit_signal = job_ad.get("ExitCode"), job_ad.get("ExitSignal")
     hold_reason = job_ad.get("HoldReason")
     decision = outcome.decide(
-        how, slotworker.status_of(taken.worker.connection, ids.job_id),
+        how, _held(taken.worker.connection, ids),
         exit_code if isinstance(exit_code, int) and not by_signal else None,
         exit_signal if isinstance(exit_signal, int) and by_signal else None,
         killed, hold_reason if isinstance(hold_reason, str) else None)

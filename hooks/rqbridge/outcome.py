@@ -68,7 +68,8 @@ STOPPED_REASON = "Job stopped by user, work-horse terminated."
 def decide(how: str, status: str | None, exit_code: int | None, exit_signal: int | None,
            killed: bool, hold_reason: str | None = None) -> Decision:
     """What to record for a job that left its slot `how` (the exit hook's word), whose
-    rq status is now `status` (None: the job no longer exists in rq)."""
+    rq status is now `status` (None: the slot's execution of it is gone from rq: the
+    outcome is recorded, or rq's cleanup took the job back, or it no longer exists)."""
     if status is None or status in DONE_STATUSES:
         return Decision(Record.NOTHING)
     if how == EXIT and exit_signal is None and exit_code == 0:

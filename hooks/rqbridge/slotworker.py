@@ -253,6 +253,14 @@ def status_of(connection: redis.Redis, job_id: str) -> str | None:
         return None
 
 
+def holds(connection: redis.Redis, job_id: str, execution_id: str) -> bool:
+    """Whether the execution `execution_id` of the job is still alive in rq: the slot
+    still has the job. It is gone once recorded, requeued, or cleaned up as abandoned
+    (and the job may then run elsewhere, under another execution)."""
+    key = Execution(id=execution_id, job_id=job_id, connection=connection).key
+    return bool(connection.exists(key))
+
+
 def execution_of(worker: SlotWorker, job: Job, execution_id: str) -> Execution:
     """The execution `execution_id` of `job` by `worker` (it may already be gone)."""
     execution = Execution(id=execution_id, job_id=job.id, connection=worker.connection,

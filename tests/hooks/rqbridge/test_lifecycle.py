@@ -23,6 +23,7 @@ from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from tests.support import rqbridge
+from tests.support.processes import alive
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -129,12 +130,12 @@ def test_a_startd_killed_alone_has_its_running_job_given_back(world: World) -> N
         # Its starter sees the startd gone, vacates the job, and the exit hook gives it back.
         wait_until(lambda: rqbridge.status(connection, job.id) == "queued", 60,
                    what="the job queued again")
-        wait_until(lambda: not horse.is_running(), 30, what="the job process gone")
+        wait_until(lambda: not alive(horse.pid), 30, what="the job process gone")
     finally:
         pool.stop()
-    assert queue.get_job_ids() == [job.id, later.id]
+    assert queue.get_job_ids() == [job.id, later.id], pool.log_text()[-3000:]
     assert job.id not in StartedJobRegistry(QUEUE, connection=connection).get_job_ids()
-    assert Worker.all(connection=connection) == []
+    assert [worker.name for worker in Worker.all(connection=connection)] == []
 
 
 def test_a_rejected_job_goes_back_to_the_front_intact(world: World) -> None:
