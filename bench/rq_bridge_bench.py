@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -121,8 +120,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start; "
           f"{args.jobs} jobs per run, {args.slots} slots / workers")
-    root = rqbridge.fresh_root("bench")
-    try:
+    with rqbridge.fresh_root("bench") as root:
         rqbridge.write_jobs(root)
         runtime = rqbridge.runtime(root)
         with rqbridge.rq_redis(root) as port:
@@ -136,8 +134,6 @@ def main() -> None:
         print("ratio bridge/rq: " + ", ".join(f"{ours / rate:.2f} x {name}"
                                               for name, rate in theirs.items()))
         print(f"load average {os.getloadavg()[0]:.1f} at the end")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

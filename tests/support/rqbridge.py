@@ -274,11 +274,16 @@ def rq_worker(root: Path, rq_url: str, queues: list[str], *options: str,
     return done.stdout + done.stderr
 
 
-def fresh_root(prefix: str) -> Path:
-    """A folder every user can enter (jobs run as nobody under a root run)."""
+@contextmanager
+def fresh_root(prefix: str) -> Iterator[Path]:
+    """A folder every user can enter (the startd runs as nobody under a root run),
+    removed afterwards."""
     root = Path(tempfile.mkdtemp(prefix=f"fw-rq-{prefix}-"))
     root.chmod(0o755)
-    return root
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def status(connection: redis.Redis, job_id: str) -> str | None:

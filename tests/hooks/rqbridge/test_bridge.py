@@ -57,9 +57,8 @@ class Run:
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
-    root = rqbridge.fresh_root("bridge")
-    rqbridge.write_jobs(root)
-    with rqbridge.rq_redis(root) as port:
+    with rqbridge.fresh_root("bridge") as root, rqbridge.rq_redis(root) as port:
+        rqbridge.write_jobs(root)
         yield World(root, port, rqbridge.runtime(root))
 
 

@@ -40,8 +40,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
-    root = rqbridge.fresh_root("lifecycle")
-    with rqbridge.rq_redis(root) as port:
+    with rqbridge.fresh_root("lifecycle") as root, rqbridge.rq_redis(root) as port:
         yield World(root, port, rqbridge.runtime(root))
 
 
@@ -149,6 +148,7 @@ def test_a_rejected_job_goes_back_to_the_front_intact(world: World) -> None:
         pool.wait_log("was rejected by the slot", 60)
     finally:
         pool.stop()
+    assert f"rq job {job.id} was rejected by the slot" in pool.log_text()
     assert rqbridge.status(connection, job.id) == "queued"
     assert queue.get_job_ids() == [job.id]
     assert StartedJobRegistry(QUEUE, connection=connection).get_job_ids() == []
@@ -181,3 +181,28 @@ def test_the_hooks_work_as_programs(world: World) -> None:
     assert "ValueError: as a program" in (Job.fetch(failed.id, connection=connection)
                                           .latest_result().exc_string or "")  # type: ignore[union-attr]
     assert "[-m fetchwork.hooks.rqbridge REPLY_FETCH accept]" in pool.log_text()
+
+
+def _blocked_on_queues(connection: redis.Redis) -> bool:
+    return any(client.get("cmd") in ("blmove", "blpop") for client in connection.client_list())
+
+
+def test_a_job_taken_while_the_startd_stops_goes_back(world: World) -> None:
+    pool, connection = _startd(world, "stopping", 7,
+                               extra="NUM_SLOTS = 1\nRQ_FETCH_LONG_POLL = 5\n")
+    queue = Queue(QUEUE, connection=connection)
+    pool.start()
+    try:
+        wait_until(lambda: _blocked_on_queues(connection), 60, fail_if=pool.exited,
+                   what="the idle slot waiting on the queue")
+        assert pool.proc is not None
+        pool.proc.send_signal(signal.SIGTERM)
+        # Taken by the fetch still waiting: the stopping startd rejects it.
+        job = queue.enqueue("rqtestjobs.add", 3, 4)
+        assert pool.proc.wait(60) == 0
+    finally:
+        pool.stop()
+    assert f"rq job {job.id} was rejected by the slot" in pool.log_text()
+    assert rqbridge.status(connection, job.id) == "queued"
+    assert queue.get_job_ids() == [job.id]
+    assert StartedJobRegistry(QUEUE, connection=connection).get_job_ids() == []
