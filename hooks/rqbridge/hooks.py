@@ -217,7 +217,7 @@ def prepare_job(args: Sequence[str], stdin_text: str) -> tuple[int, str] | str:
                                    settings.walltime_s(taken.job.timeout)))
     call = current_call()
     sandbox = call.cwd if call is not None and call.cwd else os.getcwd()
-    return f'Err = "{os.path.join(sandbox, settings.HORSE_ERR)}"\n'
+    return ads.format_ad({"Err": os.path.join(sandbox, settings.HORSE_ERR)})
 
 
 def update_job_info(args: Sequence[str], stdin_text: str) -> None:
@@ -248,12 +248,11 @@ def _settle(taken: Taken, ids: RqIds, how: str, job_ad: classad2.ClassAd,
             killed: bool) -> None:
     by_signal = job_ad.get("ExitBySignal") is True
     exit_code, exit_signal = job_ad.get("ExitCode"), job_ad.get("ExitSignal")
+    code = exit_code if isinstance(exit_code, int) and not by_signal else None
+    signal_number = exit_signal if isinstance(exit_signal, int) and by_signal else None
     hold_reason = job_ad.get("HoldReason")
-    decision = outcome.decide(
-        how, _held(taken.worker.connection, ids),
-        exit_code if isinstance(exit_code, int) and not by_signal else None,
-        exit_signal if isinstance(exit_signal, int) and by_signal else None,
-        killed, hold_reason if isinstance(hold_reason, str) else None)
+    decision = outcome.decide(how, _held(taken.worker.connection, ids), code, signal_number,
+                              killed, hold_reason if isinstance(hold_reason, str) else None)
     job, queue, execution = taken.job, taken.queue, taken.execution
     if decision.record is outcome.Record.NOTHING or job is None or queue is None \
             or execution is None:
@@ -267,9 +266,7 @@ def _settle(taken: Taken, ids: RqIds, how: str, job_ad: classad2.ClassAd,
         taken.worker.stop_job(job, queue, execution)
         log.info("rq job %s was removed from the slot; stopped in rq", ids.job_id)
     else:
-        status = outcome.wait_status(
-            exit_code if isinstance(exit_code, int) and not by_signal else None,
-            exit_signal if isinstance(exit_signal, int) and by_signal else None)
+        status = outcome.wait_status(code, signal_number)
         slotworker.fail(taken.worker, job, queue, execution, decision.reason,
                         status if how == EXIT or killed else None)
         log.warning("rq job %s failed: %s%s", ids.job_id, decision.reason, _err_tail(job_ad))

@@ -89,24 +89,24 @@ def read_settings(config: Config) -> RqSettings:
     """The knobs, each checked; ConfigError naming the knob, its file and line."""
     url = (config.get("RQ_URL") or "").strip()
     if not url:
-        raise _bad(config, "RQ_URL", "is empty: set it to rq's Redis (redis://host:6379/0)")
+        raise _bad("RQ_URL", config, "is empty: set it to rq's Redis (redis://host:6379/0)")
     try:
         queues = queue_names(config.get("RQ_QUEUES") or "")
     except ValueError as exc:
-        raise _bad(config, "RQ_QUEUES", str(exc)) from None
-    long_poll_s = config.get_duration_s("RQ_FETCH_LONG_POLL", 0.0)
+        raise _bad("RQ_QUEUES", config, str(exc)) from None
+    long_poll_s = config.get_duration_s("RQ_FETCH_LONG_POLL")
     if long_poll_s < 0:
-        raise _bad(config, "RQ_FETCH_LONG_POLL", "must not be negative")
+        raise _bad("RQ_FETCH_LONG_POLL", config, "must not be negative")
     python = (config.get("RQ_PYTHON") or "").strip() or None
     if python is not None and not os.path.isabs(python):
-        raise _bad(config, "RQ_PYTHON", f"must be an absolute path, not {python!r}")
+        raise _bad("RQ_PYTHON", config, f"must be an absolute path, not {python!r}")
     return RqSettings(url=url, queues=queues,
                       pythonpath=python_path(config.get("RQ_PYTHONPATH") or ""),
                       long_poll_s=math.ceil(long_poll_s), python=python,
-                      with_scheduler=config.get_bool("RQ_WITH_SCHEDULER", False))
+                      with_scheduler=config.get_bool("RQ_WITH_SCHEDULER"))
 
 
-def _bad(config: Config, knob: str, why: str) -> ConfigError:
+def _bad(knob: str, config: Config, why: str) -> ConfigError:
     where = config.where(knob)
     return ConfigError(f"{knob} {why}", where.source if where else None,
                        where.line if where else None)

@@ -50,6 +50,7 @@ class Run:
     root: Path
     # What `Worker.all()` showed while the "slow" job ran.
     busy_workers: list[tuple[str, str, str | None]] = field(default_factory=list)
+    log: str = ""  # the startd's log
 
     def job(self, name: str) -> Job:
         return Job.fetch(self.ids[name], connection=self.connection)
@@ -83,6 +84,7 @@ def enqueue_all(connection: redis.Redis) -> dict[str, str]:
     jobs["failure_ttl"] = queue.enqueue("rqtestjobs.boom", "kept a while", failure_ttl=500)
     jobs["where"] = queue.enqueue("rqtestjobs.where")
     jobs["extra_path"] = queue.enqueue("rqextra.found_at")
+    jobs["killed"] = queue.enqueue("rqtestjobs.die")
     # Due already, in the scheduled-job registry: a worker with a scheduler enqueues it.
     jobs["scheduled"] = queue.enqueue_at(datetime.now(UTC) - timedelta(seconds=1),
                                          "rqtestjobs.add", 7, 8)
@@ -97,9 +99,11 @@ def _busy_workers(connection: redis.Redis) -> list[tuple[str, str, str | None]]:
 
 
 @contextmanager
-def _working(runner: str, world: World, rq_url: str) -> Iterator[Callable[[], object]]:
+def _working(runner: str, world: World, rq_url: str,
+             logs: list[str]) -> Iterator[Callable[[], object]]:
     """The runner at work on the queue (rq's burst worker, or a startd, each started in a
-    folder holding the job functions); yields what says it failed, stops it on leaving."""
+    folder holding the job functions); yields what says it failed, stops it on leaving
+    (a startd's log then goes into `logs`)."""
     if runner == "rq worker":
         with open(world.root / "rq-worker.log", "wb") as log:
             proc = subprocess.Popen(rqbridge.rq_worker_argv(rq_url, [QUEUE], "--with-scheduler",
@@ -123,7 +127,8 @@ def _working(runner: str, world: World, rq_url: str) -> Iterator[Callable[[], ob
         yield pool.exited
     finally:
         pool.stop()
-    assert "Traceback" not in pool.log_text(), pool.log_text()[-3000:]
+        logs.append(pool.log_text())
+    assert "Traceback" not in logs[-1], logs[-1][-3000:]
 
 
 @pytest.fixture(scope="module", params=RUNNERS)
@@ -136,7 +141,8 @@ def run(request: pytest.FixtureRequest, world: World) -> Iterator[Run]:
     result = Run(runner, connection, ids, world.root)
     # Every job but the one whose dependency fails (it stays deferred).
     ending = [job_id for name, job_id in ids.items() if name != "after_failure"]
-    with _working(runner, world, rq_url) as failed:
+    logs: list[str] = []
+    with _working(runner, world, rq_url, logs) as failed:
         result.busy_workers = wait_until(
             lambda: [seen for seen in _busy_workers(connection)
                      if seen[2] == ids["slow"] and seen[1] == "busy"],
@@ -152,6 +158,7 @@ def run(request: pytest.FixtureRequest, world: World) -> Iterator[Run]:
         rqbridge.wait_jobs_done(connection, ending, 120, fail_if=failed)
         wait_until(lambda: not Worker.all(connection=connection), 30, fail_if=failed,
                    what="no rq worker left")
+    result.log = "".join(logs)
     yield result
     connection.close()
 
@@ -217,6 +224,16 @@ def test_due_scheduled_jobs_run_with_a_scheduler(run: Run) -> None:
     job = run.job("scheduled")
     assert job.get_status() == "finished"
     assert job.return_value() == 15
+
+
+def test_a_job_process_killed_fails_as_rqs_dead_horse(run: Run) -> None:
+    job = run.job("killed")
+    assert job.get_status() == "failed"
+    assert job.id in FailedJobRegistry(QUEUE, connection=run.connection)
+    assert job.latest_result().exc_string == (  # type: ignore[union-attr]
+        "Work-horse terminated unexpectedly; waitpid returned 9 (signal 9); ")
+    if run.runner == "fetchwork startd":  # the startd's log shows the end of its stderr
+        assert "its standard error ends: about to be killed" in run.log
 
 
 def test_result_ttl_zero_deletes_the_job(run: Run) -> None:

@@ -12,7 +12,8 @@ from fetchwork.hooks.rqbridge.settings import DequeuedJob, RqSettings
 
 
 def _config(text: str) -> Config:
-    base = "RQ_URL = redis://localhost:6379/0\nRQ_QUEUES = default\nRQ_FETCH_LONG_POLL = 5\n"
+    base = ("RQ_URL = redis://localhost:6379/0\nRQ_QUEUES = default\nRQ_FETCH_LONG_POLL = 5\n"
+            "RQ_WITH_SCHEDULER = false\n")
     return Config.from_text(base + text, source="rq.conf")
 
 
@@ -28,7 +29,7 @@ def test_bad_queue_lists_are_refused(text: str, why: str) -> None:
 
 
 def test_a_bad_knob_is_named_with_its_file_and_line() -> None:
-    with pytest.raises(ConfigError, match=r"rq.conf:4: RQ_QUEUES names a queue twice"):
+    with pytest.raises(ConfigError, match=r"rq.conf:5: RQ_QUEUES names a queue twice"):
         settings.read_settings(_config("RQ_QUEUES = a a\n"))
     with pytest.raises(ConfigError, match="RQ_URL is empty"):
         settings.read_settings(_config("RQ_URL =\n"))
@@ -42,7 +43,7 @@ def test_the_knobs_are_read() -> None:
         "RQ_FETCH_LONG_POLL = 2.5\n"))
     assert knobs == RqSettings(url="redis://localhost:6379/0", queues=("high", "low"),
                                pythonpath=("/srv/a", "/srv/b"), long_poll_s=3,
-                               python="/opt/py/bin/python")
+                               python="/opt/py/bin/python", with_scheduler=False)
 
 
 def test_only_an_idle_slot_waits_on_the_queues() -> None:
