@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ class Run:
     # What `Worker.all()` showed while the "slow" job ran.
     busy_workers: list[tuple[str, str, str | None]] = field(default_factory=list)
     log: str = ""  # the startd's log
+    rq_info: str = ""  # what `rq info --only-workers` printed while the "slow" job ran
 
     def job(self, name: str) -> Job:
         return Job.fetch(self.ids[name], connection=self.connection)
@@ -147,6 +149,9 @@ def run(request: pytest.FixtureRequest, world: World) -> Iterator[Run]:
             lambda: [seen for seen in _busy_workers(connection)
                      if seen[2] == ids["slow"] and seen[1] == "busy"],
             60, fail_if=failed, what="a busy rq worker on the slow job")
+        result.rq_info = subprocess.run(
+            [str(Path(sys.executable).parent / "rq"), "info", "--only-workers", "--url", rq_url],
+            capture_output=True, text=True, timeout=60, check=True).stdout
         stoppable = Job.fetch(ids["stoppable"], connection=connection)
         # Once its worker listens (rq's own from its start, a slot's from its job's start).
         wait_until(lambda: stoppable.get_status() == "started" and stoppable.refresh() is None
@@ -275,3 +280,4 @@ def test_a_busy_worker_shows_its_job(run: Run) -> None:
     assert (state, job_id) == ("busy", run.ids["slow"])
     if run.runner == "fetchwork startd":  # the slot's name, and the startd's pid
         assert name.startswith(("slot1@", "slot2@"))
+    assert f"{name} (" in run.rq_info and "busy" in run.rq_info

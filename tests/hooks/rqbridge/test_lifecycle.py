@@ -9,6 +9,7 @@ rejects goes back to the front of its queue, intact for any worker.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -206,3 +207,22 @@ def test_a_job_taken_while_the_startd_stops_goes_back(world: World) -> None:
     assert rqbridge.status(connection, job.id) == "queued"
     assert queue.get_job_ids() == [job.id]
     assert StartedJobRegistry(QUEUE, connection=connection).get_job_ids() == []
+
+
+def test_a_starter_kept_across_jobs_runs_each_rq_job(world: World) -> None:
+    pool, connection = _startd(world, "kept", 8,
+                               extra="NUM_SLOTS = 1\nSTARTER_JOBS_PER_PROCESS = 3\n")
+    queue = Queue(QUEUE, connection=connection)
+    jobs = [queue.enqueue("rqtestjobs.add", n, n) for n in range(4)]
+    jobs.append(queue.enqueue("rqtestjobs.boom", "in a kept starter"))
+    pool.start()
+    try:
+        rqbridge.wait_jobs_done(connection, [job.id for job in jobs], 120, fail_if=pool.exited)
+    finally:
+        pool.stop()
+    assert [Job.fetch(job.id, connection=connection).return_value() for job in jobs[:4]] == \
+        [0, 2, 4, 6]
+    assert rqbridge.status(connection, jobs[4].id) == "failed"
+    assert "Traceback" not in pool.log_text()
+    starters = set(re.findall(r"\(starter (\d+) runs job", pool.log_text()))
+    assert 0 < len(starters) < len(jobs), starters  # some starter ran several jobs
