@@ -10,6 +10,8 @@ rejects goes back to the front of its queue, intact for any worker.
 from __future__ import annotations
 
 import re
+import secrets
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -25,6 +27,7 @@ from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from tests.support import rqbridge
 from tests.support.processes import alive
+from tests.support.tlsredis import tls_redis
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -226,3 +229,27 @@ def test_a_starter_kept_across_jobs_runs_each_rq_job(world: World) -> None:
     assert "Traceback" not in pool.log_text()
     starters = set(re.findall(r"\(starter (\d+) runs job", pool.log_text()))
     assert 0 < len(starters) < len(jobs), starters  # some starter ran several jobs
+
+
+def test_a_startd_works_rq_over_tls_as_a_redis_user(world: World) -> None:
+    with tls_redis(world.root / "tls-redis") as server:
+        password = secrets.token_hex(8)
+        server.write_acl_file([f"user rqworker on >{password} ~* &* +@all"])
+        server.admin().acl_load()
+        pool = rqbridge.BridgeStartd(world.root / "tls", world.runtime)
+        # The startd's files, readable by the user it runs as (chowned at its start).
+        for name in ("ca", "client_cert", "client_key"):
+            shutil.copy(getattr(server.certs, name), pool.folder / f"{name}.pem")
+        (pool.folder / "password").write_text(password + "\n")
+        pool.write_config(rqbridge.startd_config(pool.folder, server.url, QUEUE, extra=(
+            f"RQ_CA = {pool.folder / 'ca.pem'}\nRQ_CERT = {pool.folder / 'client_cert.pem'}\n"
+            f"RQ_KEY = {pool.folder / 'client_key.pem'}\nRQ_USERNAME = rqworker\n"
+            f"RQ_PASSWORD_FILE = {pool.folder / 'password'}\n")))
+        connection = server.admin()
+        job = Queue(QUEUE, connection=connection).enqueue("rqtestjobs.add", 20, 1)
+        pool.start()
+        try:
+            rqbridge.wait_jobs_done(connection, [job.id], 120, fail_if=pool.exited)
+        finally:
+            pool.stop()
+        assert Job.fetch(job.id, connection=connection).return_value() == 21
