@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from fetchwork.config.argsyntax import parse_arguments_raw, parse_environment_raw
@@ -97,3 +100,17 @@ def test_the_job_ad_runs_the_horse_in_the_startds_folder() -> None:
 def test_worker_names_are_the_slots() -> None:
     assert settings.worker_name("slot1_2@host.example", 42) == "slot1_2@host.example.42"
     assert settings.worker_name("odd name:x", 1) == "odd_name_x.1"
+
+
+def test_the_example_configuration_selects_the_bridge(
+        config_with_defaults: Callable[[str], Config]) -> None:
+    example = Path(__file__).resolve().parents[3] / "config" / "examples" / "rq.conf"
+    config = config_with_defaults(example.read_text())
+    knobs = settings.read_settings(config)
+    assert knobs.queues == ("high", "default", "low")
+    assert knobs.with_scheduler and knobs.long_poll_s == 5
+    assert config.get("STARTD_JOB_HOOK_KEYWORD") == "RQ"
+    for hook in ("FETCH_WORK", "REPLY_FETCH", "EVICT_CLAIM", "PREPARE_JOB", "UPDATE_JOB_INFO",
+                 "JOB_EXIT"):
+        assert config.get(f"RQ_HOOK_{hook}", "").startswith(
+            "python:fetchwork.hooks.rqbridge.hooks:")
