@@ -21,6 +21,11 @@ programs heartbeat at each update hook only:
   horse works.
 - job_exit (starter): records what the job process could not (outcome.py)
   and registers the slot's worker's death.
+
+The starter's and reply hooks act only while the slot's own execution of the
+job is alive in rq: once it is gone (recorded, given back, or cleaned up as
+abandoned, after which the job may run elsewhere) they leave the job alone.
+Every hook refuses to run as root (rq_redis).
 """
 
 from __future__ import annotations
