@@ -23,7 +23,7 @@ from fetchwork.broker.connections.durability import ReplicaWait
 from fetchwork.broker.jobpolicy.expressions import PERIODIC_ATTRS, Action
 from fetchwork.broker.jobpolicy.onexit import POLICY, POLICY_ATTRS, finished, judge_exit
 from fetchwork.broker.scheduling.settings import scheduling_in_force
-from fetchwork.broker.store import calls, codec, editable
+from fetchwork.broker.store import calls, codec, editable, poolrules
 from fetchwork.broker.store.jobads import caller_attrs
 from fetchwork.broker.submission.submitter import Submitted, Submitter
 from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
@@ -50,6 +50,8 @@ class Broker:
 
     def __init__(self, client: redis.Redis, pool: str = "default", config: Config | None = None):
         config = config if config is not None else get_config()
+        # This process's configuration: the pool's own where this is its broker service.
+        self.config = config
         self.store = Store(client, pool, config.get_int("BROKER_EVENTS_MAXLEN"))
         self.client = client
         self.pool = pool
@@ -60,7 +62,9 @@ class Broker:
         self._claimer = Claimer.from_config(
             self.store, self.default_lease_s, config,
             soft_tier=self.scheduling is not None and self.scheduling.limits_on())
-        self._submitter = Submitter(self.store, self.default_lease_s, self.scheduling,
+        # The pool's rules are its leader's (store/poolrules.py): these two knobs only
+        # stand in while it has published none.
+        self._submitter = Submitter(self.store, self.default_lease_s,
                                     config.get_bool("DEFAULT_JOB_EXCLUSIVE"),
                                     ReplicaWait.from_config(config))
 
@@ -99,6 +103,11 @@ class Broker:
         """As submit(), and whether the jobs wait VALIDATING for the leader's
         submission filters (then `verdicts()` tells how they ended)."""
         return self._submitter.submit(ads, owner, cluster_id)
+
+    def pool_rules(self) -> poolrules.Published | None:
+        """The rules the pool's leader published (what every submission is checked
+        against), or None while it has published none: then new jobs wait for it."""
+        return poolrules.read(self.store)
 
     def verdicts(self, job_ids: Sequence[str]) -> dict[str, str | None]:
         """For each job no longer VALIDATING: None when it was admitted, else the

@@ -24,6 +24,7 @@ import redis
 from fetchwork.broker.connections.embedded import EmbeddedRedis
 from fetchwork.config.loader import Config
 from tests.support.folders import open_folder
+from tests.support.rules import publish_rules
 from tests.support.scratch import kept_folder
 from tests.support.starter_bench import Bench
 from tests.support.tiers import is_pool
@@ -68,6 +69,21 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def pool_name() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(autouse=True)
+def published_rules(request: pytest.FixtureRequest) -> None:
+    """A test's pool on the session's Redis has the default rules published, as a pool
+    whose broker service has run once (else every new job waits for its leader: the
+    pool fails closed). A test that wants another configuration's rules publishes
+    them (tests/support/rules.py); one that wants none deletes the settings key."""
+    if "pool_name" not in request.fixturenames or "redis_url" not in request.fixturenames:
+        return
+    client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+    try:
+        publish_rules(client, request.getfixturevalue("pool_name"))
+    finally:
+        client.close()
 
 
 @pytest.fixture

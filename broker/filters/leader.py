@@ -13,6 +13,14 @@ holds and puts back what a former configuration left.
 Each verdict is one Lua script (admit, admit_fail, activate_start,
 activate_defer, activate_hold, activate_fail); reverts run after it, off the
 claim's wait.
+
+Admission (`admit_waiting`, the one step that moves a waiting job into the
+queue) is also where the pool fails closed: a job submitted before the
+leader published the pool's rules (store/poolrules.py) waits VALIDATING like
+a filtered one, and is checked here against the pool's rules (MAX_WALLTIME,
+SUBMIT_MAX_JOB_ATTRS; with scheduling limits it is admitted BLOCKED for the
+policy's pass; DEFAULT_JOB_EXCLUSIVE), whatever the submitter's configuration
+said, before its filters run.
 """
 
 from __future__ import annotations
@@ -26,11 +34,12 @@ from dataclasses import replace
 from typing import Any
 
 from fetchwork.broker.autoclusters import Grouper, rep_entry
-from fetchwork.broker.store import Store, calls, codec
+from fetchwork.broker.store import Store, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import ad_prio
 from fetchwork.broker.store.states import State, clamp_prio, is_managed
 from fetchwork.config.ads import from_dict
+from fetchwork.config.protocol import HoldCode
 from fetchwork.errors import AdError
 
 from .admission import activate, admit
@@ -67,6 +76,9 @@ def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]
 
 
 _MISSING = object()
+# The states of a job that waits for admission (lua/jobstates.lua awaits_admission).
+_WAITING = frozenset(state.value for state in (State.VALIDATING, State.IDLE, State.BLOCKED,
+                                               State.HELD))
 
 
 class FilterLeader:
@@ -75,9 +87,12 @@ class FilterLeader:
     name = "filters"
 
     def __init__(self, store: Store, settings: FilterSettings, default_lease_s: float,
-                 call: Call | None = None, workers: int = WORKERS):
+                 call: Call | None = None, workers: int = WORKERS,
+                 rules: poolrules.PoolRules | None = None):
         self.store = store
         self.settings = settings
+        # The pool's rules, checked at admission (None: the filters' verdict only).
+        self.rules = rules
         self.default_lease_s = default_lease_s
         # What the broker gives a job that does not say (jobads.prepare_submitted):
         # a template's default replaces these.
@@ -118,12 +133,6 @@ class FilterLeader:
 
     # -- passes ---------------------------------------------------------------
 
-    def publish(self) -> None:
-        """Write the summary claims and submissions read (on taking leadership)."""
-        keys = self.store.keys
-        fields: dict[Any, Any] = summary_of(self.settings).fields()
-        self.store.client.hset(keys.filters, mapping=fields)
-
     def run_pass(self, now_s: float | None = None) -> list[Future[None]]:
         """Hand out what waits for a verdict; release due holds. Returns the new work."""
         now_s = time.time() if now_s is None else now_s
@@ -134,7 +143,7 @@ class FilterLeader:
         pipe.zrangebyscore(keys.holds, "-inf", int(now_s), start=0, num=BATCH)
         pipe.hvals(keys.reservations)
         validating, activating, due, reserved = pipe.execute()
-        work = [self._hand_out(job, self._admit) for job in Store.ids(validating)]
+        work = [self._hand_out(job, self.admit_waiting) for job in Store.ids(validating)]
         expired = []
         for member, deadline_ms in activating:
             job = codec.text(member)
@@ -188,9 +197,16 @@ class FilterLeader:
     def _read(self, job: str) -> dict[str, Any] | None:
         return next((data for _job, data in self.store.hashes([job])), None)
 
-    def _admit(self, job: str) -> None:
+    def admit_waiting(self, job: str) -> None:
+        """Admit one job that waits for the leader (VALIDATING): the pool's rules, then
+        its submission chains and template; admit.lua or admit_fail.lua settles it."""
         data = self._read(job)
-        if data is None or data.get("FetchworkState") != State.VALIDATING.value:
+        if data is None or data.get("FetchworkState") not in _WAITING:
+            return
+        why = poolrules.refusal(data, self.rules) if self.rules is not None else None
+        if why is not None:
+            log.info("job %s refused by the pool's rules: %s", job, why)
+            calls.admit_fail(self.store, job_id=job, reason=f"refused: {why}")
             return
         admission = admit(data, self.settings, self.call, self.broker_defaults)
         if not admission.ok:
@@ -198,6 +214,7 @@ class FilterLeader:
             calls.admit_fail(self.store, job_id=job, reason=admission.reason or "failed")
             return
         deleted, stored = changed_fields(data, admission.ad)
+        stored.update(self._rule_defaults(admission.ad))
         if deleted or stored:  # what a match reads of the job may have changed
             merged = {name: value for name, value in data.items() if name not in deleted}
             stored[AUTOCLUSTER_ATTR] = _assign_autocluster(self.store, {**merged, **stored})
@@ -207,6 +224,20 @@ class FilterLeader:
             prio = 0
         calls.admit(self.store, job_id=job, prio=prio, deleted=deleted,
                     fields=codec.fields_of(stored))
+
+    def _rule_defaults(self, ad: Mapping[str, Any]) -> dict[str, Any]:
+        """What the pool's rules add to an admitted job: the BlockedReason that keeps it
+        for the policy's pass (scheduling limits), Exclusive (DEFAULT_JOB_EXCLUSIVE)."""
+        rules, added = self.rules, {}
+        if rules is None:
+            return {}
+        names = {name.lower() for name in ad}
+        if rules.limits and "blockedreason" not in names \
+                and ad.get("HoldReasonCode") != int(HoldCode.SUBMITTED_ON_HOLD):
+            added["BlockedReason"] = poolrules.WAITING_REASON
+        if rules.default_exclusive and "exclusive" not in names:
+            added["Exclusive"] = True
+        return added
 
     # -- activation -------------------------------------------------------------
 

@@ -9,8 +9,9 @@ renew the leadership three times per BROKER_LEADER_LEASE, and the reaper
 runs every BROKER_REAPER_INTERVAL. A leader that dies simply stops
 renewing; another replica takes over when the key expires. On taking the
 lead with no scheduling policy, the leader releases any job a former policy
-left BLOCKED; while it leads, its tick publishes the filter summary that
-submissions and claims read.
+left BLOCKED; while it leads, its tick publishes the pool's rules that
+submissions are checked against, with the filter summary claims read
+(leader/publish.py): until a leader has published them, new jobs wait for it.
 
 The leader's duties (leader/duty.py, fed by the one reader of the event
 stream in leader/reader.py, started and stopped together by `run`; the
@@ -73,6 +74,7 @@ from fetchwork.errors import FetchworkError
 from .duty import Duty
 from .interest import wrapped
 from .leadership import leader_ttl_ms, standby_wait_s
+from .publish import RulesPublisher
 from .reader import LeaderDuties
 
 log = logging.getLogger(__name__)
@@ -112,7 +114,7 @@ class BrokerService:
                  history_max_jobs: int | None = None, filters: FilterLeader | None = None,
                  user_logs: bool = False, periodic_interval_s: float | None = None,
                  dependency_sweep_s: float | None = None,
-                 backfill: BackfillLeader | None = None):
+                 backfill: BackfillLeader | None = None, rules: RulesPublisher | None = None):
         self.broker = broker
         # The backfill passes; None runs none (no reservation: nothing is held back).
         self.backfill = backfill
@@ -126,6 +128,12 @@ class BrokerService:
         self.reaper_interval_s = reaper_interval_s
         self.leader_lease_s = leader_lease_s
         self.replica = replica or default_replica_name()
+        # The pool's rules, published on every tick (by default: the broker's configuration).
+        self.rules = rules or RulesPublisher.from_config(
+            broker.store, broker.config, filters.settings if filters is not None else None,
+            self.replica)
+        if filters is not None and filters.rules is None:
+            filters.rules = self.rules.rules  # admission checks the rules it publishes
         self.is_leader = False
         self._last_reap_s: float | None = None
         # The scheduling policy's passes; None while no policy knob is set.
@@ -139,13 +147,17 @@ class BrokerService:
 
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
+        replica = (config.get("BROKER_REPLICA_NAME") or "").strip() or default_replica_name()
+        filter_settings = load_settings(config)
+        rules = RulesPublisher.from_config(broker.store, config, filter_settings, replica)
         return cls(broker,
                    reaper_interval_s=config.get_duration_s("BROKER_REAPER_INTERVAL"),
                    leader_lease_s=config.get_duration_s("BROKER_LEADER_LEASE"),
-                   replica=(config.get("BROKER_REPLICA_NAME") or "").strip() or None,
+                   replica=replica,
                    history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS"),
-                   filters=FilterLeader(broker.store, load_settings(config),
-                                        broker.default_lease_s),
+                   filters=FilterLeader(broker.store, filter_settings,
+                                        broker.default_lease_s, rules=rules.rules),
+                   rules=rules,
                    user_logs=config.get_bool("BROKER_WRITE_USER_LOGS"),
                    periodic_interval_s=config.get_duration_s("PERIODIC_EXPR_INTERVAL"),
                    dependency_sweep_s=config.get_duration_s("DEPENDENCY_SWEEP_INTERVAL"),
@@ -207,7 +219,7 @@ class BrokerService:
         return result
 
     def _tick(self, now_s: float, filter_pass: bool, sweep: bool) -> PassResult:
-        """Renew leadership; when leading, publish the filter summary (with
+        """Renew leadership; when leading, publish the pool's rules (with
         `filter_pass`, a filter pass, waited for), release what a former policy left
         BLOCKED on taking the lead, sweep the dependencies when due (with `sweep`),
         and reap (and trim the history) when due."""
@@ -215,8 +227,8 @@ class BrokerService:
             return PassResult(leader=False)
         result = PassResult(leader=True)
         took_lead = self._last_reap_s is None
+        self.rules.publish()
         if self.filters is not None:
-            self.filters.publish()
             if filter_pass:
                 for work in self.filters.run_pass():
                     work.result()

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import enum
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fetchwork.broker.store.jobads import walltime_of
 from fetchwork.broker.store.states import State
-from fetchwork.errors import SubmitError
 
 from .settings import Budget, SchedulingSettings
 from .snapshot import ACTIVE, QueuedJob
@@ -40,9 +38,6 @@ class PsCheck:
     fit: Fit
     reason: str | None = None
 
-
-# A submitted job's BlockedReason until the leader's first policy pass places it.
-WAITING_REASON = "waiting for the scheduling policy's first look"
 
 
 def number(value: float) -> str:
@@ -163,12 +158,6 @@ def walltime_refusal(walltime_s: float, settings: SchedulingSettings,
             f"more than MAX_WALLTIME = {number(cap)} s")
 
 
-def submit_refusal(ad: Mapping[str, Any], settings: SchedulingSettings) -> str | None:
-    """Why a submitted job ad may not be queued under MAX_WALLTIME, or None."""
-    own = any(name.lower() == "allowedjobduration" for name in ad)
-    return walltime_refusal(walltime_of(ad, settings.default_walltime_s), settings, own)
-
-
 def past_walltime(job: QueuedJob, now: float) -> bool:
     """True when a running job has used up its walltime."""
     return job.started_at is not None and now > job.started_at + job.walltime_s
@@ -206,15 +195,3 @@ def start_refusal(job: QueuedJob, running: Iterable[QueuedJob], settings: Schedu
     if check.fit is Fit.OVER or (check.fit is Fit.SOFT and others_eligible):
         return check.reason
     return None
-
-
-def admission(policy: SchedulingSettings | None, ads: Sequence[Mapping[str, Any]]) -> str | None:
-    """SubmitError when a submitted job asks for more than MAX_WALLTIME (then nothing is
-    queued); else the BlockedReason jobs start with while limits are set (None: IDLE)."""
-    if policy is None:
-        return None
-    for proc, ad in enumerate(ads):
-        refusal = submit_refusal(ad, policy)
-        if refusal is not None:
-            raise SubmitError(f"job {proc} of the submission: {refusal}; nothing was queued")
-    return WAITING_REASON if policy.limits_on() else None

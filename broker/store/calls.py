@@ -18,7 +18,7 @@ script's layout is one change of one function.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.client import Pipeline
@@ -57,20 +57,23 @@ def stage(store: Store, pipe: Pipeline, *, cluster: int, nonce: str, job_ids: Se
           runs: bytes) -> None:
     """stage.lua, queued on `pipe`: write the hashes of `job_ids` (new jobs of cluster
     `cluster`, in batch order) from `runs` (codec.pack_for_lua of the runs of shared and
-    own fields); the submission's `nonce` must own the cluster. Its reply in the
-    pipeline's: [hashes written, b'validating' or b'']."""
-    keys = store.pool_keys() + [store.keys.job(job) for job in job_ids]
+    own fields), checked against the pool's published rules (store/poolrules.py); the
+    submission's `nonce` must own the cluster. Its reply in the pipeline's: [hashes
+    written, the batch's mode: b'validating', b'blocked' or b''], or an error naming
+    the job and the rule that refused it (then nothing of the batch is written)."""
+    keys = store.pool_keys() + [store.keys.job(job) for job in job_ids] + [store.keys.settings]
     _queue(store, pipe, "stage", keys, [*store.head_args(), str(cluster), nonce, runs])
 
 
-def submit(store: Store, pipe: Pipeline, *, batch: bytes, validating: bool,
+def submit(store: Store, pipe: Pipeline, *, batch: bytes, mode: str,
            autoclusters: bytes) -> None:
     """submit.lua, queued on `pipe`: queue staged jobs. `batch` packs {job id, sequence,
-    FetchworkOrder text, held, blocked, autocluster id} per job, `validating` says
-    stage.lua made them VALIDATING, `autoclusters` packs {id, representative, ...}.
-    Its reply in the pipeline's: the number of jobs queued."""
-    _queue(store, pipe, "submit", store.pool_keys(),
-           [*store.head_args(), batch, "1" if validating else "", autoclusters])
+    FetchworkOrder text, held, blocked, autocluster id} per job, `mode` is what
+    stage.lua answered for the batch ('validating', 'blocked' or ''; the pool's
+    published rules may make it stricter), `autoclusters` packs {id, representative,
+    ...}. Its reply in the pipeline's: the number of jobs queued."""
+    _queue(store, pipe, "submit", store.pool_keys() + [store.keys.settings],
+           [*store.head_args(), batch, mode, autoclusters])
 
 
 def admit(store: Store, *, job_id: str, prio: int, deleted: Sequence[str],
@@ -392,3 +395,18 @@ def read_ids(store: Store, *, key: str, start: int, stop: int, rev: bool) -> lis
     joined = codec.text(store.scripts.call("read_ids", [key], [start, stop,
                                                                "rev" if rev else ""]))
     return joined.split("\n") if joined else []
+
+
+# -- the pool's rules (publish_rules.lua; store/poolrules.py) -------------------------------
+
+def publish_rules(store: Store, *, rules: Mapping[str, str], digest: str,
+                  summary: Mapping[str, str], replica: str, now_s: float) -> tuple[int, bool]:
+    """publish_rules.lua: make `rules` the pool's published settings (a new version when
+    `digest` differs from the stored one) and write the filter `summary`. Returns
+    (version in force, whether this call published it)."""
+    flat_rules = [item for pair in rules.items() for item in pair]
+    flat_summary = [item for pair in summary.items() for item in pair]
+    version, changed = store.scripts.call(
+        "publish_rules", [store.keys.settings, store.keys.filters],
+        [digest, replica, f"{now_s:.3f}", str(len(rules)), *flat_rules, *flat_summary])
+    return int(version), bool(changed)

@@ -37,6 +37,7 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:ac:reps       hash: autocluster -> what a match reads of its jobs
     fw:{P}:backfill      string: the leader's backfill reservation (msgpack, backfill/plan.py)
     fw:{P}:sortslots     hash: slot name -> its ad while it waits for work (claim/sorting.py)
+    fw:{P}:settings      hash: the pool's rules the leader publishes, versioned (store/poolrules.py)
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ class PoolKeys:
         return f"{self.prefix}dependents:{job_id}"
     backfill = _named("backfill")
     sortslots = _named("sortslots")
+    # The pool's rules, as its leader publishes them (store/poolrules.py).
+    settings = _named("settings")
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

@@ -40,6 +40,7 @@ from .acmembers import (
     ORDER_WIDTH,
     ORDER_ZERO,
 )
+from .poolrules import UNCOUNTED_ATTRS
 from .states import PRIO_SCALE
 
 TRANSITIONS = ("stage", "submit", "claim", "claim_quiet", "reject", "renew", "finish", "reap",
@@ -49,7 +50,8 @@ TRANSITIONS = ("stage", "submit", "claim", "claim_quiet", "reject", "renew", "fi
                "overrun", "policy_exit", "policy_act", "requeue", "depend", "reorder",
                "qedit")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
-              "trim_history", "userlog_advance", "read_groups", "bypass", "read_backfill")
+              "trim_history", "userlog_advance", "read_groups", "bypass", "read_backfill",
+              "publish_rules")
 
 # What every transition script is put after, in this order (each part uses the ones before).
 LIBRARY = ("jobad", "lib", "acindex", "jobstates")
@@ -82,6 +84,9 @@ def constants_header() -> str:
               f"local AC_LEGACY_GID_LENGTH = {LEGACY_GROUP_ID_LENGTH}",
               f"local AC_LEGACY_ORDER_WIDTH = {LEGACY_ORDER_WIDTH}",
               f"local AUTOCLUSTER_ATTR = '{AUTOCLUSTER_ATTR}'"]
+    # The attributes SUBMIT_MAX_JOB_ATTRS leaves out (store/poolrules.py), lower-case.
+    lines.append("local RULE_UNCOUNTED = {" + ", ".join(
+        f"['{name}'] = true" for name in sorted(UNCOUNTED_ATTRS)) + "}")
     return "\n".join(lines) + "\n"
 
 

@@ -8,11 +8,18 @@ submit.lua per batch to put every job in the queue and idle sets and emit its
 event, so the whole cluster appears at once. The second step is cheap per job
 (sorted-set members and one XADD), which keeps even 100,000 jobs well inside
 a client's socket timeout. If staging fails, the staged hashes are deleted.
-When the leader publishes submission filters or job templates, stage.lua
-makes each batch VALIDATING and says so, and submit.lua puts those jobs in
-the validating set instead of the idle one: no extra round trip either way.
-Sequence numbers come from counter:seq before staging, so each job's
-identity and FetchworkOrder are decided here (jobads.identity).
+The pool's rules are its leader's, never this client's configuration:
+stage.lua checks every job against the rules the leader published
+(store/poolrules.py: MAX_WALLTIME, SUBMIT_MAX_JOB_ATTRS; a refusal names the
+job and the rule, and nothing is queued) and says how the batch waits:
+VALIDATING for the leader when nothing is published yet or the pool has
+submission filters or job templates, BLOCKED for the policy's pass when it
+has scheduling limits. submit.lua then puts the jobs in the validating,
+blocked or idle part: no extra round trip either way. The published rules
+are read once per submission, with the sequence numbers, for what they give
+a job that does not say (its lease, DEFAULT_JOB_EXCLUSIVE). Sequence numbers
+come from counter:seq before staging, so each job's identity and
+FetchworkOrder are decided here (jobads.identity).
 """
 
 from __future__ import annotations
@@ -31,9 +38,7 @@ from redis.exceptions import NoScriptError
 
 from fetchwork.broker.connections.durability import ReplicaWait
 from fetchwork.broker.dependencies.resolver import plan_dependencies, register_waiting
-from fetchwork.broker.scheduling.limits import admission
-from fetchwork.broker.scheduling.settings import SchedulingSettings
-from fetchwork.broker.store import Store, calls, codec
+from fetchwork.broker.store import Store, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import PreparedJob, identity, place
 from fetchwork.broker.store.states import State
@@ -49,27 +54,33 @@ BATCH = 1000
 TRANSACTION = 20_000
 
 
+# stage.lua's answer for a batch whose jobs wait for the leader's admission.
+VALIDATING_MODE = "validating"
+
+
 @dataclass
 class Submitted:
-    """A queued cluster: its job ids, and whether they wait for the leader's
-    submission filters (VALIDATING) before they become IDLE."""
+    """A queued cluster: its job ids, whether they wait VALIDATING for the leader's
+    admission before they become IDLE, and whether that is because the pool's leader
+    has published no rules yet (`unpublished`: the pool fails closed)."""
 
     job_ids: list[str]
     validating: bool = False
+    unpublished: bool = False
 
 
 class Submitter:
-    """Submits clusters to one pool; jobs without JobLeaseDuration get `default_lease_s`."""
+    """Submits clusters to one pool. What a job that does not say gets (its lease,
+    Exclusive) is the pool's published default; `default_lease_s` and
+    `default_exclusive` stand in only while the pool has published none, and the
+    leader's admission decides those jobs."""
 
-    def __init__(self, store: Store, default_lease_s: float,
-                 scheduling: SchedulingSettings | None = None, default_exclusive: bool = False,
+    def __init__(self, store: Store, default_lease_s: float, default_exclusive: bool = False,
                  replica_wait: ReplicaWait | None = None):
         self.store = store
         self.replica_wait = replica_wait  # FETCHWORK_BROKER_WAIT_REPLICAS
         self.default_lease_s = default_lease_s
         self.default_exclusive = default_exclusive  # DEFAULT_JOB_EXCLUSIVE
-        # Scheduling policy: MAX_WALLTIME refuses; with limits, jobs start BLOCKED.
-        self.scheduling = scheduling
 
     def next_cluster(self) -> int:
         """Allocate a cluster number."""
@@ -81,14 +92,23 @@ class Submitter:
             return Submitted([])
         qdate_s = int(time.time())
         user = getpass.getuser()
-        shape = SubmissionShape(self.default_lease_s, self.default_exclusive)
-        jobs = shape.prepare(ads, qdate_s)
-        blocked_reason = admission(self.scheduling, [job.attrs for job in jobs])
         store = self.store
-        cluster = cluster_id if cluster_id is not None else self.next_cluster()
-        first_seq = int(store.client.incrby(store.keys.seq_counter, len(jobs))) - len(jobs) + 1
+        pipe = store.client.pipeline(transaction=False)
+        if cluster_id is None:
+            pipe.incr(store.keys.cluster_counter)
+        pipe.incrby(store.keys.seq_counter, len(ads))
+        pipe.hgetall(store.keys.settings)
+        *counters, settings = pipe.execute()
+        cluster = int(counters[0]) if cluster_id is None else cluster_id
+        first_seq = int(counters[-1]) - len(ads) + 1
+        published = poolrules.from_fields(settings)
+        lease_s, exclusive = ((published.rules.default_lease_s, published.rules.default_exclusive)
+                              if published is not None
+                              else (self.default_lease_s, self.default_exclusive))
+        shape = SubmissionShape(lease_s, exclusive)
+        jobs = shape.prepare(ads, qdate_s)
         placed = [(place(job, identity(store.pool, cluster, proc, qdate_s, first_seq + proc,
-                                       job.prio, owner, job.ad_owner, user), blocked_reason),
+                                       job.prio, owner, job.ad_owner, user)),
                    first_seq + proc)
                   for proc, job in enumerate(jobs)]
         # Depends: refused when missing or cyclic; dependent jobs wait BLOCKED.
@@ -96,20 +116,29 @@ class Submitter:
             plan_dependencies(store, cluster, jobs)
         fields = shape.fields([job for job, _seq in placed])
         nonce = uuid.uuid4().hex
-        validating: list[bool] = []
+        modes: list[str] = []
         try:
-            self._retrying(lambda: self._stage(cluster, nonce, placed, validating, fields))
+            self._retrying(lambda: self._stage(cluster, nonce, placed, modes, fields))
+        except redis.ResponseError as exc:
+            # The pool's rules refused a job (stage.lua names it and the rule).
+            self._unstage(cluster, nonce, placed)
+            raise SubmitError(f"the pool refused the submission to cluster {cluster}: "
+                              f"{exc}") from exc
         except redis.RedisError as exc:
             self._unstage(cluster, nonce, placed)
             raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
         periodic = shape.periodic(jobs)
-        self._retrying(lambda: self._queue(placed, validating, shape.groups, periodic))
+        self._retrying(lambda: self._queue(placed, modes, shape.groups, periodic))
         # Durable across a failover (connections/durability.py).
         if self.replica_wait is not None:
             self.replica_wait.after(store.client, store.keys.seq_counter,
                                     f"the submission of cluster {cluster}")
-        log.info("submitted %d job(s) to cluster %s", len(placed), cluster)
-        return Submitted([job.job_id for job, _seq in placed], any(validating))
+        validating = any(mode == VALIDATING_MODE for mode in modes)
+        log.info("submitted %d job(s) to cluster %s%s", len(placed), cluster,
+                 "; they wait for the pool's leader, which has published no rules yet"
+                 if published is None else "")
+        return Submitted([job.job_id for job, _seq in placed], validating,
+                         unpublished=published is None)
 
     def _retrying(self, step: Callable[[], None]) -> None:
         """Run `step`; once more after NOSCRIPT (the server lost its script cache).
@@ -122,7 +151,7 @@ class Submitter:
             step()
 
     def _stage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]],
-               validating: list[bool], fields: PackedJobs) -> None:
+               modes: list[str], fields: PackedJobs) -> None:
         store = self.store
         pipe = store.client.pipeline(transaction=False)
         for start in range(0, len(placed), BATCH):
@@ -130,8 +159,8 @@ class Submitter:
             blob = codec.pack_for_lua(fields.runs(start, start + len(batch)))
             calls.stage(store, pipe, cluster=cluster, nonce=nonce,
                         job_ids=[job.job_id for job, _seq in batch], runs=blob)
-        # Per batch: (jobs written, whether they are VALIDATING).
-        validating[:] = [bool(flag) for _count, flag in pipe.execute()]
+        # Per batch: (jobs written, how they wait: 'validating', 'blocked' or '').
+        modes[:] = [codec.text(mode) for _count, mode in pipe.execute()]
 
     def _unstage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]]) -> None:
         """Delete what staging wrote, if this submission owns the cluster."""
@@ -150,7 +179,7 @@ class Submitter:
             log.warning("could not clean up the failed submission to cluster %s: %s",
                         cluster, exc)
 
-    def _queue(self, placed: list[tuple[PreparedJob, int]], validating: list[bool],
+    def _queue(self, placed: list[tuple[PreparedJob, int]], modes: list[str],
                groups: SubmitGroups, periodic: list[bool]) -> None:
         store = self.store
         for first in range(0, len(placed), TRANSACTION):
@@ -163,7 +192,7 @@ class Submitter:
                      job.attrs["FetchworkState"] == State.BLOCKED, gid]
                     for (job, seq), gid in zip(batch, gids, strict=True)])
                 reps = codec.pack_for_lua(groups.entries(gids))
-                calls.submit(store, pipe, batch=blob, validating=validating[start // BATCH],
+                calls.submit(store, pipe, batch=blob, mode=modes[start // BATCH],
                              autoclusters=reps)
                 # Jobs with periodic policy expressions, for the leader's periodic pass.
                 due = {job.job_id: seq for (job, seq), flag

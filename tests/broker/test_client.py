@@ -15,6 +15,7 @@ from fetchwork.errors import (
     JobIdError,
     SubmitError,
 )
+from tests.support.rules import publish_rules
 
 SLOT = parse_ad('Name = "slot1@host"\nMemory = 2048\nSTART = true\n')
 
@@ -23,6 +24,7 @@ SLOT = parse_ad('Name = "slot1@host"\nMemory = 2048\nSTART = true\n')
 def broker(redis_client, pool_name):
     config = Config.load(environ={}).with_values(BROKER_CLAIM_SCAN_BATCH=16,
                                                  JOB_DEFAULT_LEASE_DURATION=600)
+    publish_rules(redis_client, pool_name, config)
     return Broker(redis_client, pool_name, config)
 
 

@@ -11,6 +11,7 @@ from fetchwork.config.ads import parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.errors import RedisUnavailableError
 from tests.broker.test_client import SLOT, claim, jid
+from tests.support.rules import publish_rules
 from tests.support.waiting import wait_until
 
 
@@ -93,11 +94,12 @@ def test_one_event_per_transition(broker):
     assert broker.events("$") == []
 
 
-def test_event_stream_is_capped(redis_client, pool_name):
-    config = Config.load(environ={}).with_values(BROKER_EVENTS_MAXLEN=100)
-    capped = Broker(redis_client, pool_name, config)
-    capped.submit([{"Cmd": "x"}] * 1500)
-    assert redis_client.xlen(capped.keys.events) < 500
+def test_a_submission_trims_the_events_to_the_pools_cap_not_its_own(redis_client, pool_name):
+    publish_rules(redis_client, pool_name,
+                  Config.load(environ={}).with_values(BROKER_EVENTS_MAXLEN=100))
+    config = Config.load(environ={}).with_values(BROKER_EVENTS_MAXLEN=1_000_000)
+    Broker(redis_client, pool_name, config).submit([{"Cmd": "x"}] * 1500)
+    assert redis_client.xlen(Broker(redis_client, pool_name).keys.events) < 500
 
 
 def test_published_slots_are_listed_until_they_expire(broker):

@@ -22,6 +22,7 @@ from fetchwork.hooks import reference
 from fetchwork.hooks.retrying import delays_s, through_outage
 from tests.support.hookenv import hook_environment
 from tests.support.poolprocs import RedisProcess
+from tests.support.rules import publish_rules
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,6 +52,7 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisPro
 def _claimed(server: RedisProcess) -> tuple[Broker, str, str]:
     broker = Broker(redis.Redis(unix_socket_path=server.socket), "retry",
                     Config.load(environ={}))
+    publish_rules(broker.client, "retry")  # as the pool's leader would
     [job] = broker.submit([{"Cmd": "/bin/true"}])
     ad = broker.claim({"Name": "slot1@retry"})
     assert ad is not None

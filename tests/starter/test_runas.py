@@ -131,8 +131,11 @@ def test_a_root_startd_runs_each_job_as_its_owner(root_pool):
     work, server, startd = root_pool
     user = _existing_user()
     assert user is not None
+    from tests.support.rules import publish_rules
+
     broker = Broker(redis.Redis(unix_socket_path=server.socket), pool="runas",
                     config=Config.load(environ={}))
+    publish_rules(broker.client, "runas")  # as the pool's leader would
     jobs = broker.submit([{"Cmd": "/bin/sh", "Arguments": f"-c 'id -u > uid.{n}'",
                            "Iwd": str(work)} for n in range(2)], owner=user.pw_name)
     rooted = broker.submit([{"Cmd": "/bin/sh", "Arguments": "-c 'id -u > uid.root'",

@@ -15,6 +15,7 @@ from fetchwork.broker.scheduling.leaderpass import SchedulingRunner
 from fetchwork.cli import FetchworkGroup
 from fetchwork.config.loader import Config
 from fetchwork.submit import submitcli, usercli
+from tests.support.rules import publish_rules
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -103,11 +104,14 @@ def test_a_submit_file_names_the_walltime_and_the_project(tmp_path: Path):
 
 
 def test_submit_refuses_a_job_over_max_walltime(env, tmp_path: Path, redis_url, pool_name):
+    """The pool's MAX_WALLTIME refuses, whatever the submitter's own configuration says."""
+    publish_rules(redis.Redis.from_url(redis_url), pool_name,
+                  Config.load(environ={}).with_values(MAX_WALLTIME=432000))
     job = tmp_path / "long.sub"
     job.write_text("executable = /bin/true\nallowed_job_duration = 500000\nqueue 2\n")
     result = CliRunner().invoke(cli, ["submit", str(job)],
-                                env={**env, "_FETCHWORK_MAX_WALLTIME": "432000"})
+                                env={**env, "_FETCHWORK_MAX_WALLTIME": "0"})
     assert result.exit_code == 1
-    assert "more than MAX_WALLTIME = 432000 s" in result.output
+    assert "more than the pool's MAX_WALLTIME = 432000 s" in result.output
     assert "Traceback" not in result.output
     assert json.loads(q(env, "-json")) == []

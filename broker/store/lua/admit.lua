@@ -6,9 +6,13 @@
 --   (clamped, for the idle order), ARGV[5] n = attributes to delete,
 --   ARGV[6..5+n] their names, then (name, packed value) pairs to store.
 -- FetchworkOrder becomes -JobPrio * PRIO_SCALE + the job's sequence.
--- Returns 1, or 0 when the job is no longer VALIDATING (removed meanwhile).
+-- Returns 1, or 0 when the job no longer waits for admission (removed meanwhile;
+-- then it leaves the validating set).
 local key, id = KEYS[FIRST_JOB_KEY], ARGV[3]
-if getv(key, 'FetchworkState') ~= 'VALIDATING' then return 0 end
+if not awaits_admission(key, id) then
+  redis.call('ZREM', K_VALIDATING, id)
+  return 0
+end
 redis.call('ZREM', K_VALIDATING, id)
 local deleted = tonumber(ARGV[5])
 for i = 6, 5 + deleted do hdel(key, ARGV[i]) end

@@ -267,3 +267,14 @@ local function settle(key, id, kind, how, reason, code, subcode, outcome)
   to_history(key, id, kind, 'FAILED', STATUS_REMOVED)
   return 'FAILED'
 end
+
+-- Whether a job waits for the leader's admission: VALIDATING, or in the
+-- validating set while its hash still says what the submitter staged (the
+-- pool's rules changed between stage.lua and submit.lua, which then made it
+-- wait: see submit.lua).
+local function awaits_admission(key, id)
+  local state = getv(key, 'FetchworkState')
+  if state == 'VALIDATING' then return true end
+  return (state == 'IDLE' or state == 'BLOCKED' or state == 'HELD')
+    and redis.call('ZSCORE', K_VALIDATING, id) ~= false
+end

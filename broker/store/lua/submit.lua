@@ -1,22 +1,32 @@
 -- submit.lua: (new) -> IDLE | HELD | VALIDATING | BLOCKED for a batch of staged
 -- jobs (stage.lua wrote their hashes, FetchworkState and JobStatus included).
 -- KEYS: the pool keys of lib.lua (touches queue, idle, validating, events and
---   the autocluster index only).
--- ARGV[1] now ms or '', ARGV[2] events cap,
+--   the autocluster index only); KEYS[FIRST_JOB_KEY] the pool's settings hash
+--   (store/poolrules.py).
+-- ARGV[1] now ms or '', ARGV[2] events cap (the pool's published
+--   events_maxlen, when there is one, takes its place),
 -- ARGV[3] the batch: one msgpack array of {job id, sequence, FetchworkOrder
---   as a decimal string, held (boolean), blocked (boolean: scheduling policy
---   places it, see broker/scheduling/leaderpass.py), autocluster id (the job's
---   FetchworkAutocluster, '' for none)} per job,
--- ARGV[4] '1' when stage.lua made the batch VALIDATING: its jobs join the
---   validating set (score = sequence) for the leader's submission filters,
+--   as a decimal string, held (boolean), blocked (boolean: its dependencies
+--   keep it BLOCKED), autocluster id (the job's FetchworkAutocluster, '' for
+--   none)} per job,
+-- ARGV[4] the batch's mode as stage.lua answered it: 'validating' (its jobs join
+--   the validating set, score = sequence, for the leader's admission),
+--   'blocked' (scheduling limits: its jobs wait BLOCKED for the policy's pass)
+--   or ''. The pool's rules as published now can only make it stricter: with
+--   none published, or with submission filters, the jobs wait VALIDATING
+--   whatever ARGV[4] says (the leader admits them).
 -- ARGV[5] msgpack array {autocluster id, representative, ...} of the batch's
 --   autoclusters (ac:reps entries; an existing entry is kept).
 -- Queued jobs join the queue set (score = sequence), IDLE ones the idle set
 -- (score = FetchworkOrder) and their autocluster; BLOCKED ones wait for the
 -- policy's pass; one 'submit' event per job.
 -- Returns the number of jobs queued.
+local rules = redis.call('HMGET', KEYS[FIRST_JOB_KEY], 'version', 'filtered', 'events_maxlen')
+local published = rules[1] ~= false
+if published and tonumber(rules[3]) then MAXLEN = rules[3] end
 local batch = cmsgpack.unpack(ARGV[3])
-local validate = ARGV[4] == '1'
+local validate = ARGV[4] == 'validating' or not published or rules[2] == '1'
+local block_all = ARGV[4] == 'blocked'
 local reps = cmsgpack.unpack(ARGV[5])
 for r = 1, #reps, 2 do redis.call('HSETNX', K_AC_REPS, reps[r], reps[r + 1]) end
 local queued, idle, validating, members, best = {}, {}, {}, {}, {}
@@ -31,7 +41,7 @@ for j = 1, #batch do
     event('submit', id, 'VALIDATING', STATUS_IDLE)
   elseif held then
     event('submit', id, 'HELD', STATUS_HELD)
-  elseif blocked then
+  elseif blocked or block_all then
     event('submit', id, 'BLOCKED', STATUS_IDLE)
   else
     idle[#idle + 1] = order

@@ -15,6 +15,7 @@ import redis
 from fetchwork.broker.client import Broker
 from fetchwork.config.ads import parse_ad
 from fetchwork.config.loader import Config
+from tests.support.rules import publish_rules
 from tests.support.waiting import wait_until
 
 JOBS = 2000
@@ -65,6 +66,7 @@ def stress(redis_server, tmp_path_factory):
     pool = "stress" + str(time.time_ns())
     client = redis.Redis.from_url(url)
     broker = Broker(client, pool, Config.load(environ={}))
+    publish_rules(client, pool)  # the pool's leader has run
     ids = broker.submit([{"Cmd": "/bin/true", "N": n, "JobPrio": n % 3} for n in range(JOBS)])
     script = tmp_path_factory.mktemp("claimer") / "claimer.py"
     script.write_text(CLAIMER)

@@ -22,6 +22,7 @@ from fetchwork.cli import main
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import EXIT
 from tests.support.filterprogs import calls, write_filter
+from tests.support.rules import publish_rules
 from tests.support.tlsredis import TlsRedis, tls_redis
 from tests.support.waiting import wait_until
 
@@ -82,6 +83,8 @@ def as_role(server: TlsRedis,
             config = role_config(server, folder, role)
             made[role] = Broker(connect(config, start=False), POOL, config)
         return made[role]
+    # The pool's leader (it runs as admin) has published the pool's rules.
+    publish_rules(broker_for("admin").client, POOL)
     return broker_for
 
 

@@ -13,6 +13,7 @@ from fetchwork.broker.scheduling.leaderpass import SchedulingRunner
 from fetchwork.broker.scheduling.settings import scheduling_settings
 from fetchwork.config.loader import Config
 from fetchwork.errors import SubmitError
+from tests.support.rules import publish_rules
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,6 +22,7 @@ SLOT = {"Name": "slot1@policy", "Cpus": 64, "Memory": 1}
 
 def pool(redis_client, pool_name, **knobs):
     config = Config.load(environ={}).with_values(**knobs)
+    publish_rules(redis_client, pool_name, config)  # the pool's leader has run
     broker = Broker(redis_client, pool_name, config)
     return broker, SchedulingRunner(broker.store, scheduling_settings(config))
 

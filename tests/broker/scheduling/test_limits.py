@@ -3,21 +3,16 @@ policy text with their own numbers, per-project limits, MAXPS soft and hard."""
 
 from __future__ import annotations
 
-import pytest
-
 from fetchwork.broker.scheduling.eligibility import changes, scheduling_pass
 from fetchwork.broker.scheduling.limits import (
-    admission,
     claim_attrs,
     overrun,
     past_walltime,
     start_refusal,
-    submit_refusal,
     walltime_refusal,
     walltime_remove_reason,
 )
 from fetchwork.broker.store.states import State
-from fetchwork.errors import SubmitError
 from tests.support.scheduling import NOW, apply, hpc2n, job, settings, states
 
 IDLE, BLOCKED, RUNNING = State.IDLE, State.BLOCKED, State.RUNNING
@@ -229,14 +224,6 @@ def test_overrun_jobs_need_their_own_walltime_unless_limits_are_set():
     assert "(DEFAULT_JOB_WALLTIME) of 3600 s" in walltime_remove_reason(default)
 
 
-def test_a_submission_over_the_cap_is_refused_naming_the_knob():
-    assert "MAX_WALLTIME = 432000" in submit_refusal({"allowedjobduration": 500000}, hpc2n())
-    assert submit_refusal({"AllowedJobDuration": 3600}, hpc2n()) is None
-    refusal = submit_refusal({}, settings("MAX_WALLTIME = 60"))
-    assert refusal == ("the job asks for 3600 s of wall-clock time (DEFAULT_JOB_WALLTIME), "
-                       "more than MAX_WALLTIME = 60 s")
-
-
 def test_the_claims_recheck_reads_the_budget_and_its_limit():
     running, wide, narrow = _maxps_example()
     assert claim_attrs(narrow, hpc2n(), soft=False) == {
@@ -247,11 +234,3 @@ def test_the_claims_recheck_reads_the_budget_and_its_limit():
     assert claim_attrs(project, settings("MAXPS_SOFT_snac = 10"), soft=False)[
         "FetchworkBudget"] == "project:snac"
     assert claim_attrs(narrow, settings(), soft=False)["FetchworkPsLimit"] == 0
-
-
-def test_admission_refuses_over_the_cap_and_blocks_under_limits():
-    assert admission(None, [{"AllowedJobDuration": 10**9}]) is None
-    assert admission(settings("MAX_WALLTIME = 100"), [{"AllowedJobDuration": 50}]) is None
-    assert admission(hpc2n(), [{}]) == "waiting for the scheduling policy's first look"
-    with pytest.raises(SubmitError, match="job 1 of the submission: .* nothing was queued"):
-        admission(hpc2n(), [{}, {"AllowedJobDuration": 500000}])

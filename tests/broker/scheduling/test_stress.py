@@ -19,6 +19,7 @@ from fetchwork.broker.client import Broker
 from fetchwork.broker.leader.service import BrokerService
 from fetchwork.broker.store import codec
 from fetchwork.config.loader import Config
+from tests.support.rules import publish_rules
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -73,6 +74,7 @@ def test_no_user_ever_exceeds_a_limit(redis_client, pool_name):
     config = Config.load(environ={}).with_values(
         MAX_IDLE_JOBS_PER_USER=MAX_IDLE, MAX_JOBS_PER_USER=MAX_JOBS, MAXPS_SOFT=SOFT,
         MAXPS_HARD=HARD, POLICY_INTERVAL=0.2, BROKER_REAPER_INTERVAL=1)
+    publish_rules(redis_client, pool_name, config)  # the pool's leader has run
     broker = Broker(redis_client, pool_name, config)
     owners: dict[str, str] = {}
     sizes: dict[str, int] = {}

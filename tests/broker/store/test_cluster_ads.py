@@ -94,7 +94,7 @@ def test_a_case_change_of_a_shared_name_leaves_one_field(broker):
 
 
 def test_deleting_a_shared_attribute_leaves_it_undefined_there_only(broker):
-    broker.client.hset(broker.keys.filters, "submit", "1")  # submissions wait VALIDATING
+    broker.client.delete(broker.keys.settings)  # no rules published: submissions wait
     jobs = submit(broker, 3)
     assert broker.get(jobs[0])["FetchworkState"] == "VALIDATING"
     calls.admit(broker.store, job_id=jobs[0], prio=0, deleted=["MyShared"], fields=[])
