@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "startd": ("fetchwork.startd.cli", "startd_command"),
     "broker": ("fetchwork.broker.cli", "broker_command"),
     "hook": ("fetchwork.hooks.cli", "hook_command"),
-    "config": ("fetchwork.config.cli", "config_command"),
+    "config": ("fetchwork.submit.configcli", "config_command"),
     "redis": ("fetchwork.broker.connections.redis_cli", "redis_group"),
     "acl": ("fetchwork.broker.connections.aclcli", "acl_command"),
     "glidein": ("fetchwork.startd.glidein.cli", "glidein_command"),

@@ -1,6 +1,8 @@
 """Telling the user what the user commands did to the pool: starting the
-embedded Redis because none was running, and queueing jobs that no startd
-will run because none has reported lately."""
+embedded Redis because none was running, queueing jobs that no startd
+will run because none has reported lately, and queueing jobs that wait for
+a broker service because the pool's rules were never published (the pool
+fails closed)."""
 
 from __future__ import annotations
 
@@ -35,3 +37,19 @@ def warn_without_startd(broker: Broker) -> None:
     click.echo(f"fetchwork: warning: no startd has reported in the last {lifetime_s:g} s "
                "(SLOT_AD_LIFETIME); the jobs stay idle until one runs (`fetchwork up`).",
                err=True)
+
+
+def leader_running(broker: Broker) -> bool:
+    """Whether a broker service leads the pool now (it admits waiting jobs)."""
+    return bool(broker.client.exists(broker.keys.leader))
+
+
+def say_unpublished(broker: Broker, count: int) -> None:
+    """Say that `count` jobs wait because the pool's broker service never published
+    the pool's rules, and whether one runs to admit them."""
+    running = leader_running(broker)
+    click.echo(f"fetchwork: the pool's broker service has not published the pool's rules "
+               f"yet, so the {count} job(s) wait (VALIDATING) until it admits them under "
+               "its own configuration"
+               + ("." if running else "; no broker service leads the pool now "
+                  "(`fetchwork up` or `fetchwork broker` runs one)."), err=True)

@@ -102,10 +102,15 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
     nothing and names the line at fault. The job options act as submit
     commands written just before every queue statement of FILE.
 
-    When the pool has submission filters or job templates, the jobs wait
-    (state VALIDATING) for the broker service's verdict; submit waits for it,
-    prints each failed job with its reason and exits 1 when any failed
-    (--no-wait returns at once).
+    The pool's rules (MAX_WALLTIME, SUBMIT_MAX_JOB_ATTRS, scheduling limits,
+    filters, templates) are the ones its broker service published, never this
+    machine's configuration: a job they refuse queues nothing and exits 1
+    naming the job and the rule. When the pool has submission filters or job
+    templates, or its broker service has not published its rules yet, the
+    jobs wait (state VALIDATING) for the broker service's verdict; submit
+    waits for it while a broker service leads the pool, prints each failed
+    job with its reason and exits 1 when any failed (--no-wait returns at
+    once).
     """
     argv: list[str] | None = ctx.meta.get("fetchwork.command")
     if (file is None) == (argv is None):
@@ -119,10 +124,15 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
     owner = getpass.getuser()
     broker = connect_broker()
     since_event = broker.last_event_id()
+    # The pool's SUBMIT_MAX_JOB_ATTRS names the line at fault early; with no rules
+    # published yet, the pool's leader checks each job when it admits it.
+    published = broker.pool_rules()
+    max_attrs = published.rules.max_job_attrs if published is not None else sys.maxsize
     queued = queue_description(
-        broker, lambda cluster: (command_jobs(argv, cluster, commands, count=options["count"])
+        broker, lambda cluster: (command_jobs(argv, cluster, commands, count=options["count"],
+                                              max_attrs=max_attrs)
                                  if argv is not None
-                                 else _parse_file(file or "-", cluster, commands)),
+                                 else _parse_file(file or "-", cluster, commands, max_attrs)),
         owner, lambda warning: click.echo(f"fetchwork: warning: {warning}", err=True))
     cluster, submitted = queued.cluster, queued.submitted
     ids = submitted.job_ids
@@ -131,7 +141,9 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
     warn_if_root(owner)
     poolcheck.warn_without_startd(broker)
     failed = 0
-    if submitted.validating and not no_wait:
+    if submitted.unpublished:
+        poolcheck.say_unpublished(broker, len(ids))
+    if submitted.validating and not no_wait and poolcheck.leader_running(broker):
         failed = report_verdicts(broker, cluster, ids, since_event)
     if wait:
         try:
@@ -157,7 +169,8 @@ def report_verdicts(broker: Broker, cluster: int, job_ids: Sequence[str],
     return len(failed)
 
 
-def _parse_file(path: str, cluster: int, commands: Mapping[str, str]) -> ParsedSubmit:
+def _parse_file(path: str, cluster: int, commands: Mapping[str, str],
+                max_attrs: int | None = None) -> ParsedSubmit:
     try:
         if path == "-":
             text, source = sys.stdin.read(), "<stdin>"
@@ -169,7 +182,7 @@ def _parse_file(path: str, cluster: int, commands: Mapping[str, str]) -> ParsedS
     except UnicodeDecodeError as exc:
         raise SubmitFileError(f"{path} is not UTF-8 text") from exc
     return parse_submit(text, cluster, submit_dir=os.getcwd(), source=source,
-                        extra=commands)
+                        extra=commands, max_attrs=max_attrs)
 
 
 def job_failed(ad: Any) -> bool:

@@ -327,8 +327,10 @@ def _queue_jobs(submit: htcondor2.Submit, spec: QueueSpec, cluster_id: int,
 
 
 def command_jobs(argv: Sequence[str], cluster_id: int, commands: Mapping[str, str] | None = None,
-                 count: int = 1, submit_dir: str | None = None) -> ParsedSubmit:
-    """Jobs running `argv` as given on a command line, with extra submit commands.
+                 count: int = 1, submit_dir: str | None = None,
+                 max_attrs: int | None = None) -> ParsedSubmit:
+    """Jobs running `argv` as given on a command line, with extra submit commands
+    (`max_attrs`: as parse_submit's).
 
     A program name without a slash is looked up on PATH, as a shell would;
     the arguments are taken literally (no macro expansion).
@@ -342,7 +344,7 @@ def command_jobs(argv: Sequence[str], cluster_id: int, commands: Mapping[str, st
             raise SubmitFileError(f"command {program!r} not found on PATH")
         program = found
     parsed = parse_submit(f"queue {int(count)}\n", cluster_id, submit_dir=submit_dir,
-                          source="<command line>",
+                          source="<command line>", max_attrs=max_attrs,
                           extra={**(commands or {}), "executable": program})
     if len(argv) > 1:
         for ad in parsed.ads:

@@ -39,6 +39,12 @@ def pool_rules(config: Config, filters: FilterSettings | None) -> PoolRules:
         default_exclusive=config.get_bool("DEFAULT_JOB_EXCLUSIVE"))
 
 
+def pool_knobs(config: Config) -> dict[str, str]:
+    """The knobs of `config` that are the pool's (poolrules.is_pool_knob), as expanded."""
+    return {definition.name: value for definition, value in config.items()
+            if poolrules.is_pool_knob(definition.name)}
+
+
 def describe(rules: PoolRules) -> str:
     """The rules as a log line: knob = value."""
     return ", ".join(f"{'/'.join(poolrules.KNOBS[name])}={value or 'off'}"
@@ -48,9 +54,11 @@ def describe(rules: PoolRules) -> str:
 class RulesPublisher:
     """Publishes one pool's rules, and the filter summary, on every leader tick."""
 
-    def __init__(self, store: Store, rules: PoolRules, summary: Summary, replica: str):
+    def __init__(self, store: Store, rules: PoolRules, summary: Summary, replica: str,
+                 knobs: dict[str, str] | None = None):
         self.store = store
         self.rules = rules
+        self.knobs = knobs or {}
         self.summary = summary
         self.replica = replica
         self.version: int | None = None
@@ -59,12 +67,12 @@ class RulesPublisher:
     def from_config(cls, store: Store, config: Config, filters: FilterSettings | None,
                     replica: str) -> RulesPublisher:
         summary = summary_of(filters) if filters is not None else Summary()
-        return cls(store, pool_rules(config, filters), summary, replica)
+        return cls(store, pool_rules(config, filters), summary, replica, pool_knobs(config))
 
     def publish(self) -> int:
         """Publish (a no-op for the store when nothing changed); the version in force."""
-        version, changed = poolrules.publish(self.store, self.rules, self.summary.fields(),
-                                             self.replica, time.time())
+        version, changed = poolrules.publish(self.store, self.rules, self.knobs,
+                                             self.summary.fields(), self.replica, time.time())
         if changed:
             log.info("published the rules of pool %s, version %d: %s", self.store.pool,
                      version, describe(self.rules))

@@ -30,8 +30,9 @@ before any publication, and the submit command's early, line-naming errors.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from . import calls, codec
@@ -52,12 +53,27 @@ KNOBS: dict[str, tuple[str, ...]] = {
     "default_lease_s": ("JOB_DEFAULT_LEASE_DURATION",),
     "default_exclusive": ("DEFAULT_JOB_EXCLUSIVE",),
 }
-# Knobs whose families belong to the pool too (MAXPS_SOFT_<PROJECT>, a filter's
-# definition, a template's knobs): `fetchwork config` matches them by prefix.
-POOL_KNOB_PREFIXES = ("MAXPS_SOFT_", "MAXPS_HARD_", "SUBMIT_FILTER_", "JOB_TEMPLATE_")
+# The knobs that are the pool's, published as written in the broker service's
+# configuration (`fetchwork config` on a client shows these as the pool's): the
+# rules' own, and the policy the leader applies (filters, holds, scheduling).
+POOL_KNOBS = frozenset({name for names in KNOBS.values() for name in names} | {
+    "ACTIVATION_FILTER_NAMES", "SUBMIT_FILTER_TIMEOUT", "ACTIVATION_FILTER_TIMEOUT",
+    "ACTIVATION_FILTER_INTERVAL", "ACTIVATION_RESERVATION_TIMEOUT", "DEFAULT_HOLD_DURATION",
+    "POLICY_INTERVAL", "QOS_NAMES", "FAIRSHARE_WINDOW", "FAIRSHARE_DEPTH"})
+# ... and the families (MAXPS_SOFT_<PROJECT>, a filter's definition, a template's knobs).
+POOL_KNOB_PREFIXES = ("MAXPS_SOFT_", "MAXPS_HARD_", "SUBMIT_FILTER_", "ACTIVATION_FILTER_",
+                      "JOB_TEMPLATE_", "PRIORITY_", "QOS_", "FAIRSHARE_TARGET_")
 
 # Fields of the settings hash besides the rules.
 VERSION, DIGEST, PUBLISHED_BY, PUBLISHED_AT = "version", "digest", "published_by", "published_at"
+# The pool's knobs as written (JSON object: name -> expanded value).
+KNOBS_FIELD = "knobs"
+
+
+def is_pool_knob(name: str) -> bool:
+    """Whether knob `name` is the pool's (its broker service's), not a client's."""
+    upper = name.upper()
+    return upper in POOL_KNOBS or upper.startswith(POOL_KNOB_PREFIXES)
 # The BlockedReason of a job the limits keep BLOCKED until the leader's first policy
 # pass (the scheduling policy's own words, broker/scheduling/limits.py).
 WAITING_REASON = "waiting for the scheduling policy's first look"
@@ -96,9 +112,10 @@ class PoolRules:
         out[BLOCKED_REASON] = WAITING_REASON
         return out
 
-    def digest(self) -> str:
-        """What tells two publications of the same rules apart from a change."""
+    def digest(self, knobs: Mapping[str, str] | None = None) -> str:
+        """What tells two publications of the same rules (and `knobs`) from a change."""
         text = "\n".join(f"{name}={value}" for name, value in sorted(self.fields().items()))
+        text += "\n" + json.dumps(dict(knobs or {}), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -110,6 +127,8 @@ class Published:
     version: int
     published_by: str
     published_at_s: float
+    # The pool's knobs as its broker service's configuration writes them.
+    knobs: dict[str, str] = field(default_factory=dict)
 
 
 def _parse(kind: Any, text: str) -> Any:
@@ -133,10 +152,13 @@ def from_fields(raw: Mapping[Any, Any]) -> Published | None:
             if spec.name in data:
                 values[spec.name] = _parse(spec.type, data[spec.name])
         published_at_s = float(data.get(PUBLISHED_AT) or 0)
+        knobs = json.loads(data.get(KNOBS_FIELD) or "{}")
     except ValueError:
         return None
+    if not isinstance(knobs, dict):
+        knobs = {}
     return Published(PoolRules(**values), int(version), data.get(PUBLISHED_BY, ""),
-                     published_at_s)
+                     published_at_s, {str(name): str(value) for name, value in knobs.items()})
 
 
 def read(store: Store) -> Published | None:
@@ -144,11 +166,13 @@ def read(store: Store) -> Published | None:
     return from_fields(store.client.hgetall(store.keys.settings))
 
 
-def publish(store: Store, rules: PoolRules, summary: Mapping[str, str], replica: str,
-            now_s: float) -> tuple[int, bool]:
-    """Publish `rules` (and the filter summary claims read, filters/gate.py) as the
-    pool's, in one step; (version in force, whether this call changed it)."""
-    return calls.publish_rules(store, rules=rules.fields(), digest=rules.digest(),
+def publish(store: Store, rules: PoolRules, knobs: Mapping[str, str],
+            summary: Mapping[str, str], replica: str, now_s: float) -> tuple[int, bool]:
+    """Publish `rules` and the pool's `knobs` (and the filter summary claims read,
+    filters/gate.py) as the pool's, in one step; (version in force, whether this call
+    changed it)."""
+    fields = {**rules.fields(), KNOBS_FIELD: json.dumps(dict(knobs), sort_keys=True)}
+    return calls.publish_rules(store, rules=fields, digest=rules.digest(knobs),
                                summary=summary, replica=replica, now_s=now_s)
 
 

@@ -123,7 +123,7 @@ class Submitter:
             # The pool's rules refused a job (stage.lua names it and the rule).
             self._unstage(cluster, nonce, placed)
             raise SubmitError(f"the pool refused the submission to cluster {cluster}: "
-                              f"{exc}") from exc
+                              f"{script_error(exc)}") from exc
         except redis.RedisError as exc:
             self._unstage(cluster, nonce, placed)
             raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
@@ -211,3 +211,10 @@ def note_user_logs(pipe: redis.client.Pipeline, store: Store,
     one: the leader's user log writer reads events only once it is (leader/interest.py)."""
     if any(job.attrs.get("UserLog") for job in jobs):
         pipe.set(store.keys.userlog_used, 1)
+
+
+def script_error(exc: redis.ResponseError) -> str:
+    """A script's error reply as it wrote it (a pipeline prefixes which command failed)."""
+    text = str(exc)
+    marker = "of pipeline caused error: "
+    return text.split(marker, 1)[1] if marker in text else text
