@@ -88,16 +88,17 @@ UNCOUNTED_ATTRS = frozenset(MANAGED_ATTRS | {name.lower() for name in ADDED_ATTR
 
 @dataclass(frozen=True)
 class PoolRules:
-    """Everything a submission is checked against; published by the pool's leader."""
+    """Everything a submission is checked against; published by the pool's leader
+    (no defaults here: the broker service's configuration gives every value)."""
 
-    filtered: bool = False
-    max_walltime_s: float = 0.0
-    default_walltime_s: float = 3600.0
-    limits: bool = False
-    max_job_attrs: int = 10000
-    events_maxlen: int = 100000
-    default_lease_s: float = 2400.0
-    default_exclusive: bool = False
+    filtered: bool
+    max_walltime_s: float
+    default_walltime_s: float
+    limits: bool
+    max_job_attrs: int
+    events_maxlen: int
+    default_lease_s: float
+    default_exclusive: bool
 
     def fields(self) -> dict[str, str]:
         """The settings hash's rule fields (what stage.lua and submit.lua read)."""
@@ -141,7 +142,7 @@ def _parse(kind: Any, text: str) -> Any:
 
 def from_fields(raw: Mapping[Any, Any]) -> Published | None:
     """The published rules from HGETALL of the settings hash; None when nothing (or
-    nothing readable) was published: then the pool fails closed."""
+    nothing readable, or a rule missing) was published: then the pool fails closed."""
     data = {codec.text(name): codec.text(value) for name, value in raw.items()}
     version = data.get(VERSION, "")
     if not version.isdigit():
@@ -149,8 +150,9 @@ def from_fields(raw: Mapping[Any, Any]) -> Published | None:
     values: dict[str, Any] = {}
     try:
         for spec in fields(PoolRules):
-            if spec.name in data:
-                values[spec.name] = _parse(spec.type, data[spec.name])
+            if spec.name not in data:
+                return None
+            values[spec.name] = _parse(spec.type, data[spec.name])
         published_at_s = float(data.get(PUBLISHED_AT) or 0)
         knobs = json.loads(data.get(KNOBS_FIELD) or "{}")
     except ValueError:

@@ -3,8 +3,19 @@ job ad that the leader's admission and the submit command take from them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from fetchwork.broker.leader.publish import pool_rules
 from fetchwork.broker.store import poolrules
-from fetchwork.broker.store.poolrules import PoolRules, Published
+from fetchwork.broker.store.poolrules import Published
+from fetchwork.config.loader import Config
+
+DEFAULTS = pool_rules(Config.load(environ={}), None)
+
+
+def PoolRules(**changes: object) -> poolrules.PoolRules:  # noqa: N802 - reads as the type
+    """The rules of defaults.conf, with `changes`."""
+    return replace(DEFAULTS, **changes)  # type: ignore[arg-type]
 
 
 def test_the_fields_read_back_as_the_same_rules():
@@ -25,8 +36,11 @@ def test_booleans_and_whole_numbers_are_plain_text():
 
 def test_nothing_published_is_none():
     assert poolrules.from_fields({}) is None
-    # A claim's pass counter or a half-written hash is not a publication.
+    # A claim's pass counter, a half-written hash or a rule missing is not a publication.
     assert poolrules.from_fields({b"max_walltime_s": b"100"}) is None
+    partial = {name.encode(): value.encode() for name, value in PoolRules().fields().items()
+               if name != "max_job_attrs"}
+    assert poolrules.from_fields({**partial, b"version": b"1"}) is None
     assert poolrules.from_fields({b"version": b"2", b"max_walltime_s": b"lots"}) is None
 
 
