@@ -163,6 +163,17 @@ def from_fields(raw: Mapping[Any, Any]) -> Published | None:
                      published_at_s, {str(name): str(value) for name, value in knobs.items()})
 
 
+# What a submission reads of the settings hash (HMGET): the rules, not the knobs.
+RULE_FIELDS = (VERSION, PUBLISHED_BY, PUBLISHED_AT,
+               *(spec.name for spec in fields(PoolRules)))
+
+
+def from_rule_values(values: list[Any]) -> Published | None:
+    """from_fields of an HMGET of RULE_FIELDS (None where absent)."""
+    return from_fields({name: value for name, value in zip(RULE_FIELDS, values, strict=True)
+                        if value is not None})
+
+
 def read(store: Store) -> Published | None:
     """The pool's published rules, or None before its leader published any."""
     return from_fields(store.client.hgetall(store.keys.settings))

@@ -97,11 +97,11 @@ class Submitter:
         if cluster_id is None:
             pipe.incr(store.keys.cluster_counter)
         pipe.incrby(store.keys.seq_counter, len(ads))
-        pipe.hgetall(store.keys.settings)
+        pipe.hmget(store.keys.settings, poolrules.RULE_FIELDS)
         *counters, settings = pipe.execute()
         cluster = int(counters[0]) if cluster_id is None else cluster_id
         first_seq = int(counters[-1]) - len(ads) + 1
-        published = poolrules.from_fields(settings)
+        published = poolrules.from_rule_values(settings)
         lease_s, exclusive = ((published.rules.default_lease_s, published.rules.default_exclusive)
                               if published is not None
                               else (self.default_lease_s, self.default_exclusive))
