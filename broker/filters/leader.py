@@ -228,7 +228,7 @@ class FilterLeader:
     def _rule_defaults(self, ad: Mapping[str, Any]) -> dict[str, Any]:
         """What the pool's rules add to an admitted job: the BlockedReason that keeps it
         for the policy's pass (scheduling limits), Exclusive (DEFAULT_JOB_EXCLUSIVE)."""
-        rules, added = self.rules, {}
+        rules, added = self.rules, dict[str, Any]()
         if rules is None:
             return {}
         names = {name.lower() for name in ad}

@@ -65,7 +65,8 @@ POOL_KNOB_PREFIXES = ("MAXPS_SOFT_", "MAXPS_HARD_", "SUBMIT_FILTER_", "ACTIVATIO
                       "JOB_TEMPLATE_", "PRIORITY_", "QOS_", "FAIRSHARE_TARGET_")
 
 # Fields of the settings hash besides the rules.
-VERSION, DIGEST, PUBLISHED_BY, PUBLISHED_AT = "version", "digest", "published_by", "published_at"
+# (The digest and the version are written by lua/publish_rules.lua.)
+VERSION, PUBLISHED_BY, PUBLISHED_AT = "version", "published_by", "published_at"
 # The pool's knobs as written (JSON object: name -> expanded value).
 KNOBS_FIELD = "knobs"
 

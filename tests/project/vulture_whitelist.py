@@ -94,3 +94,7 @@ _.clusterad
 _.qedit_command
 _.procad
 _.__getattr__
+
+# The pool's rules (broker/store/poolrules.py): `filtered` is read by stage.lua and
+# submit.lua from the published fields only.
+_.filtered
