@@ -33,6 +33,8 @@ import psutil
 import redis
 
 from fetchwork.broker.client import Broker
+from fetchwork.broker.filters.settings import load_settings
+from fetchwork.broker.leader.publish import RulesPublisher
 from fetchwork.config.loader import Config
 from fetchwork.pool import Pool
 
@@ -202,6 +204,10 @@ def main() -> None:
         pool.start()
         client = redis.Redis.from_url(pool.url)
         broker = Broker(client, pool="bench-throughput", config=config)
+        # This pool has no broker service: publish its rules as its leader would (a pool
+        # whose leader never published them makes every new job wait for it).
+        RulesPublisher.from_config(broker.store, config, load_settings(config),
+                                   "bench").publish()
         print(f"submit throughput, {options.jobs} jobs "
               f"(batches of {options.cluster_size}):")
         before = used_memory(client)
