@@ -33,6 +33,7 @@ import psutil
 import redis
 
 from fetchwork.broker.client import Broker
+from fetchwork.broker.filters.gate import summary_of
 from fetchwork.broker.filters.settings import load_settings
 from fetchwork.broker.leader.publish import RulesPublisher
 from fetchwork.config.loader import Config
@@ -206,7 +207,7 @@ def main() -> None:
         broker = Broker(client, pool="bench-throughput", config=config)
         # This pool has no broker service: publish its rules as its leader would (a pool
         # whose leader never published them makes every new job wait for it).
-        RulesPublisher.from_config(broker.store, config, load_settings(config),
+        RulesPublisher.from_config(broker.store, config, summary_of(load_settings(config)),
                                    "bench").publish()
         print(f"submit throughput, {options.jobs} jobs "
               f"(batches of {options.cluster_size}):")

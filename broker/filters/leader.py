@@ -45,7 +45,7 @@ from fetchwork.errors import AdError
 from .admission import activate, admit
 from .chain import Call, revert
 from .codes import Activation, backfill_action
-from .gate import summary_of
+from .gate import Summary, summary_of
 from .runner import Facts, FilterRun, FilterSpec, run_filter
 from .settings import FilterSettings
 
@@ -106,7 +106,7 @@ class FilterLeader:
         # says; broker/backfill/leader.py): its chain sees FETCHWORK_BACKFILL=1.
         self.is_backfill_start: Callable[[str], bool] = lambda job: False
         # Events are worth a pass only when submissions or claims may ask for a verdict.
-        summary = summary_of(settings)
+        summary = self.summary()
         self.reads_events = summary.submit or summary.activate or bool(summary.templates)
         self._pass_due = True
         self._passed_at: float | None = None  # monotonic time of the last pass
@@ -132,6 +132,11 @@ class FilterLeader:
         self._pass_due, self._passed_at = False, now_s
 
     # -- passes ---------------------------------------------------------------
+
+    def summary(self) -> Summary:
+        """What claims and submissions must know of this configuration (the leader
+        publishes it with the pool's rules: leader/publish.py)."""
+        return summary_of(self.settings)
 
     def run_pass(self, now_s: float | None = None) -> list[Future[None]]:
         """Hand out what waits for a verdict; release due holds. Returns the new work."""

@@ -14,8 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
-from fetchwork.broker.filters.gate import Summary, summary_of
-from fetchwork.broker.filters.settings import FilterSettings
+from fetchwork.broker.filters.gate import Summary
 from fetchwork.broker.scheduling.settings import scheduling_settings
 from fetchwork.broker.store import Store, poolrules
 from fetchwork.broker.store.poolrules import PoolRules
@@ -24,12 +23,13 @@ from fetchwork.config.loader import Config
 log = logging.getLogger(__name__)
 
 
-def pool_rules(config: Config, filters: FilterSettings | None) -> PoolRules:
-    """The pool's rules from the broker service's configuration (`filters`: its filter
-    and template settings, None for none). ConfigError names a malformed knob."""
+def pool_rules(config: Config, summary: Summary) -> PoolRules:
+    """The pool's rules from the broker service's configuration and the filter summary
+    it publishes (`summary.submit`: every submission waits for the leader's admission).
+    ConfigError names a malformed knob."""
     scheduling = scheduling_settings(config)
     return PoolRules(
-        filtered=filters is not None and filters.submission_on,
+        filtered=summary.submit,
         max_walltime_s=scheduling.max_walltime_s,
         default_walltime_s=scheduling.default_walltime_s,
         limits=scheduling.limits_on(),
@@ -64,10 +64,10 @@ class RulesPublisher:
         self.version: int | None = None
 
     @classmethod
-    def from_config(cls, store: Store, config: Config, filters: FilterSettings | None,
+    def from_config(cls, store: Store, config: Config, summary: Summary,
                     replica: str) -> RulesPublisher:
-        summary = summary_of(filters) if filters is not None else Summary()
-        return cls(store, pool_rules(config, filters), summary, replica, pool_knobs(config))
+        """The rules of `config`, published with the filter summary `summary`."""
+        return cls(store, pool_rules(config, summary), summary, replica, pool_knobs(config))
 
     def publish(self) -> int:
         """Publish (a no-op for the store when nothing changed); the version in force."""

@@ -59,6 +59,7 @@ from fetchwork.broker.backfill.leader import BackfillLeader
 from fetchwork.broker.backfill.plan import Plan
 from fetchwork.broker.client import Broker
 from fetchwork.broker.dependencies.resolver import DependencyResolver
+from fetchwork.broker.filters.gate import Summary
 from fetchwork.broker.filters.leader import FilterLeader
 from fetchwork.broker.filters.settings import load_settings
 from fetchwork.broker.jobpolicy.periodic import PeriodicPolicy, PeriodicResult
@@ -130,7 +131,7 @@ class BrokerService:
         self.replica = replica or default_replica_name()
         # The pool's rules, published on every tick (by default: the broker's configuration).
         self.rules = rules or RulesPublisher.from_config(
-            broker.store, broker.config, filters.settings if filters is not None else None,
+            broker.store, broker.config, filters.summary() if filters is not None else Summary(),
             self.replica)
         if filters is not None and filters.rules is None:
             filters.rules = self.rules.rules  # admission checks the rules it publishes
@@ -148,16 +149,15 @@ class BrokerService:
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
         replica = (config.get("BROKER_REPLICA_NAME") or "").strip() or default_replica_name()
-        filter_settings = load_settings(config)
-        rules = RulesPublisher.from_config(broker.store, config, filter_settings, replica)
+        filters = FilterLeader(broker.store, load_settings(config), broker.default_lease_s)
         return cls(broker,
                    reaper_interval_s=config.get_duration_s("BROKER_REAPER_INTERVAL"),
                    leader_lease_s=config.get_duration_s("BROKER_LEADER_LEASE"),
                    replica=replica,
                    history_max_jobs=config.get_int("BROKER_HISTORY_MAX_JOBS"),
-                   filters=FilterLeader(broker.store, filter_settings,
-                                        broker.default_lease_s, rules=rules.rules),
-                   rules=rules,
+                   filters=filters,
+                   rules=RulesPublisher.from_config(broker.store, config, filters.summary(),
+                                                    replica),
                    user_logs=config.get_bool("BROKER_WRITE_USER_LOGS"),
                    periodic_interval_s=config.get_duration_s("PERIODIC_EXPR_INTERVAL"),
                    dependency_sweep_s=config.get_duration_s("DEPENDENCY_SWEEP_INTERVAL"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import redis
 
+from fetchwork.broker.filters.gate import Summary, summary_of
 from fetchwork.broker.filters.settings import load_settings
 from fetchwork.broker.leader.publish import RulesPublisher
 from fetchwork.broker.store import Store
@@ -22,6 +23,6 @@ def publish_rules(client: redis.Redis, pool: str, config: Config | None = None,
     """Publish the rules of `config` (default: defaults.conf alone) for `pool`, as its
     leader would; the version in force."""
     config = config if config is not None else Config.load(environ={})
-    filters = load_settings(config) if with_filters else None
+    summary = summary_of(load_settings(config)) if with_filters else Summary()
     store = Store(client, pool, config.get_int("BROKER_EVENTS_MAXLEN"))
-    return RulesPublisher.from_config(store, config, filters, "tests").publish()
+    return RulesPublisher.from_config(store, config, summary, "tests").publish()

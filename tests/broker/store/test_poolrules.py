@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from fetchwork.broker.filters.gate import Summary
 from fetchwork.broker.leader.publish import pool_rules
 from fetchwork.broker.store import poolrules
 from fetchwork.broker.store.poolrules import Published
 from fetchwork.config.loader import Config
 
-DEFAULTS = pool_rules(Config.load(environ={}), None)
+DEFAULTS = pool_rules(Config.load(environ={}), Summary())
 
 
 def PoolRules(**changes: object) -> poolrules.PoolRules:  # noqa: N802 - reads as the type
