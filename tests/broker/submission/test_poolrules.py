@@ -242,3 +242,26 @@ def test_the_leader_publishes_its_rules_on_its_tick(redis_client, pool_name):
     assert published is not None and published.published_by == "leader-a"
     assert published.rules.max_walltime_s == 100
     assert redis_client.hget(broker.keys.filters, "submit") == b""
+
+
+def test_a_new_leader_with_another_configuration_publishes_a_new_version(redis_client,
+                                                                        pool_name):
+    submitter = client_broker(redis_client, pool_name, MAX_WALLTIME=0)
+    before = BrokerService.from_config(Broker(redis_client, pool_name, config()), config())
+    before.run_once()
+    first = submitter.pool_rules()
+    submitter.submit([{"Cmd": "x", "AllowedJobDuration": 5000}])
+    before.resign()
+    capped = config(MAX_WALLTIME=100, BROKER_REPLICA_NAME="after")
+    after = BrokerService.from_config(Broker(redis_client, pool_name, capped), capped)
+    assert after.run_once().leader
+    second = submitter.pool_rules()
+    assert first is not None and second is not None
+    assert second.version == first.version + 1 and second.published_by == "after"
+    assert second.knobs["MAX_WALLTIME"] == "100"
+    with pytest.raises(SubmitError, match="the pool's MAX_WALLTIME = 100 s"):
+        submitter.submit([{"Cmd": "x", "AllowedJobDuration": 5000}])
+    # The same rules again are no new version.
+    after.run_once()
+    again = submitter.pool_rules()
+    assert again is not None and again.version == second.version
