@@ -27,7 +27,7 @@ def pool_view(config: Config) -> PoolView:
     pool = (config.get("FETCHWORK_POOL") or "").strip()
     try:
         published = Broker.from_config(config, start=False).pool_rules()
-    except (FetchworkError, redis.RedisError, OSError) as exc:
+    except (FetchworkError, redis.RedisError, OSError, ValueError) as exc:
         return PoolView(False, why=f"the pool {pool} could not be reached: {exc}")
     if published is None:
         return PoolView(False, why=f"the broker service of pool {pool} has not published "

@@ -140,3 +140,12 @@ def test_submit_to_a_pool_that_never_published_says_the_jobs_wait(env, broker):
     assert "no broker service leads the pool now" in result.output
     [data] = broker.job_data(broker.queued_ids())
     assert data["FetchworkState"] == "VALIDATING"
+
+
+def test_config_with_a_malformed_pool_name_answers_with_this_machines_value(env):
+    result = invoke(env, "config", "-V", "MAX_WALLTIME", FETCHWORK_POOL="bad:name",
+                    _FETCHWORK_MAX_WALLTIME="9")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == "9"
+    assert "the pool bad:name could not be reached" in result.output
+    assert "Traceback" not in result.output
