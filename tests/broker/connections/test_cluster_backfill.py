@@ -16,6 +16,7 @@ from fetchwork.config.loader import Config
 from tests.broker.backfill import test_broker as source
 from tests.broker.backfill.test_broker import pool  # noqa: F401 - the fixture the tests take
 from tests.support.redis_cluster import LocalCluster, local_cluster_or_skip
+from tests.support.rules import publish_rules
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,6 +41,7 @@ def redis_client(cluster: LocalCluster, pool_name: str) -> Iterator[PoolNodeClie
                                                  FETCHWORK_BROKER_CLUSTER=True)
     client = connect(config, start=False, pool=pool_name)
     assert isinstance(client, PoolNodeClient)
+    publish_rules(client, pool_name)  # as the pool's leader would
     yield client
     assert client.moves == 0
     client.close()

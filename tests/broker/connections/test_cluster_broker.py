@@ -24,6 +24,7 @@ from tests.broker import test_client as test_broker_client
 from tests.broker.dependencies import test_dependencies
 from tests.broker.store import test_reads as test_broker_reads
 from tests.support.redis_cluster import LocalCluster, local_cluster_or_skip
+from tests.support.rules import publish_rules
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,6 +54,7 @@ def broker(cluster: LocalCluster, pool_name: str) -> Iterator[Broker]:
         FETCHWORK_BROKER=cluster.url, FETCHWORK_BROKER_CLUSTER=True)
     client = connect(config, start=False, pool=pool_name)
     assert isinstance(client, PoolNodeClient)
+    publish_rules(client, pool_name, config)  # as the pool's leader would
     yield Broker(client, pool_name, config)
     # A key outside the pool's slot would have been answered MOVED (and raised).
     assert client.moves == 0
