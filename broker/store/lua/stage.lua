@@ -68,10 +68,6 @@ if published then
   end
   -- The refusal of a job with `count` counted attributes and AllowedJobDuration `wall`.
   local function check(count, wall)
-    if max_attrs and count > max_attrs then
-      return 'the job has ' .. count .. ' attributes, more than the pool\'s ' ..
-        'SUBMIT_MAX_JOB_ATTRS = ' .. max_attrs
-    end
     if max_wall > 0 then
       local asked, source = default_wall, "the pool's DEFAULT_JOB_WALLTIME"
       local value = wall and cmsgpack.unpack(wall)
@@ -80,6 +76,10 @@ if published then
         return 'the job asks for ' .. number(asked) .. ' s of wall-clock time (' .. source ..
           "), more than the pool's MAX_WALLTIME = " .. number(max_wall) .. ' s'
       end
+    end
+    if max_attrs and count > max_attrs then
+      return 'the job has ' .. count .. ' attributes, more than the pool\'s ' ..
+        'SUBMIT_MAX_JOB_ATTRS = ' .. max_attrs
     end
     return nil
   end

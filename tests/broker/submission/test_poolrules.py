@@ -6,10 +6,14 @@ for the leader, which admits it against its own rules."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fetchwork.broker.client import Broker
+from fetchwork.broker.filters.gate import Summary
+from fetchwork.broker.leader.publish import pool_rules
 from fetchwork.broker.leader.service import BrokerService
-from fetchwork.broker.store import calls, codec
+from fetchwork.broker.store import calls, codec, poolrules
 from fetchwork.config.loader import Config
 from fetchwork.errors import SubmitError
 from tests.support.rules import publish_rules
@@ -265,3 +269,41 @@ def test_a_new_leader_with_another_configuration_publishes_a_new_version(redis_c
     after.run_once()
     again = submitter.pool_rules()
     assert again is not None and again.version == second.version
+
+
+# -- the submit script and the leader's admission decide alike ---------------------------
+
+_WALLTIMES = st.one_of(st.none(), st.integers(-10, 400), st.floats(-1, 400, allow_nan=False),
+                       st.booleans(), st.text(max_size=3),
+                       st.builds(lambda text: {"$expr": text}, st.sampled_from(["60*2", "x"])))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(walltime=_WALLTIMES, extra=st.integers(0, 6), cap=st.sampled_from([0, 100, 300]),
+       default_s=st.sampled_from([50, 200]), spelling=st.sampled_from(
+           ["AllowedJobDuration", "allowedjobduration", "ALLOWEDJOBDURATION"]))
+def test_stage_refuses_exactly_what_the_leaders_admission_refuses(
+        redis_client, pool_name, walltime, extra, cap, default_s, spelling):
+    ad = {"Cmd": "x", **{f"A{n}": n for n in range(extra)}}
+    if walltime is not None:
+        ad[spelling] = walltime
+    broker = client_broker(redis_client, pool_name)
+    # The job as stored, under rules that refuse nothing; the leader's decision on it.
+    publish_rules(redis_client, pool_name, config())
+    [job] = broker.submit([ad])
+    [stored] = broker.job_data([job])
+    broker.remove([job])
+    strict = config(MAX_WALLTIME=cap, DEFAULT_JOB_WALLTIME=default_s, SUBMIT_MAX_JOB_ATTRS=4)
+    expected = poolrules.refusal(stored, pool_rules(strict, Summary()))
+    # The submit scripts' decision under the strict rules.
+    publish_rules(redis_client, pool_name, strict)
+    try:
+        broker.submit([ad])
+        refused = None
+    except SubmitError as exc:
+        refused = str(exc)
+    if expected is None:
+        assert refused is None
+    else:
+        assert refused is not None and expected in refused
