@@ -271,10 +271,13 @@ class Broker:
         packed, group = codec.pack(stored), editable.priority_group(attr, stored)
         done: list[str] = []
         for start in range(0, len(job_ids), OP_BATCH):
-            done += calls.qedit(self.store, job_ids=job_ids[start:start + OP_BATCH], attr=attr,
-                               value=packed, priority_group=group,
-                               significant=attr.lower() in _SIGNIFICANT,
-                               periodic=attr.lower() in _PERIODIC)
+            try:
+                done += calls.qedit(self.store, job_ids=job_ids[start:start + OP_BATCH],
+                                    attr=attr, value=packed, priority_group=group,
+                                    significant=attr.lower() in _SIGNIFICANT,
+                                    periodic=attr.lower() in _PERIODIC)
+            except redis.ResponseError as exc:  # the pool's rules refused the value
+                raise EditError(str(exc)) from exc
         return done
 
     # -- the execute side --------------------------------------------------------

@@ -280,10 +280,12 @@ def qedit(store: Store, *, job_ids: Sequence[str], attr: str, value: bytes,
     `job_ids`; `priority_group` (-JobPrio, clamped) for a JobPrio edit; `significant`
     when a match reads `attr` of every job (the jobs leave their autoclusters);
     `periodic` for a periodic policy expression (the jobs join the periodic index).
-    The ids edited."""
+    The ids edited; an AllowedJobDuration above the pool's published MAX_WALLTIME (or
+    with none published) is an error reply, and no job is edited."""
     flags = ["1" if significant else "", "1" if periodic else ""]
     return _ids(store.run("qedit", job_ids, [attr, value, _number(priority_group), *flags,
-                                            *job_ids], extra_keys=[store.keys.periodic]))
+                                            *job_ids],
+                          extra_keys=[store.keys.settings, store.keys.periodic]))
 
 
 # -- the leader's duties ---------------------------------------------------------------------

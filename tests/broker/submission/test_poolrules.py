@@ -15,7 +15,7 @@ from fetchwork.broker.leader.publish import pool_rules
 from fetchwork.broker.leader.service import BrokerService
 from fetchwork.broker.store import calls, codec, poolrules
 from fetchwork.config.loader import Config
-from fetchwork.errors import SubmitError
+from fetchwork.errors import EditError, SubmitError
 from tests.support.rules import publish_rules
 
 pytestmark = pytest.mark.timeout(60)
@@ -307,3 +307,27 @@ def test_stage_refuses_exactly_what_the_leaders_admission_refuses(
         assert refused is None
     else:
         assert refused is not None and expected in refused
+
+
+# -- an edit meets the pool's MAX_WALLTIME as a submission does ---------------------------
+
+
+def test_an_edit_past_the_pools_max_walltime_is_refused_and_changes_nothing(redis_client,
+                                                                          pool_name):
+    publish_rules(redis_client, pool_name, config(MAX_WALLTIME=100))
+    broker = client_broker(redis_client, pool_name, MAX_WALLTIME=0)
+    jobs = broker.submit([{"Cmd": "x", "AllowedJobDuration": 50}] * 2)
+    with pytest.raises(EditError, match="AllowedJobDuration 5000 s is more than the pool's "
+                                        "MAX_WALLTIME = 100 s; no job was edited"):
+        broker.edit(jobs, "AllowedJobDuration", "5000")
+    assert [data["AllowedJobDuration"] for data in broker.job_data(jobs)] == [50, 50]
+    assert broker.edit(jobs, "allowedjobduration", "100") == jobs
+
+
+def test_an_edit_of_the_walltime_waits_for_published_rules(redis_client, pool_name):
+    broker = client_broker(redis_client, pool_name)
+    [job] = broker.submit([{"Cmd": "x", "AllowedJobDuration": 50}])
+    unpublished(redis_client, broker)
+    with pytest.raises(EditError, match="has not published the pool's rules yet"):
+        broker.edit([job], "AllowedJobDuration", "60")
+    assert broker.edit([job], "MyTag", '"x"') == [job]
