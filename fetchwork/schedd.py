@@ -48,7 +48,12 @@ from fetchwork.jobspec import Constraint, JobSpec, JobSpecLike, constraint_text,
 from fetchwork.submit import reading
 from fetchwork.submit.rootwarning import root_warning
 from fetchwork.submit.submitfile import parse_submit
-from fetchwork.submit.submitting import await_verdicts, queue_description
+from fetchwork.submit.submitting import (
+    await_verdicts,
+    max_job_attrs,
+    queue_description,
+    waits_for_verdict,
+)
 from fetchwork.submit.userlogsync import await_logged
 
 log = logging.getLogger(__name__)
@@ -189,7 +194,9 @@ class Schedd:
         statement. The description's warnings are issued as Python warnings,
         as htcondor2 does. When the pool has submission filters, the call
         returns after their verdict; jobs they failed raise
-        SubmissionFilteredError (the others stay queued).
+        SubmissionFilteredError (the others stay queued). A pool whose broker
+        service never published its rules keeps the jobs waiting for it (a
+        logged warning says so); the pool's rules refuse a job with SubmitError.
         """
         if spool:
             raise SpoolError("spool=True is not available: this pool cannot carry input "
@@ -200,14 +207,19 @@ class Schedd:
         broker = self._broker
         with _translated():
             since_event = broker.last_event_id()
+            max_attrs = max_job_attrs(broker)  # the pool's, not this machine's
             queued = queue_description(
                 broker, lambda cluster: parse_submit(text, cluster, submit_dir=submit_dir,
-                                                     source="<submit description>"),
+                                                     source="<submit description>",
+                                                     max_attrs=max_attrs),
                 owner, _warn)
             await_logged(broker, queued.user_logs)
             ids = queued.submitted.job_ids
             failed = (await_verdicts(broker, ids, since_event)
-                      if queued.submitted.validating else {})
+                      if waits_for_verdict(broker, queued.submitted) else {})
+            if queued.submitted.unpublished:
+                log.warning("the pool's broker service has not published the pool's rules "
+                            "yet: the %d job(s) wait (VALIDATING) until it admits them", len(ids))
         first = min((job_id_key(job)[1] for job in ids), default=0)
         result = SubmitResult(queued.cluster, first, len(ids), queued.ads)
         log.info("%d job(s) submitted to cluster %d", len(ids), queued.cluster)

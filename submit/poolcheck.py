@@ -11,6 +11,7 @@ import click
 from fetchwork.broker.client import Broker
 from fetchwork.broker.connections.embedded import embedded_for
 from fetchwork.config.loader import Config
+from fetchwork.submit import submitting
 
 
 def start_queue(config: Config) -> None:
@@ -39,15 +40,10 @@ def warn_without_startd(broker: Broker) -> None:
                err=True)
 
 
-def leader_running(broker: Broker) -> bool:
-    """Whether a broker service leads the pool now (it admits waiting jobs)."""
-    return bool(broker.client.exists(broker.keys.leader))
-
-
 def say_unpublished(broker: Broker, count: int) -> None:
     """Say that `count` jobs wait because the pool's broker service never published
     the pool's rules, and whether one runs to admit them."""
-    running = leader_running(broker)
+    running = submitting.leader_running(broker)
     click.echo(f"fetchwork: the pool's broker service has not published the pool's rules "
                f"yet, so the {count} job(s) wait (VALIDATING) until it admits them under "
                "its own configuration"

@@ -19,7 +19,7 @@ from fetchwork.broker.client import Broker
 from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.protocol import JobStatus, job_id_key
 from fetchwork.errors import SubmitFileError
-from fetchwork.submit import poolcheck, reading, tables, userlogsync
+from fetchwork.submit import poolcheck, reading, submitting, tables, userlogsync
 from fetchwork.submit.options import CondorCommand
 from fetchwork.submit.rootwarning import warn_if_root
 from fetchwork.submit.submitfile import ParsedSubmit, command_jobs, parse_submit
@@ -124,10 +124,7 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
     owner = getpass.getuser()
     broker = connect_broker()
     since_event = broker.last_event_id()
-    # The pool's SUBMIT_MAX_JOB_ATTRS names the line at fault early; with no rules
-    # published yet, the pool's leader checks each job when it admits it.
-    published = broker.pool_rules()
-    max_attrs = published.rules.max_job_attrs if published is not None else sys.maxsize
+    max_attrs = submitting.max_job_attrs(broker)  # the pool's, not this machine's
     queued = queue_description(
         broker, lambda cluster: (command_jobs(argv, cluster, commands, count=options["count"],
                                               max_attrs=max_attrs)
@@ -143,7 +140,7 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
     failed = 0
     if submitted.unpublished:
         poolcheck.say_unpublished(broker, len(ids))
-    if submitted.validating and not no_wait and poolcheck.leader_running(broker):
+    if not no_wait and submitting.waits_for_verdict(broker, submitted):
         failed = report_verdicts(broker, cluster, ids, since_event)
     if wait:
         try:

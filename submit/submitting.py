@@ -4,13 +4,17 @@ API (`fetchwork.Schedd.submit`) share.
 `queue_description` allocates the cluster, has the description parsed for it
 (all or nothing, errors naming the line), creates the job event logs and
 queues the jobs as one cluster. `await_verdicts` waits for the verdict of
-the pool's submission filters on jobs that wait VALIDATING. Neither prints:
-the caller says what happened in its own terms (lines on a terminal,
-warnings and exceptions in Python).
+the pool's submission filters on jobs that wait VALIDATING; `waits_for_verdict`
+says whether there is one to wait for (a broker service leads the pool: jobs
+of a pool that never published its rules wait for one). `max_job_attrs` is
+the pool's SUBMIT_MAX_JOB_ATTRS for the parser. None of them prints: the
+caller says what happened in its own terms (lines on a terminal, warnings
+and exceptions in Python).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +27,24 @@ from fetchwork.submit.submitfile import ParsedSubmit
 
 # Longest block on the event stream while waiting for verdicts.
 VERDICT_BLOCK_MS = 1000
+
+
+def max_job_attrs(broker: Broker) -> int:
+    """The pool's SUBMIT_MAX_JOB_ATTRS, for the parser to name the line past it; with no
+    rules published yet, no limit here (the pool's leader checks each job it admits)."""
+    published = broker.pool_rules()
+    return published.rules.max_job_attrs if published is not None else sys.maxsize
+
+
+def leader_running(broker: Broker) -> bool:
+    """Whether a broker service leads the pool now (it admits waiting jobs)."""
+    return bool(broker.client.exists(broker.keys.leader))
+
+
+def waits_for_verdict(broker: Broker, submitted: Submitted) -> bool:
+    """Whether a verdict on the jobs will come: they wait VALIDATING and a broker
+    service leads the pool to give it."""
+    return submitted.validating and leader_running(broker)
 
 
 @dataclass

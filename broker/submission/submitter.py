@@ -34,7 +34,7 @@ from typing import Any
 
 import classad2
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoPermissionError, NoScriptError
 
 from fetchwork.broker.connections.durability import ReplicaWait
 from fetchwork.broker.dependencies.resolver import plan_dependencies, register_waiting
@@ -119,13 +119,12 @@ class Submitter:
         modes: list[str] = []
         try:
             self._retrying(lambda: self._stage(cluster, nonce, placed, modes, fields))
-        except redis.ResponseError as exc:
-            # The pool's rules refused a job (stage.lua names it and the rule).
-            self._unstage(cluster, nonce, placed)
-            raise SubmitError(f"the pool refused the submission to cluster {cluster}: "
-                              f"{script_error(exc)}") from exc
         except redis.RedisError as exc:
             self._unstage(cluster, nonce, placed)
+            rule = rules_refusal(exc)
+            if rule is not None:  # stage.lua names the job and the pool's rule
+                raise SubmitError(f"the pool refused the submission to cluster {cluster}: "
+                                  f"{rule}") from exc
             raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
         periodic = shape.periodic(jobs)
         self._retrying(lambda: self._queue(placed, modes, shape.groups, periodic))
@@ -213,8 +212,16 @@ def note_user_logs(pipe: redis.client.Pipeline, store: Store,
         pipe.set(store.keys.userlog_used, 1)
 
 
-def script_error(exc: redis.ResponseError) -> str:
-    """A script's error reply as it wrote it (a pipeline prefixes which command failed)."""
+# How stage.lua ends a refusal by the pool's rules.
+_REFUSAL_END = "; nothing was queued"
+
+
+def rules_refusal(exc: redis.RedisError) -> str | None:
+    """stage.lua's refusal by the pool's rules as it wrote it (a pipeline prefixes
+    which command failed), or None for any other error."""
+    if not isinstance(exc, redis.ResponseError) or isinstance(exc, NoPermissionError):
+        return None
     text = str(exc)
     marker = "of pipeline caused error: "
-    return text.split(marker, 1)[1] if marker in text else text
+    text = text.split(marker, 1)[1] if marker in text else text
+    return text if text.endswith(_REFUSAL_END) else None
