@@ -87,6 +87,10 @@ _.final_ad  # startd/starters/process.py: set, never read
 _.soft_kill_sent  # starter/lifecycle.py: never set nor read
 _.step_count  # starter/rehearsal.py: only the tests call it
 
+# File transfer's execute-side parts (transfer/cache.py): the API the
+# starter's transfers call.
+_.path_of
+
 # The Python API (fetchwork/schedd.py): htcondor2's methods, which users' scripts
 # call; the package's lazy attribute lookup (PEP 562); `fetchwork qedit`.
 _.act

@@ -1,0 +1,325 @@
+"""The execute machine's chunk cache: chunks it has fetched, by SHA-256 digest.
+
+A file travels through the broker as content-addressed chunks. Each execute
+machine keeps the chunks it fetched in one folder (`TRANSFER_CACHE_DIR`),
+shared by its slots' starters and kept for a glide-in's whole life, so many
+jobs that share an input cost the machine one download. The folder is bounded
+(`TRANSFER_CACHE_MAX_MB`): past it, the least recently used chunks go.
+
+Layout: `<root>/<first two hex digits>/<digest>`, one file per chunk, plus
+`<root>/tmp/` (chunks being written), `<root>/.lock` and `<root>/.usage`
+(the bytes held, so a put need not walk the folder).
+
+Who may write: the cache is written only by the account the startd and its
+starters run as (root, or a glide-in's own user), which is the account that
+fetches chunks from the pool; a job's user never holds the pool's credentials.
+Folders are 0755 and chunks 0444, owned by that account: a job's user (or a
+starter already switched to it) can read every chunk, link or copy it into its
+sandbox, but cannot create, replace, rename or delete one, so it cannot forge a
+chunk another job will trust, nor swap one after it was checked. A `put` by an
+account that cannot write the folder fails with a CacheError naming the folder.
+Chunks hold only pool data already sent to this machine's jobs; readable by
+every local user is the same exposure as HTCondor's world-readable execute
+directory. Whatever the permissions, `path_of` checks a chunk's SHA-256 before
+handing it out: a chunk damaged on disk (a full disk, a crash before the data
+reached it, a hand edit) is removed and reported missing, so it is fetched again.
+
+Concurrency: chunks are written under a unique name in `tmp/` and renamed into
+place (readers see a whole chunk or none). The bytes held and eviction change
+under an exclusive `flock` on `.lock`, which is released when the holder dies.
+Recency is the chunk's mtime: `path_of` touches it (an account that may not
+write, such as a job's user, reads without touching). A chunk is not written
+with fsync: a chunk lost or torn by a crash fails its digest and is fetched
+again, so the cost buys nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fetchwork.config.loader import Config
+from fetchwork.errors import ConfigError, FetchworkError
+
+log = logging.getLogger(__name__)
+
+DIGEST_RE = re.compile(r"[0-9a-f]{64}\Z")
+TMP = "tmp"
+LOCK = ".lock"
+USAGE = ".usage"
+FOLDER_MODE = 0o755
+CHUNK_MODE = 0o444
+# A chunk being written is kept this long (seconds) before an eviction takes it as
+# left by a writer that died.
+STALE_TMP_S = 3600.0
+READ_BYTES = 1 << 20
+MB = 1 << 20
+
+
+class CacheError(FetchworkError):
+    """The chunk cache could not be used: a bad digest or a folder that cannot be written."""
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """Where the chunk cache lives and how much it may hold."""
+
+    root: Path
+    max_bytes: int
+
+
+def cache_settings(config: Config) -> CacheSettings:
+    """TRANSFER_CACHE_DIR and TRANSFER_CACHE_MAX_MB, checked (ConfigError names the knob)."""
+    root = (config.get("TRANSFER_CACHE_DIR") or "").strip()
+    if not root:
+        raise ConfigError("TRANSFER_CACHE_DIR is empty: set it to a folder for the execute "
+                          "machine's chunk cache")
+    if not os.path.isabs(root):
+        where = config.where("TRANSFER_CACHE_DIR")
+        raise ConfigError(f"TRANSFER_CACHE_DIR must be an absolute path, not {root!r}",
+                          where.source if where else None, where.line if where else None)
+    max_mb = config.get_int("TRANSFER_CACHE_MAX_MB")
+    if max_mb < 1:
+        where = config.where("TRANSFER_CACHE_MAX_MB")
+        raise ConfigError(f"TRANSFER_CACHE_MAX_MB must be at least 1, not {max_mb}",
+                          where.source if where else None, where.line if where else None)
+    return CacheSettings(Path(root), max_mb * MB)
+
+
+def check_digest(digest: str) -> str:
+    """`digest` if it is a SHA-256 digest in lower-case hex; CacheError otherwise (a
+    digest names a file in the cache, so nothing else may pass)."""
+    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+        raise CacheError(f"not a SHA-256 digest in lower-case hex: {digest!r}")
+    return digest
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file, read in pieces."""
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while piece := handle.read(READ_BYTES):
+            hasher.update(piece)
+    return hasher.hexdigest()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A cached chunk as eviction sees it."""
+
+    path: Path
+    size: int
+    used_ns: int
+
+
+def eviction_order(entries: list[Entry], held_bytes: int, max_bytes: int,
+                   keep: Path | None = None) -> list[Entry]:
+    """The entries to remove, least recently used first, so that at most `max_bytes`
+    stay; `keep` (the chunk just put) is never among them. Pure."""
+    doomed: list[Entry] = []
+    for entry in sorted(entries, key=lambda e: (e.used_ns, e.path.name)):
+        if held_bytes <= max_bytes:
+            break
+        if entry.path == keep:
+            continue
+        doomed.append(entry)
+        held_bytes -= entry.size
+    return doomed
+
+
+class ChunkCache:
+    """An execute machine's on-disk cache of chunks keyed by their SHA-256 digest."""
+
+    def __init__(self, root: Path, max_bytes: int):
+        if max_bytes < 1:
+            raise CacheError(f"the chunk cache's bound must be at least one byte, not {max_bytes}")
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+
+    @classmethod
+    def from_config(cls, config: Config) -> ChunkCache:
+        settings = cache_settings(config)
+        return cls(settings.root, settings.max_bytes)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def path_of(self, digest: str) -> Path | None:
+        """The cached chunk `digest`, checked and touched as just used; None when it is
+        not cached, or was damaged (then it is removed, so it is fetched again)."""
+        path = self._path(check_digest(digest))
+        try:
+            actual = file_digest(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
+                        exc.strerror or exc)
+            return None
+        if actual != digest:
+            log.warning("chunk cache: %s is damaged (its SHA-256 is %s); removing it", path,
+                        actual)
+            self._discard(path)
+            return None
+        with contextlib.suppress(OSError):  # a reader that may not write keeps its order
+            os.utime(path)
+        return path
+
+    def __contains__(self, digest: str) -> bool:
+        """Whether a chunk is cached (not checked, not touched)."""
+        return self._path(check_digest(digest)).is_file()
+
+    def held_bytes(self) -> int:
+        """The bytes the cache holds by its own count."""
+        return self._read_usage()
+
+    # -- writing -------------------------------------------------------------------------
+
+    def put(self, digest: str, data: bytes) -> Path:
+        """Keep chunk `data` as `digest` (checked first) and return its path; the least
+        recently used chunks are removed past the bound. CacheError when `data` is not
+        `digest` or the folder cannot be written."""
+        check_digest(digest)
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise CacheError(f"chunk {digest} refused: its data has SHA-256 {actual} "
+                             f"({len(data)} bytes)")
+        path = self._path(digest)
+        try:
+            self._make_folders(path.parent)
+            temporary = self._write_temporary(digest, data)
+        except OSError as exc:
+            raise self._write_error(exc) from exc
+        try:
+            with self._locked():
+                try:
+                    replaced = path.stat().st_size
+                except FileNotFoundError:
+                    replaced = 0
+                os.replace(temporary, path)
+                held = self._read_usage() + len(data) - replaced
+                if held > self.max_bytes:
+                    held = self._evict(keep=path)
+                self._write_usage(held)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise self._write_error(exc) from exc
+        return path
+
+    # -- the parts -----------------------------------------------------------------------
+
+    def _path(self, digest: str) -> Path:
+        return self.root / digest[:2] / digest
+
+    def _make_folders(self, fan: Path) -> None:
+        for folder in (self.root, self.root / TMP, fan):
+            if not folder.is_dir():
+                with contextlib.suppress(FileExistsError):
+                    folder.mkdir(mode=FOLDER_MODE, parents=True)
+                folder.chmod(FOLDER_MODE)  # whatever the umask
+
+    def _write_temporary(self, digest: str, data: bytes) -> Path:
+        temporary = self.root / TMP / f"{digest}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                     CHUNK_MODE)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fchmod(fd, CHUNK_MODE)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        os.close(fd)
+        return temporary
+
+    def _write_error(self, exc: OSError) -> CacheError:
+        why = exc.strerror or str(exc)
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return CacheError(f"cannot write the chunk cache {self.root} as uid {os.getuid()}: "
+                              f"{why} (the cache is written by the account the startd runs "
+                              "as; see TRANSFER_CACHE_DIR)")
+        return CacheError(f"cannot write the chunk cache {self.root}: {why}")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _read_usage(self) -> int:
+        try:
+            text = (self.root / USAGE).read_text(encoding="ascii").strip()
+            return max(0, int(text))
+        except (OSError, ValueError):
+            return 0
+
+    def _write_usage(self, held: int) -> None:
+        """Under the lock: the count, replaced whole."""
+        temporary = self.root / TMP / f"{USAGE}.{os.getpid()}.{secrets.token_hex(4)}"
+        temporary.write_text(f"{max(0, held)}\n", encoding="ascii")
+        os.replace(temporary, self.root / USAGE)
+
+    def _entries(self) -> list[Entry]:
+        entries = []
+        for fan in self.root.iterdir():
+            if len(fan.name) != 2 or not fan.is_dir():
+                continue
+            for path in fan.iterdir():
+                with contextlib.suppress(FileNotFoundError):
+                    stat = path.stat()
+                    entries.append(Entry(path, stat.st_size, stat.st_mtime_ns))
+        return entries
+
+    def _evict(self, keep: Path | None) -> int:
+        """Under the lock: remove the least recently used chunks past the bound; the
+        bytes held after (counted from the folder, which also heals a stale count)."""
+        self._remove_stale_temporaries()
+        entries = self._entries()
+        held = sum(entry.size for entry in entries)
+        for entry in eviction_order(entries, held, self.max_bytes, keep):
+            try:
+                entry.path.unlink()
+            except FileNotFoundError:
+                pass
+            log.debug("chunk cache: evicted %s (%d bytes)", entry.path.name, entry.size)
+            held -= entry.size
+        return held
+
+    def _remove_stale_temporaries(self) -> None:
+        """Chunks half written by writers that died (older than STALE_TMP_S)."""
+        folder = self.root / TMP
+        now_s = time.time()
+        for path in folder.iterdir():
+            with contextlib.suppress(OSError):
+                if now_s - path.stat().st_mtime > STALE_TMP_S:
+                    path.unlink()
+
+    def _discard(self, path: Path) -> None:
+        """Remove a damaged chunk and take its bytes off the count."""
+        try:
+            with self._locked():
+                size = path.stat().st_size
+                path.unlink()
+                self._write_usage(self._read_usage() - size)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("chunk cache: cannot remove the damaged chunk %s: %s", path,
+                        exc.strerror or exc)
