@@ -87,9 +87,19 @@ _.final_ad  # startd/starters/process.py: set, never read
 _.soft_kill_sent  # starter/lifecycle.py: never set nor read
 _.step_count  # starter/rehearsal.py: only the tests call it
 
-# File transfer's execute-side parts (transfer/cache.py): the API the
-# starter's transfers call.
+# File transfer's execute-side parts (transfer/cache.py, transfer/plugins.py):
+# the API the starter's transfers call, and the typed fields of a plugin's
+# report they read for the job's transfer statistics.
 _.path_of
+_.from_job
+_.total_bytes
+_.transfer_type
+_.start_time
+_.end_time
+_.with_job
+_.plugin_for
+_.plugin_lifetime_s
+_.run_plugin
 
 # The Python API (fetchwork/schedd.py): htcondor2's methods, which users' scripts
 # call; the package's lazy attribute lookup (PEP 562); `fetchwork qedit`.
