@@ -13,6 +13,16 @@ text of zero or more HTCondor user log events (userlog/text.py):
     finish, reap, reject -> IDLE -> 004 evicted (back in the queue)
     any -> COMPLETED             -> 005 terminated (return value or signal, CPU usage)
     any -> REMOVED or FAILED     -> 009 aborted (RemoveReason)
+    transfer                     -> 040 file transfer (its `kind`, below)
+
+A `transfer` entry (written by the execute side as a job's files move) has
+`kind`: input_queued, input_started, input_finished, output_queued,
+output_started or output_finished (HTCondor's transfer types 1 to 6), and
+optionally `host` (where the files go), `seconds`, `bytes` and `success`
+(true or false). On a started entry `seconds` is the time spent queued
+(HTCondor's "Seconds spent in queue"); HTCondor's event carries neither the
+bytes nor the outcome, so they stay in the stream (a failed transfer is
+followed by its hold). An unknown kind writes nothing.
 
 Marks of a pending removal or hold on a running job write nothing: its
 event comes when the claim ends. Pure: the event's time is its stream id.
@@ -30,11 +40,13 @@ from .text import (
     EventCode,
     Exit,
     Resources,
+    TransferType,
     Usage,
     aborted_body,
     event_text,
     evicted_body,
     executing_body,
+    file_transfer_body,
     held_body,
     image_size_body,
     released_body,
@@ -99,6 +111,31 @@ def resources_of(job: Mapping[str, Any]) -> Resources:
                      request_disk_kb=_whole(job, "RequestDisk"))
 
 
+# A `transfer` entry's kind -> HTCondor's transfer type.
+TRANSFER_KINDS = {
+    "input_queued": TransferType.INPUT_QUEUED,
+    "input_started": TransferType.INPUT_STARTED,
+    "input_finished": TransferType.INPUT_FINISHED,
+    "output_queued": TransferType.OUTPUT_QUEUED,
+    "output_started": TransferType.OUTPUT_STARTED,
+    "output_finished": TransferType.OUTPUT_FINISHED,
+}
+STARTED = (TransferType.INPUT_STARTED, TransferType.OUTPUT_STARTED)
+
+
+def _transfer(event: Mapping[str, str]) -> list[tuple[EventCode, str]]:
+    kind = TRANSFER_KINDS.get(event.get("kind", ""))
+    if kind is None:
+        return []
+    queued_s = None
+    if kind in STARTED:
+        try:
+            queued_s = int(float(event.get("seconds", "")))
+        except ValueError:
+            queued_s = None
+    return [(EventCode.FILE_TRANSFER, file_transfer_body(kind, queued_s, event.get("host", "")))]
+
+
 def _held(event: Mapping[str, str], job: Mapping[str, Any]) -> str:
     if "hold_code" in event:
         return held_body(event.get("hold_reason", ""), int(event["hold_code"] or 0),
@@ -124,6 +161,8 @@ def bodies(event: Mapping[str, str], job: Mapping[str, Any],
         return [(EventCode.JOB_SUSPENDED, suspended_body(_whole(job, "NumPids") or 1))]
     if kind == "continue":
         return [(EventCode.JOB_UNSUSPENDED, unsuspended_body())]
+    if kind == "transfer":
+        return _transfer(event)
     if kind == "claim" and state == "RUNNING":
         return [(EventCode.EXECUTE, executing_body(event.get("slot", "")))]
     if state == "HELD" and "hold_code" in event:

@@ -7,7 +7,8 @@ HTCondor's classic layout, so HTCondor's readers (`htcondor2.JobEventLog`,
 condor_wait, DAGMan) parse them: 000 submitted, 001 executing, 004 evicted,
 005 terminated with its return value or signal and the CPU usage block,
 006 image size, 009 aborted, 010/011 suspended/unsuspended, 012 held with its
-reason, code and subcode, 013 released. Pure: no clock, no files.
+reason, code and subcode, 013 released, 040 file transfer (input or output
+queued, started, finished). Pure: no clock, no files.
 """
 
 from __future__ import annotations
@@ -33,6 +34,30 @@ class EventCode(enum.IntEnum):
     JOB_UNSUSPENDED = 11
     JOB_HELD = 12
     JOB_RELEASED = 13
+    FILE_TRANSFER = 40
+
+
+class TransferType(enum.IntEnum):
+    """The kinds of HTCondor's file transfer event (040), its `Type` attribute."""
+
+    INPUT_QUEUED = 1
+    INPUT_STARTED = 2
+    INPUT_FINISHED = 3
+    OUTPUT_QUEUED = 4
+    OUTPUT_STARTED = 5
+    OUTPUT_FINISHED = 6
+
+
+# The first line of a 040 event's body, by its type: HTCondor's readers
+# recognise the type by this exact text.
+TRANSFER_LINES = {
+    TransferType.INPUT_QUEUED: "Entered queue to transfer input files",
+    TransferType.INPUT_STARTED: "Started transferring input files",
+    TransferType.INPUT_FINISHED: "Finished transferring input files",
+    TransferType.OUTPUT_QUEUED: "Entered queue to transfer output files",
+    TransferType.OUTPUT_STARTED: "Started transferring output files",
+    TransferType.OUTPUT_FINISHED: "Finished transferring output files",
+}
 
 
 @dataclass(frozen=True)
@@ -180,4 +205,16 @@ def released_body(reason: str) -> str:
     body = "Job was released.\n"
     if reason.strip():
         body += f"\t{_one_line(reason)}\n"
+    return body
+
+
+def file_transfer_body(kind: TransferType, queued_s: int | None = None, host: str = "") -> str:
+    """040: a step of the job's file transfer, with the seconds it waited in the
+    transfer queue (HTCondor's QueueingDelay) and the host it goes to, when known.
+    HTCondor's event has no other lines: its readers know only these two."""
+    body = TRANSFER_LINES[kind] + "\n"
+    if queued_s is not None and queued_s >= 0:
+        body += f"\tSeconds spent in queue: {int(queued_s)}\n"
+    if host.strip():
+        body += f"\tTransferring to host: {_one_line(host)}\n"
     return body

@@ -118,6 +118,11 @@ def codes(event: dict[str, str], job: dict | None = None) -> list[int]:
     ({"type": "admit", "state": "FAILED"}, [9]),
     ({"type": "remove", "state": "RUNNING"}, []),
     ({"type": "block", "state": "BLOCKED"}, []),
+    ({"type": "transfer", "state": "RUNNING", "kind": "input_queued"}, [40]),
+    ({"type": "transfer", "state": "RUNNING", "kind": "output_finished", "success": "false"},
+     [40]),
+    ({"type": "transfer", "state": "RUNNING", "kind": "sideways"}, []),
+    ({"type": "transfer", "state": "RUNNING"}, []),
 ])
 def test_which_events_a_transition_writes(event, expected):
     assert codes(event) == expected
@@ -160,3 +165,37 @@ def test_a_run_the_job_policy_sent_back_says_why(tmp_path):
     silent = {**rerun, "reason": ""}
     (plain,) = parsed(tmp_path / "two", render("1700000000000-0", silent, {}, "<h>"))
     assert plain["Reason"] == "the job was evicted from its slot"
+
+
+@pytest.mark.parametrize(("kind", "transfer_type"), [
+    ("input_queued", 1), ("input_started", 2), ("input_finished", 3),
+    ("output_queued", 4), ("output_started", 5), ("output_finished", 6)])
+def test_each_transfer_kind_is_htcondors_transfer_type(tmp_path, kind, transfer_type):
+    entry = {"type": "transfer", "job": "7.2", "kind": kind, "bytes": "1048576",
+             "success": "true"}
+    (event,) = parsed(tmp_path, render("1700000000000-0", entry, {}, "<h>"))
+    assert event.type == T.FILE_TRANSFER
+    assert event["Type"] == transfer_type
+    assert (event.cluster, event.proc) == (7, 2)
+    assert "QueueingDelay" not in event and "Host" not in event
+
+
+def test_a_transfer_event_carries_its_queueing_delay_and_host(tmp_path):
+    started = {"type": "transfer", "job": "7.2", "kind": "input_started", "seconds": "12.7",
+               "host": "slot1@node7"}
+    queued = {"type": "transfer", "job": "7.2", "kind": "output_queued", "host": "slot1@node7",
+              "seconds": "3"}
+    first, second = parsed(tmp_path, render("1700000000000-0", started, {}, "<h>"),
+                           render("1700000001000-0", queued, {}, "<h>"))
+    assert (first["Type"], first["QueueingDelay"], first["Host"]) == (2, 12, "slot1@node7")
+    # Only a started event says how long it was queued (HTCondor's QueueingDelay).
+    assert (second["Type"], second["Host"]) == (4, "slot1@node7")
+    assert "QueueingDelay" not in second
+
+
+def test_a_transfer_body_is_htcondors_text():
+    body = text.file_transfer_body(text.TransferType.OUTPUT_STARTED, 4, "slot2@n")
+    assert body == ("Started transferring output files\n\tSeconds spent in queue: 4\n"
+                    "\tTransferring to host: slot2@n\n")
+    assert text.file_transfer_body(text.TransferType.INPUT_FINISHED) == (
+        "Finished transferring input files\n")

@@ -151,3 +151,29 @@ def test_a_relative_user_log_is_under_the_jobs_iwd(broker, tmp_path):
     broker.submit([{"Cmd": "x", "UserLog": "rel.log", "Iwd": str(tmp_path)}])
     leader(broker)
     assert [event for event, _c, _p in read(tmp_path / "rel.log")] == [T.SUBMIT]
+
+
+def test_transfer_events_in_the_stream_become_file_transfer_events(broker, tmp_path):
+    log = tmp_path / "job.log"
+    (job,) = broker.submit([{"Cmd": "x", "UserLog": str(log)}])
+    service = leader(broker)
+    job, token = claim(broker)
+    steps = [("input_queued", {"host": "slot1@node"}),
+             ("input_started", {"host": "slot1@node", "seconds": "2"}),
+             ("input_finished", {"bytes": "4096", "seconds": "0.5", "success": "true"}),
+             ("output_queued", {}),
+             ("output_started", {"seconds": "0"}),
+             ("output_finished", {"bytes": "10", "success": "true"})]
+    for kind, fields in steps:
+        broker.store.client.xadd(broker.keys.events,
+                                 {"type": "transfer", "job": job, "kind": kind, **fields})
+    assert broker.finish(job, token, "exit", {"ExitCode": 0, "ExitBySignal": False})
+    service.run_once()
+    events = list(htcondor2.JobEventLog(str(log)).events(0))
+    assert [event.type for event in events] == [T.SUBMIT, T.EXECUTE, *[T.FILE_TRANSFER] * 6,
+                                                T.JOB_TERMINATED]
+    transfers = [event for event in events if event.type == T.FILE_TRANSFER]
+    assert [event["Type"] for event in transfers] == [1, 2, 3, 4, 5, 6]
+    assert transfers[0]["Host"] == "slot1@node"
+    assert transfers[1]["QueueingDelay"] == 2
+    assert transfers[4]["QueueingDelay"] == 0
