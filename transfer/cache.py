@@ -13,6 +13,8 @@ Layout: `<root>/<first two hex digits>/<digest>`, one file per chunk, plus
 Who may write: the cache is written only by the account the startd and its
 starters run as (root, or a glide-in's own user), which is the account that
 fetches chunks from the pool; a job's user never holds the pool's credentials.
+A transfer that runs as the job's user fills the cache first (`fill`), while it
+is still that account, then reads the chunks as the job's user.
 Folders are 0755 and chunks 0444, owned by that account: a job's user (or a
 starter already switched to it) can read every chunk, link or copy it into its
 sandbox, but cannot create, replace, rename or delete one, so it cannot forge a
@@ -44,7 +46,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,6 +217,24 @@ class ChunkCache:
                 os.unlink(temporary)
             raise self._write_error(exc) from exc
         return path
+
+    def fill(self, digests: Iterable[str], fetch: Callable[[str], bytes | None]) -> int:
+        """Put each chunk of `digests` not cached yet, fetched by `fetch(digest)` one at a
+        time (None: the pool lacks it; the caller reports that when it needs the chunk);
+        the bytes fetched. This is how the execute side's account fills the cache before
+        it becomes the job's user, who can then read the chunks but not write the cache.
+        A chunk evicted again before it is used (a cache smaller than the input) is
+        simply fetched again by its reader."""
+        fetched = 0
+        for digest in dict.fromkeys(digests):
+            if digest in self:
+                continue
+            data = fetch(digest)
+            if data is None:
+                continue
+            self.put(digest, data)
+            fetched += len(data)
+        return fetched
 
     # -- the parts -----------------------------------------------------------------------
 

@@ -91,6 +91,7 @@ _.step_count  # starter/rehearsal.py: only the tests call it
 # the API the starter's transfers call, and the typed fields of a plugin's
 # report they read for the job's transfer statistics.
 _.path_of
+_.fill
 _.from_job
 _.total_bytes
 _.transfer_type

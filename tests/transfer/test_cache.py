@@ -83,6 +83,31 @@ def test_putting_a_chunk_again_counts_it_once(tmp_path):
     assert cache.held_bytes() == len(data)
 
 
+def test_fill_fetches_only_what_is_missing(tmp_path):
+    cache = ChunkCache(tmp_path / "cache", 100_000)
+    chunks = dict(chunk(n) for n in range(50, 54))
+    digests = list(chunks)
+    cache.put(digests[0], chunks[digests[0]])
+    asked: list[str] = []
+
+    def fetch(digest: str) -> bytes | None:
+        asked.append(digest)
+        return None if digest == digests[3] else chunks[digest]
+
+    fetched = cache.fill([*digests, digests[1]], fetch)
+    assert asked == digests[1:]  # each missing chunk once, the cached one never
+    assert fetched == 2000
+    assert all(digest in cache for digest in digests[:3]) and digests[3] not in cache
+
+
+def test_fill_refuses_data_that_is_not_its_digest(tmp_path):
+    cache = ChunkCache(tmp_path / "cache", 100_000)
+    digest, _ = chunk(55)
+    with pytest.raises(CacheError, match="refused"):
+        cache.fill([digest], lambda _digest: b"wrong")
+    assert digest not in cache
+
+
 # -- eviction -----------------------------------------------------------------------------
 
 
