@@ -1,0 +1,452 @@
+"""File transfer through the pool's Redis: throughput, memory and per-job cost.
+
+    python bench/transfer_bench.py [--input-mb 1024] [--shared-jobs 1000]
+                                   [--shared-mb 100] [--output-kb 1000]
+                                   [--cost-jobs 100] [--slots 2]
+
+One private pool on one machine (embedded Redis, broker, a startd with the
+reference hooks, delivery of outputs into the jobs' Iwd, as `fetchwork up`
+runs them) in a temporary state directory. Jobs are submitted with
+`fetchwork submit` (HTCondor's spooling: the inputs go into the pool at submit
+time) and run with `should_transfer_files = YES`, so every byte goes through
+Redis. Under root the submitter is `daemon` and the jobs run as `nobody`.
+
+- one job with a big input (--input-mb, random bytes): submit-to-sandbox in
+  MB/s (from starting `fetchwork submit` until the job's program runs with
+  the file in its sandbox), split into the submit client's upload and the
+  rest; the peak resident memory (VmHWM) of the submit client, the startd,
+  the job's starter and the starter's transfer program;
+- many jobs sharing one input (--shared-jobs jobs, one --shared-mb input,
+  each returning --output-kb of random bytes): Redis's memory (used_memory)
+  at its peak against the bytes of transferred files the pool held at their
+  peak (fw:{P}:xfer:bytes), and after every output was delivered against
+  where it started; the machine's chunk cache after the run;
+- per-job cost: --cost-jobs jobs with two small inputs and one small output,
+  against the same jobs without transfer (their files on the shared folder):
+  the CPU each of the pool's processes, the submit client and the delivery
+  spent a job.
+
+Prints figures only; the pool's logs go to a file in the temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import redis
+
+from fetchwork.broker.client import Broker
+from fetchwork.config.loader import Config
+from fetchwork.pool import Pool
+from fetchwork.startd.starters.zygoteclient import ZYGOTE_MODULE
+
+MB = 1 << 20
+ROOT = os.geteuid() == 0
+# Under root the jobs' submitter (whose outputs come back as it) and the folders it owns.
+SUBMITTER = "daemon" if ROOT else pwd.getpwuid(os.geteuid()).pw_name
+TRANSFER_PROGRAM = "fetchwork.transfer.sandbox"
+
+
+def vm_hwm_kb(pid: int) -> int:
+    """A process's peak resident memory so far (VmHWM), in KB; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def own(path: Path) -> None:
+    """Give `path` (a tree) to the submitter."""
+    if not ROOT:
+        return
+    entry = pwd.getpwnam(SUBMITTER)
+    for folder, dirs, files in os.walk(path):
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.lchown(name, entry.pw_uid, entry.pw_gid)
+
+
+def random_file(path: Path, size: int) -> None:
+    """`size` random bytes (no two chunks alike), written a piece at a time."""
+    with open(path, "wb") as handle:
+        left = size
+        while left > 0:
+            piece = os.urandom(min(left, 16 * MB))
+            handle.write(piece)
+            left -= len(piece)
+
+
+@dataclass
+class Submitted:
+    cluster: int
+    seconds: float
+    max_rss_kb: int
+    cpu_s: float
+
+
+@dataclass
+class Peaks:
+    """Peak resident memory (KB) by role, sampled from the startd's process tree."""
+
+    by_role: dict[str, int] = field(default_factory=dict)
+
+    def note(self, role: str, kb: int) -> None:
+        self.by_role[role] = max(self.by_role.get(role, 0), kb)
+
+
+class TransferRun:
+    """A private pool whose jobs transfer their files."""
+
+    def __init__(self, root: Path, slots: int, cache: bool):
+        self.root = root
+        self.state = root / "state"
+        environ = {**os.environ, "FETCHWORK_STATE_DIR": str(self.state),
+                   "FETCHWORK_POOL": "bench",
+                   "_FETCHWORK_STARTER_INITIAL_UPDATE_INTERVAL": "3600",
+                   "_FETCHWORK_STARTER_ALLOW_RUNAS_OWNER": "false"}
+        if not cache:  # an empty folder: the transfers run without the machine's cache
+            environ["_FETCHWORK_TRANSFER_CACHE_DIR"] = ""
+        os.environ.update(environ)
+        self.env = {**environ, "USER": SUBMITTER, "LOGNAME": SUBMITTER}
+        self.config = Config.load(environ=environ)
+        self.pool = Pool(self.config, slots=slots, log_path=root / "pool.log")
+
+    def start(self) -> None:
+        self.pool.start()
+        self.client = redis.Redis.from_url(self.pool.url)
+        self.broker = Broker(self.client, pool="bench", config=self.config)
+
+    def stop(self) -> None:
+        self.pool.stop()
+
+    def startd(self) -> psutil.Process:
+        return psutil.Process(self.pool.children["startd"].pid)
+
+    def redis_process(self) -> psutil.Process:
+        return psutil.Process(int(self.client.info("server")["process_id"]))
+
+    def used_memory(self) -> int:
+        return int(self.client.info("memory")["used_memory"])
+
+    def held_bytes(self) -> int:
+        return int(self.client.get(self.broker.keys.xfer_bytes) or 0)
+
+    def waiting_outputs(self) -> int:
+        return int(self.client.zcard(self.broker.keys.xfer_outputs))
+
+    def submit(self, work: Path, text: str) -> Submitted:
+        """`fetchwork submit` of `text` from `work`, timed, with its peak memory."""
+        path = work / "job.sub"
+        path.write_text(text)
+        own(path)
+        started = time.perf_counter()
+        process = subprocess.Popen([sys.executable, "-m", "fetchwork", "submit", path.name],
+                                   cwd=work, env=self.env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        assert process.stdout is not None and process.stderr is not None
+        out, err = process.stdout.read(), process.stderr.read()
+        _pid, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - started
+        if process.returncode != 0 or "cluster " not in out:
+            raise SystemExit(f"fetchwork submit failed ({process.returncode}):\n{out}\n{err}")
+        cluster = int(out.split("cluster ")[1].split(".")[0].split()[0])
+        return Submitted(cluster, seconds, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
+
+    def states(self, cluster: int, count: int) -> list[tuple[object, object]]:
+        jobs = [f"{cluster}.{proc}" for proc in range(count)]
+        return [tuple(values) for values in self.broker.store.fields(
+            jobs, ("JobStatus", "HoldReason"))]
+
+    def wait_done(self, cluster: int, count: int, timeout_s: float,
+                  also: Callable[[], bool] = lambda: True) -> None:
+        """Until every job of `cluster` completed (and `also()`); exit on a hold."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = self.states(cluster, count)
+            held = [reason for status, reason in states if status == 5]
+            if held:
+                raise SystemExit(f"{len(held)} job(s) held: {held[0]}")
+            if all(status == 4 or status is None for status, _ in states) and also():
+                return
+            if time.monotonic() > deadline:
+                done = sum(1 for status, _ in states if status == 4 or status is None)
+                raise SystemExit(f"only {done} of {count} jobs done within {timeout_s:.0f}s")
+            time.sleep(0.05)
+
+    def remove_history(self, cluster: int, count: int) -> None:
+        """Forget a finished cluster's jobs, so the next part starts clean."""
+        keys = self.broker.keys
+        jobs = [f"{cluster}.{proc}" for proc in range(count)]
+        with self.client.pipeline(transaction=False) as pipe:
+            for job in jobs:
+                pipe.zrem(keys.history, job)
+                pipe.delete(keys.job(job))
+            pipe.delete(keys.cluster(str(cluster)))
+            pipe.execute()
+
+
+@contextmanager
+def sampling(every_s: float, sample: Callable[[], None]) -> Iterator[None]:
+    """Call `sample()` every `every_s` in a thread while the block runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                sample()
+            except (psutil.Error, OSError, redis.RedisError):
+                pass
+            stop.wait(every_s)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        sample()
+
+
+def tree_peaks(run: TransferRun, peaks: Peaks) -> Callable[[], None]:
+    """A sampler of the startd's tree: startd, zygote, starters, transfer programs."""
+    startd = run.startd()
+
+    def sample() -> None:
+        peaks.note("startd", vm_hwm_kb(startd.pid))
+        for child in startd.children(recursive=True):
+            try:
+                cmdline = " ".join(child.cmdline())
+                parent = child.ppid()
+            except psutil.Error:
+                continue
+            if TRANSFER_PROGRAM in cmdline:
+                role = "transfer program"
+            elif ZYGOTE_MODULE in cmdline:
+                role = "zygote" if parent == startd.pid else "starter"
+            else:
+                continue
+            peaks.note(role, vm_hwm_kb(child.pid))
+    return sample
+
+
+# -- the parts -----------------------------------------------------------------------------
+
+BIG_JOB = """#!/bin/sh
+date +%s.%N > {marks}/started
+ls -l big.bin >> {marks}/started
+"""
+
+
+def big_input(run: TransferRun, root: Path, size_mb: int) -> None:
+    work = root / "big"
+    marks = root / "marks-big"
+    for folder in (work, marks):
+        folder.mkdir()
+    marks.chmod(0o777)
+    print(f"one job with a {size_mb} MB input (random bytes):")
+    random_file(work / "big.bin", size_mb * MB)
+    (work / "job.sh").write_text(BIG_JOB.format(marks=marks))
+    (work / "job.sh").chmod(0o755)
+    own(work)
+    peaks = Peaks()
+    started_wall = time.time()
+    with sampling(0.005, tree_peaks(run, peaks)):
+        submitted = run.submit(work, "executable = job.sh\nshould_transfer_files = YES\n"
+                                     "transfer_input_files = big.bin\nqueue\n")
+        run.wait_done(submitted.cluster, 1, timeout_s=600,
+                      also=lambda: run.waiting_outputs() == 0)
+    stamp = (marks / "started").read_text().split()
+    if str(size_mb * MB) not in stamp:
+        raise SystemExit(f"the job did not see the whole input: {' '.join(stamp)}")
+    to_sandbox_s = float(stamp[0]) - started_wall
+    print(f"  submit-to-sandbox {to_sandbox_s:.2f} s: {size_mb / to_sandbox_s:.0f} MB/s "
+          f"(the submit client's upload {submitted.seconds:.2f} s, "
+          f"{size_mb / submitted.seconds:.0f} MB/s; then claim and download "
+          f"{to_sandbox_s - submitted.seconds:.2f} s)")
+    print(f"  peak resident memory (VmHWM): submit client {submitted.max_rss_kb / 1024:.0f} MB, "
+          + ", ".join(f"{role} {kb / 1024:.0f} MB" for role, kb in peaks.by_role.items()))
+    run.remove_history(submitted.cluster, 1)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+SHARED_JOB = """#!/bin/sh
+test -f shared.bin || exit 3
+head -c {output_bytes} /dev/urandom > out_$1.bin
+"""
+
+
+def shared_input(run: TransferRun, root: Path, jobs: int, shared_mb: int,
+                 output_kb: int) -> None:
+    work = root / "shared"
+    work.mkdir()
+    print(f"{jobs} jobs sharing one {shared_mb} MB input, each returning {output_kb} kB:")
+    random_file(work / "shared.bin", shared_mb * MB)
+    (work / "job.sh").write_text(SHARED_JOB.format(output_bytes=output_kb * 1000))
+    (work / "job.sh").chmod(0o755)
+    own(work)
+    time.sleep(1.0)  # let the previous part's frees settle before the baseline
+    baseline = run.used_memory()
+    peak = {"used": baseline, "held": 0, "used_at_held": baseline}
+
+    def sample() -> None:
+        used, held = run.used_memory(), run.held_bytes()
+        peak["used"] = max(peak["used"], used)
+        if held > peak["held"]:
+            peak["held"], peak["used_at_held"] = held, used
+
+    started = time.perf_counter()
+    with sampling(0.02, sample):
+        submitted = run.submit(work, "executable = job.sh\narguments = $(Process)\n"
+                                     "should_transfer_files = YES\n"
+                                     "transfer_input_files = shared.bin\n"
+                                     f"queue {jobs}\n")
+        run.wait_done(submitted.cluster, jobs, timeout_s=max(600.0, jobs * 5.0),
+                      also=lambda: run.waiting_outputs() == 0 and run.held_bytes() == 0)
+    seconds = time.perf_counter() - started
+    delivered = len(list(work.glob("out_*.bin")))
+    time.sleep(1.0)
+    after = run.used_memory()
+    ratio = (peak["used"] - baseline) / peak["held"] if peak["held"] else float("nan")
+    print(f"  {jobs} jobs in {seconds:.0f} s ({jobs / seconds:.1f} jobs/s); "
+          f"{delivered} outputs delivered into Iwd")
+    print(f"  Redis used_memory: {baseline / MB:.1f} MB before, peak {peak['used'] / MB:.1f} MB; "
+          f"transferred files held at their peak {peak['held'] / MB:.1f} MB")
+    print(f"  peak above the start / bytes held: {ratio:.2f} "
+          f"(target under 1.3)")
+    print(f"  after delivery {after / MB:.1f} MB: {(after - baseline) / MB:+.1f} MB from the "
+          f"start (target within 5 MB), with the {jobs} jobs still in the history")
+    run.remove_history(submitted.cluster, jobs)
+    time.sleep(0.5)
+    print(f"  without them in the history: {(run.used_memory() - baseline) / MB:+.1f} MB")
+    cache = Path(run.config.require("TRANSFER_CACHE_DIR"))
+    cached = sum(path.stat().st_size for path in cache.glob("??/*")) if cache.is_dir() else 0
+    if run.config.get("TRANSFER_CACHE_DIR"):
+        print(f"  the machine's chunk cache holds {cached / MB:.0f} MB")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+COST_JOB = """#!/bin/sh
+cat a.txt b.txt > out_$1.txt
+"""
+
+
+def cpu_now(run: TransferRun) -> dict[str, float]:
+    """CPU seconds so far by role: the pool's processes (a process's reaped children
+    count with it: the zygote's are the starters, their transfer programs and jobs)
+    and this process's children (the submit clients, the delivery programs)."""
+    found = {"startd": run.startd(), "broker": psutil.Process(run.pool.children["broker"].pid),
+             "Redis": run.redis_process()}
+    for child in run.startd().children():
+        if ZYGOTE_MODULE in " ".join(child.cmdline()):
+            found["starters"] = child
+    spent = {}
+    for role, proc in found.items():
+        times = proc.cpu_times()
+        spent[role] = times.user + times.system + times.children_user + times.children_system
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent["submit and delivery programs"] = children.ru_utime + children.ru_stime
+    this = resource.getrusage(resource.RUSAGE_SELF)
+    spent["delivery (in the pool's process)"] = this.ru_utime + this.ru_stime
+    return spent
+
+
+def cost_of(run: TransferRun, work: Path, jobs: int, transfer: bool) -> dict[str, float]:
+    """CPU ms a job by role, for `jobs` jobs with or without transfer."""
+    before = cpu_now(run)
+    text = (f"executable = job.sh\narguments = $(Process)\nqueue {jobs}\n" if not transfer
+            else "executable = job.sh\narguments = $(Process)\nshould_transfer_files = YES\n"
+                 f"transfer_input_files = a.txt, b.txt\nqueue {jobs}\n")
+    submitted = run.submit(work, text)
+    run.wait_done(submitted.cluster, jobs, timeout_s=max(300.0, jobs * 5.0),
+                  also=lambda: len(list(work.glob("out_*.txt"))) >= jobs)
+    after = cpu_now(run)
+    run.remove_history(submitted.cluster, jobs)
+    return {role: (after[role] - before[role]) * 1000 / jobs for role in after if role in before}
+
+
+def per_job_cost(run: TransferRun, root: Path, jobs: int) -> None:
+    print(f"per-job CPU, {jobs} jobs with two small inputs and one small output, against "
+          "the same jobs without transfer:")
+    results = {}
+    for transfer in (False, True):
+        work = root / ("cost-transfer" if transfer else "cost-shared")
+        work.mkdir()
+        (work / "a.txt").write_text("a" * 100 + "\n")
+        (work / "b.txt").write_text("b" * 100 + "\n")
+        (work / "job.sh").write_text(COST_JOB)
+        (work / "job.sh").chmod(0o755)
+        own(work)
+        if not transfer:
+            work.chmod(0o777)  # the job's user writes its output on the shared folder
+        results[transfer] = cost_of(run, work, jobs, transfer)
+        total = sum(results[transfer].values())
+        print(f"  {'with' if transfer else 'without'} transfer: {total:.1f} ms a job: " + ", ".join(
+            f"{role} {ms:.1f}" for role, ms in sorted(results[transfer].items(),
+                                                      key=lambda kv: -kv[1])))
+    extra = sum(results[True].values()) - sum(results[False].values())
+    print(f"  transfer costs {extra:.1f} ms of CPU more a job (target at most 5 ms)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--input-mb", type=int, default=1024,
+                        help="the big input's size (0: skip that part)")
+    parser.add_argument("--shared-jobs", type=int, default=1000,
+                        help="jobs sharing one input (0: skip that part)")
+    parser.add_argument("--shared-mb", type=int, default=100)
+    parser.add_argument("--output-kb", type=int, default=1000,
+                        help="each shared-input job's output, in kB (1000 bytes)")
+    parser.add_argument("--cost-jobs", type=int, default=100,
+                        help="jobs per per-job cost run (0: skip that part)")
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--no-cache", action="store_true",
+                        help="run without the execute machine's chunk cache")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the pool on the way out
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+          f"{'root: jobs run as nobody, submitted as ' + SUBMITTER if ROOT else 'not root'}")
+    root = Path(tempfile.mkdtemp(prefix="fw-transfer-bench-"))
+    root.chmod(0o755)
+    run = TransferRun(root, args.slots, cache=not args.no_cache)
+    if args.no_cache:
+        print("without the execute machine's chunk cache: every job fetches from Redis")
+    try:
+        run.start()
+        if args.input_mb > 0:
+            big_input(run, root, args.input_mb)
+        if args.shared_jobs > 0:
+            shared_input(run, root, args.shared_jobs, args.shared_mb, args.output_kb)
+        if args.cost_jobs > 0:
+            per_job_cost(run, root, args.cost_jobs)
+    except SystemExit:
+        log = root / "pool.log"
+        if log.exists():
+            print("the pool's log ends:\n" + "".join(log.read_text().splitlines(True)[-30:]))
+        raise
+    finally:
+        run.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
