@@ -167,14 +167,34 @@ class ChunkCache:
             log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
                         exc.strerror or exc)
             return None
+        return path if self._checked(path, digest, actual) else None
+
+    def read(self, digest: str) -> bytes | None:
+        """The bytes of cached chunk `digest`, read and checked in one pass (a chunk is a
+        few MiB), and touched as just used; None as for `path_of`."""
+        path = self._path(check_digest(digest))
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
+                        exc.strerror or exc)
+            return None
+        return data if self._checked(path, digest, hashlib.sha256(data).hexdigest()) else None
+
+    def _checked(self, path: Path, digest: str, actual: str) -> bool:
+        """Whether the chunk at `path` is `digest` (its SHA-256 is `actual`): touched if
+        so, removed if not."""
         if actual != digest:
             log.warning("chunk cache: %s is damaged (its SHA-256 is %s); removing it", path,
                         actual)
             self._discard(path)
-            return None
+            return False
         with contextlib.suppress(OSError):  # a reader that may not write keeps its order
             os.utime(path)
-        return path
+        return True
 
     def __contains__(self, digest: str) -> bool:
         """Whether a chunk is cached (not checked, not touched)."""
@@ -332,14 +352,13 @@ class ChunkCache:
                     path.unlink()
 
     def _discard(self, path: Path) -> None:
-        """Remove a damaged chunk and take its bytes off the count."""
+        """Remove a damaged chunk and count the bytes held again (a damaged chunk may no
+        longer have the size it was counted with; this is rare enough to recount)."""
         try:
             with self._locked():
-                size = path.stat().st_size
-                path.unlink()
-                self._write_usage(self._read_usage() - size)
-        except FileNotFoundError:
-            pass
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                self._write_usage(self._evict(keep=None))
         except OSError as exc:
             log.warning("chunk cache: cannot remove the damaged chunk %s: %s", path,
                         exc.strerror or exc)

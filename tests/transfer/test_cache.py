@@ -48,6 +48,17 @@ def test_a_put_chunk_is_found_checked(tmp_path):
 def test_a_chunk_not_cached_is_none(tmp_path):
     cache = ChunkCache(tmp_path / "cache", 10_000)
     assert cache.path_of(chunk(2)[0]) is None
+    assert cache.read(chunk(2)[0]) is None
+
+
+def test_a_chunk_is_read_checked_in_one_pass(tmp_path):
+    cache = ChunkCache(tmp_path / "cache", 10_000)
+    digest, data = chunk(6)
+    path = cache.put(digest, data)
+    old = path.stat().st_mtime - 100
+    os.utime(path, (old, old))
+    assert cache.read(digest) == data
+    assert path.stat().st_mtime > old  # touched as just used
 
 
 def test_data_that_is_not_its_digest_is_refused_and_nothing_is_kept(tmp_path):
@@ -179,8 +190,9 @@ def test_a_truncated_chunk_is_damaged_too(tmp_path):
     digest, data = chunk(31)
     path = cache.put(digest, data)
     os.truncate(path, 10)
-    assert cache.path_of(digest) is None
+    assert cache.read(digest) is None
     assert not path.exists()
+    assert cache.held_bytes() == 0
 
 
 # -- processes racing ------------------------------------------------------------------------
