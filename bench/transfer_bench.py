@@ -306,6 +306,7 @@ def shared_input(run: TransferRun, root: Path, jobs: int, shared_mb: int,
     own(work)
     time.sleep(1.0)  # let the previous part's frees settle before the baseline
     baseline = run.used_memory()
+    stream_before = int(run.client.memory_usage(run.broker.keys.events, samples=0) or 0)
     peak = {"used": baseline, "held": 0, "used_at_held": baseline}
 
     def sample() -> None:
@@ -337,7 +338,12 @@ def shared_input(run: TransferRun, root: Path, jobs: int, shared_mb: int,
           f"start (target within 5 MB), with the {jobs} jobs still in the history")
     run.remove_history(submitted.cluster, jobs)
     time.sleep(0.5)
-    print(f"  without them in the history: {(run.used_memory() - baseline) / MB:+.1f} MB")
+    keys = run.broker.keys
+    stream_mb = int(run.client.memory_usage(keys.events, samples=0) or 0) / MB
+    stream_before_mb = stream_before / MB
+    print(f"  without them in the history: {(run.used_memory() - baseline) / MB:+.1f} MB, of "
+          f"which the event stream {stream_mb - stream_before_mb:+.1f} MB "
+          f"({run.client.xlen(keys.events)} entries, capped by BROKER_EVENTS_MAXLEN)")
     cache = Path(run.config.require("TRANSFER_CACHE_DIR"))
     cached = sum(path.stat().st_size for path in cache.glob("??/*")) if cache.is_dir() else 0
     if run.config.get("TRANSFER_CACHE_DIR"):
