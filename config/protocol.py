@@ -101,6 +101,9 @@ class HoldCode(enum.IntEnum):
 
     USER_REQUEST = 1
     JOB_POLICY = 3
+    # HTCondor's CorruptedCredential: here, a job whose signature does not check on
+    # the execute machine (starter/jobsignature.py).
+    SIGNATURE_INVALID = 4
     # The starter could not set the job up (a file it could not open, a
     # program it could not run); HoldReasonSubCode holds the errno.
     STARTER_ERROR = 14

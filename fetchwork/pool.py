@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TextIO
 
 from fetchwork.broker.connections.embedded import EmbeddedRedis, embedded_for
+from fetchwork.broker.trust.signer import ensure_key_pair
 from fetchwork.config.loader import DEFAULTS_FILE, POOL_FILE, Config
 from fetchwork.errors import FetchworkError
 
@@ -67,15 +68,48 @@ class Pool:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock()
         shutil.copyfile(POOL_TEMPLATE, self.state_dir / POOL_FILE)
+        self._signing_keys()
         if not (self.config.get("FETCHWORK_BROKER") or "").strip():
             self.redis = embedded_for(self.config)
             self.started_redis = self.redis.start()
         try:
             self._spawn("broker", ["broker"])
+            self._wait_for_leader()
             self._spawn("startd", ["startd"], self._startd_env())
         except BaseException:
             self.stop()
             raise
+
+    def _wait_for_leader(self, timeout_s: float = 60.0) -> None:
+        """Wait until the broker leads and has published what submissions read, so the
+        pool's first job is admitted (and signed) like every later one."""
+        from fetchwork.broker.connections.clients import connect
+        from fetchwork.broker.store.keys import PoolKeys
+
+        config = Config.load(environ=self._child_env())
+        client = connect(config, start=False)
+        summary = PoolKeys(config.require("FETCHWORK_POOL").strip()).filters
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not client.exists(summary):
+                dead = self.dead_child()
+                if dead:
+                    raise PoolError(f"{dead} exited while the pool started")
+                if time.monotonic() > deadline:
+                    log.warning("the broker did not lead within %gs; starting the startd "
+                                "anyway", timeout_s)
+                    return
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+    def _signing_keys(self) -> None:
+        """The pool's job signing key pair, made on the first start (docs/trust.md)."""
+        config = Config.load(environ=self._child_env())
+        private = (config.get("JOB_SIGNING_KEY") or "").strip()
+        public = (config.get("JOB_SIGNING_PUBLIC_KEY") or "").strip()
+        if private and public:
+            ensure_key_pair(Path(private), Path(public))
 
     def _lock(self) -> None:
         """One pool per state directory: a second `up` would duplicate slot names."""

@@ -43,6 +43,7 @@ from fetchwork.startd.starters.sandboxes import remove_stale_sandboxes
 from fetchwork.startd.starters.supervisor import StarterSupervisor
 from fetchwork.startd.states import Activity, State, initial_status
 from fetchwork.startd.withdrawal import Withdrawer
+from fetchwork.starter.jobsignature import startup_notice
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class Startd:
     def _announce(self) -> None:
         log.info("startd %s starts with %d slot(s); execute dir %s", self.name,
                  len(self.slots), self.settings.execute_dir)
+        log.info("%s", startup_notice(self.config))
         for slot in self.slots:
             if slot.hooks.fetch is None:
                 log.info("%s: no fetch hook (keyword %s); it never fetches work", slot.label,

@@ -89,19 +89,22 @@ def slot_user_setting(config: Config, slot: int) -> tuple[str | None, str]:
 
 
 def job_account(config: Config, job_ad: Any, slot: int,
-                lookup: Lookup = lookup_account) -> Choice | None:
-    """The account a starter runs this job as; None unless the starter is root."""
+                lookup: Lookup = lookup_account, owner_trusted: bool = True) -> Choice | None:
+    """The account a starter runs this job as; None unless the starter is root. With
+    `owner_trusted` false (no checked signature: jobsignature.py) never the Owner."""
     if os.geteuid() != 0:
         return None
     owner = job_ad.get("Owner") if job_ad is not None else None
     slot_user, knob = slot_user_setting(config, slot)
-    return choose_account(owner if isinstance(owner, str) else None,
-                          config.get_bool("STARTER_ALLOW_RUNAS_OWNER"), slot_user, knob, lookup)
+    allow = config.get_bool("STARTER_ALLOW_RUNAS_OWNER") and owner_trusted
+    return choose_account(owner if isinstance(owner, str) else None, allow, slot_user, knob,
+                          lookup)
 
 
-def job_user(config: Config, job_ad: Any, slot: int) -> tuple[int, int] | None:
+def job_user(config: Config, job_ad: Any, slot: int,
+             owner_trusted: bool = True) -> tuple[int, int] | None:
     """(uid, gid) for `job_account`, the choice logged; None unless the starter is root."""
-    choice = job_account(config, job_ad, slot)
+    choice = job_account(config, job_ad, slot, owner_trusted=owner_trusted)
     if choice is None:
         return None
     log.info("the job runs as %s (uid %s): %s", choice.account.name, choice.account.uid,

@@ -29,7 +29,7 @@ from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
 from fetchwork.hooks import control
 from fetchwork.hooks.runner import HookResult, HookSpec, resolve_hook, start_hook
-from fetchwork.starter import keepslot, lifecycle, limits
+from fetchwork.starter import jobsignature, keepslot, lifecycle, limits
 from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper
 from fetchwork.starter.jobspec import (
@@ -76,7 +76,9 @@ class Starter:
         self.keyword = keywords.starter_keyword(config, keyword or keywords.hook_keyword_of(job_ad))
         self.events = Events(events if events is not None else sys.stdout)
         self.control_fd = 0 if control_fd is None else control_fd
-        self.user = job_user(config, job_ad, slot)  # never root (runas.py)
+        # The job's signature decides whether it runs at all, and as its Owner.
+        self.trust = jobsignature.verdict(config, job_ad)
+        self.user = job_user(config, job_ad, slot, self.trust.owner_trusted)  # never root
         self.status = Status()
         self.job: JobProcess | None = None
         self.kill_sig: int = signal.SIGTERM
@@ -156,6 +158,14 @@ class Starter:
         self._selector = selectors.DefaultSelector()
 
     def _run(self) -> str:
+        if self.trust.refusal is not None:
+            # Not run at all, not even its prepare hook: held on this machine's word.
+            log.warning("job not run: %s", self.trust.refusal)
+            self.ad.update(jobsignature.hold_attributes(self.slot_ad, self.slot,
+                                                        self.trust.refusal))
+            self.status = Status(Phase.DONE, lifecycle.HOLD)
+            self._finish(None, self.ad["HoldReason"], 0.0)
+            return lifecycle.HOLD
         reason = self._prepare()
         self._drain_requests()
         how = lifecycle.EVICT  # a failed prepare hook: the exit hook gets evict

@@ -157,7 +157,7 @@ def report_verdicts(broker: Broker, cluster: int, job_ids: Sequence[str],
                     since_event: str) -> int:
     """Wait for the submission filters' verdict on every job; print the failed
     ones with their reasons and what was queued. Returns how many failed."""
-    click.echo("waiting for the pool's submission filters...", err=True)
+    click.echo("waiting for the pool's broker to admit the jobs...", err=True)
     failed = await_verdicts(broker, job_ids, since_event)
     for job in sorted(failed, key=job_id_key):
         click.echo(f"Job {job} failed: {failed[job]}")

@@ -40,6 +40,7 @@ from fetchwork.broker.store.jobads import ad_prio
 from fetchwork.broker.store.states import State, clamp_prio, is_managed
 from fetchwork.config.ads import from_dict
 from fetchwork.config.protocol import HoldCode
+from fetchwork.config.signedjob import SIGNATURE_ATTR
 from fetchwork.errors import AdError
 
 from .admission import activate, admit
@@ -88,9 +89,13 @@ class FilterLeader:
 
     def __init__(self, store: Store, settings: FilterSettings, default_lease_s: float,
                  call: Call | None = None, workers: int = WORKERS,
-                 rules: poolrules.PoolRules | None = None):
+                 rules: poolrules.PoolRules | None = None,
+                 sign: Callable[[Mapping[str, Any]], str] | None = None):
         self.store = store
         self.settings = settings
+        # The pool's job signer (broker/trust/signer.py): every new job waits for
+        # admission, and each one admitted gets its SIGNATURE_ATTR.
+        self.sign = sign
         # The pool's rules, checked at admission (None: the filters' verdict only).
         self.rules = rules
         self.default_lease_s = default_lease_s
@@ -135,8 +140,10 @@ class FilterLeader:
 
     def summary(self) -> Summary:
         """What claims and submissions must know of this configuration (the leader
-        publishes it with the pool's rules: leader/publish.py)."""
-        return summary_of(self.settings)
+        publishes it with the pool's rules: leader/publish.py). With a signer, every
+        submission waits for admission."""
+        summary = summary_of(self.settings)
+        return replace(summary, submit=True) if self.sign is not None else summary
 
     def run_pass(self, now_s: float | None = None) -> list[Future[None]]:
         """Hand out what waits for a verdict; release due holds. Returns the new work."""
@@ -223,6 +230,9 @@ class FilterLeader:
         if deleted or stored:  # what a match reads of the job may have changed
             merged = {name: value for name, value in data.items() if name not in deleted}
             stored[AUTOCLUSTER_ATTR] = _assign_autocluster(self.store, {**merged, **stored})
+        if self.sign is not None:
+            kept = {name: value for name, value in data.items() if name not in deleted}
+            stored[SIGNATURE_ATTR] = self.sign({**kept, **stored})
         try:
             prio = clamp_prio(ad_prio(from_dict(admission.ad)))
         except AdError:

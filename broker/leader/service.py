@@ -68,6 +68,7 @@ from fetchwork.broker.scheduling.leaderpass import (
     SchedulingRunner,
     release_blocked,
 )
+from fetchwork.broker.trust.signer import pool_signer
 from fetchwork.broker.userlog.writer import UserLogWriter
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
@@ -148,8 +149,10 @@ class BrokerService:
 
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
+        signer = pool_signer(config)
         replica = (config.get("BROKER_REPLICA_NAME") or "").strip() or default_replica_name()
-        filters = FilterLeader(broker.store, load_settings(config), broker.default_lease_s)
+        filters = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
+                               sign=signer.signature if signer else None)
         return cls(broker,
                    reaper_interval_s=config.get_duration_s("BROKER_REAPER_INTERVAL"),
                    leader_lease_s=config.get_duration_s("BROKER_LEADER_LEASE"),

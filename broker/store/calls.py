@@ -288,6 +288,14 @@ def qedit(store: Store, *, job_ids: Sequence[str], attr: str, value: bytes,
                           extra_keys=[store.keys.settings, store.keys.periodic]))
 
 
+# -- a person's requests, carried out by the leader (broker/trust/desk.py) --------------------
+
+def edit(store: Store, *, job_id: str, signature: str, fields: Fields) -> bool:
+    """edit.lua: store `fields` on a HELD job, with its new FetchworkSignature (or '');
+    False when the job is not HELD."""
+    return bool(store.run("edit", [job_id], [job_id, signature, *fields]))
+
+
 # -- the leader's duties ---------------------------------------------------------------------
 
 def release_due(store: Store, *, job_ids: Sequence[str]) -> list[str]:

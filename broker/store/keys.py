@@ -38,6 +38,11 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:backfill      string: the leader's backfill reservation (msgpack, backfill/plan.py)
     fw:{P}:sortslots     hash: slot name -> its ad while it waits for work (claim/sorting.py)
     fw:{P}:settings      hash: the pool's rules the leader publishes, versioned (store/poolrules.py)
+    fw:{P}:signing       string: the pool's public job signing key (PEM), set by the leader
+    fw:{P}:doorbell      list: names of people with new requests (any person may push)
+    fw:{P}:people        set: names of people who ever sent a request (kept by the leader)
+    fw:{P}:u:<name>:requests     stream: one person's requests (broker/trust/requests.py)
+    fw:{P}:u:<name>:reply:<id>   list: the leader's answer to that person's request <id>
 """
 
 from __future__ import annotations
@@ -111,6 +116,21 @@ class PoolKeys:
     sortslots = _named("sortslots")
     # The pool's rules, as its leader publishes them (store/poolrules.py).
     settings = _named("settings")
+
+    # People (broker/trust): each person's own namespace, and the pool's doorbell.
+    signing = _named("signing")
+    doorbell = _named("doorbell")
+    people = _named("people")
+
+    def person(self, name: str) -> str:
+        """The prefix of person `name`'s namespace, `fw:{P}:u:<name>:`."""
+        return f"{self.prefix}u:{name}:"
+
+    def requests(self, name: str) -> str:
+        return f"{self.person(name)}requests"
+
+    def reply(self, name: str, request_id: str) -> str:
+        return f"{self.person(name)}reply:{request_id}"
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

@@ -99,6 +99,8 @@ MANAGED_ATTRS = frozenset(name.lower() for name in (
     "FetchworkLeaseExpiry", "RemoteHost", "LastRemoteHost", "CompletionDate",
     "HoldReason", "HoldReasonCode", "LastHoldReason", "RemoveReason", "NumJobMatches",
     "HoldReasonSubCode", "FetchworkActivateAfter", "FetchworkReservedSlot",
+    # Set by the leader when it admits a job (broker/trust/signer.py).
+    "FetchworkSignature",
     "FetchworkActivationReason", "FetchworkActivationSlot",
     # Written by the scheduling policy's pass (broker/scheduling/leaderpass.py).
     "BlockedReason", "BlockedBySoftLimit", "FetchworkBudget", "FetchworkCpus",

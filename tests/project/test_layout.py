@@ -50,10 +50,13 @@ BROKER_LAYERS: dict[str, set[str]] = {
     "submission": {"store", "autoclusters", "connections", "dependencies", "jobpolicy",
                    "scheduling"},
     "claim": {"store", "autoclusters", "backfill", "filters", "scheduling"},
-    "client": {"store", "autoclusters", "connections", "submission", "claim", *FEATURES},
-    "leader": {"store", "autoclusters", "connections", "client", *FEATURES},
+    # People, their requests and job signing: the client and the leader use it.
+    "trust": {"store", "autoclusters", "connections", "submission"},
+    "client": {"store", "autoclusters", "connections", "submission", "claim", "trust",
+               *FEATURES},
+    "leader": {"store", "autoclusters", "connections", "client", "trust", *FEATURES},
     "metrics": {"store", "connections", "client"},
-    "cli": {"store", "connections", "client", "leader", "metrics"},
+    "cli": {"store", "connections", "client", "leader", "metrics", "trust"},
 }
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fetchwork.broker.trust.signer import ensure_key_pair
 from fetchwork.config.loader import Config, environ_without_config
 from fetchwork.errors import StarterError
 from fetchwork.starter.runas import Account, choose_account, slot_user_setting
@@ -102,40 +103,54 @@ def _existing_user() -> pwd.struct_passwd | None:
     return None
 
 
-@pytest.fixture
-def root_pool() -> Iterator[tuple[Path, RedisProcess, Daemon]]:
+@pytest.fixture(params=["signed", "unsigned"])
+def root_pool(request: pytest.FixtureRequest) -> Iterator[tuple[Path, RedisProcess, Daemon]]:
+    """A root startd and a broker service; "signed": the pool signs its jobs and the
+    startd checks them; "unsigned": no key anywhere."""
     with pool_root("runas") as root:
         work = root / "work"
         work.mkdir()
         work.chmod(0o777)
         server = RedisProcess(root / "redis")
         server.start()
-        config = pool_config(root, server.url, "runas")
+        extra = ""
+        if request.param == "signed":
+            ensure_key_pair(root / "signing.key", root / "signing.pub")
+            extra = (f"JOB_SIGNING_KEY = {root / 'signing.key'}\n"
+                     f"JOB_SIGNING_PUBLIC_KEY = {root / 'signing.pub'}\n")
+        config = pool_config(root, server.url, "runas", extra)
         startd = Daemon(config, root / "startd.log", "startd")
+        broker = Daemon(config, root / "broker.log", "broker")
+        broker.start()
         startd.start()
         try:
             yield work, server, startd
         finally:
             startd.stop()
+            broker.stop()
             server.stop()
             kill_leftovers(str(work))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root starter switches users")
 @pytest.mark.skipif(_existing_user() is None, reason="no non-root user (daemon, nobody) here")
-def test_a_root_startd_runs_each_job_as_its_owner(root_pool):
+def test_a_root_startd_runs_each_job_as_its_owner_only_when_signed(root_pool, request):
+    """Signed by the pool's broker: the Owner (never root); with no public key on the
+    startd: the slot's user (nobody), whatever the Owner."""
     import redis
 
     from fetchwork.broker.client import Broker
 
     work, server, startd = root_pool
+    signed = request.node.callspec.params["root_pool"] == "signed"
     user = _existing_user()
     assert user is not None
-    from tests.support.rules import publish_rules
 
     broker = Broker(redis.Redis(unix_socket_path=server.socket), pool="runas",
                     config=Config.load(environ={}))
-    publish_rules(broker.client, "runas")  # as the pool's leader would
+    # The leader has published the pool's rules (a signing pool admits every job).
+    wait_until(lambda: broker.pool_rules() is not None, 60, fail_if=startd.died,
+               what="the pool's rules published by the leader")
     jobs = broker.submit([{"Cmd": "/bin/sh", "Arguments": f"-c 'id -u > uid.{n}'",
                            "Iwd": str(work)} for n in range(2)], owner=user.pw_name)
     rooted = broker.submit([{"Cmd": "/bin/sh", "Arguments": "-c 'id -u > uid.root'",
@@ -143,7 +158,8 @@ def test_a_root_startd_runs_each_job_as_its_owner(root_pool):
     for job in [*jobs, *rooted]:
         wait_until(lambda job=job: broker.get(job)["JobStatus"] == 4, 60, fail_if=startd.died,
                    what=f"job {job} completed")
-    assert (work / "uid.0").read_text().strip() == str(user.pw_uid)
-    assert (work / "uid.1").read_text().strip() == str(user.pw_uid)
     nobody = pwd.getpwnam("nobody").pw_uid
+    expected = user.pw_uid if signed else nobody
+    assert (work / "uid.0").read_text().strip() == str(expected)
+    assert (work / "uid.1").read_text().strip() == str(expected)
     assert (work / "uid.root").read_text().strip() == str(nobody)

@@ -1,0 +1,162 @@
+"""A person's requests to the leader: their wire form and the pure decisions on them.
+
+A person writes one entry per request to its stream `fw:{P}:u:<name>:requests`
+(fields `id`, `kind`, `body`: msgpack) and rings the doorbell; the leader
+(desk.py) carries it out and answers on `fw:{P}:u:<name>:reply:<id>` with one
+msgpack map: `ok`, and `error` (why it was refused: nothing was done), or
+`jobs` (the jobs a submission queued, or the jobs an action changed) and
+`validating`. Kinds: `submit` (body: `ads`, a list of job ads as to_dict
+maps), `remove`, `hold`, `release`, `requeue` (body: `jobs`, `reason`,
+`hold_until`), `edit` (body: `jobs`, `set`, a map of attributes).
+
+Everything here is a function of its inputs: `parse` turns an entry into a
+`Request` or says why it cannot be one; `refusal` decides, from the jobs'
+owners, whether the person may act on them. A request naming one job the
+person may not touch is refused whole, so nothing is half-done.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from fetchwork.broker.store.states import is_managed
+from fetchwork.config.signedjob import SIGNATURE_ATTR
+
+# A job id, cluster.proc.
+JOB_ID_RE = re.compile(r"[0-9]{1,18}\.[0-9]{1,9}\Z")
+ACTIONS = ("remove", "hold", "release", "requeue")
+KINDS = ("submit", *ACTIONS, "edit")
+# Bounds on one request (a bigger submission is several requests).
+MAX_JOBS = 100_000
+MAX_REASON = 1024
+MAX_EDITS = 256
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of one person, as the leader carries it out."""
+
+    request_id: str
+    kind: str
+    jobs: tuple[str, ...] = ()
+    ads: tuple[Mapping[str, Any], ...] = ()
+    reason: str | None = None
+    hold_until: int | None = None
+    edits: Mapping[str, Any] = field(default_factory=dict)
+
+
+def encode(kind: str, body: Mapping[str, Any]) -> bytes:
+    return msgpack.packb(dict(body), use_bin_type=True)
+
+
+def decode_reply(raw: bytes) -> dict[str, Any]:
+    reply = msgpack.unpackb(raw, raw=False)
+    if not isinstance(reply, dict):
+        raise ValueError("the leader's reply is not a map")
+    return reply
+
+
+def encode_reply(ok: bool, error: str | None = None, jobs: Sequence[str] = (),
+                 validating: bool = False) -> bytes:
+    return msgpack.packb({"ok": ok, "error": error, "jobs": list(jobs),
+                          "validating": validating}, use_bin_type=True)
+
+
+def _text(fields: Mapping[bytes, bytes], name: str) -> str:
+    raw = fields.get(name.encode())
+    if raw is None:
+        raise ValueError(f"the request has no field {name!r}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"field {name!r} is not UTF-8") from exc
+
+
+def request_id_of(fields: Mapping[bytes, bytes]) -> str | None:
+    """The entry's request id when it is a usable one (the reply key's last part)."""
+    raw = fields.get(b"id")
+    if not isinstance(raw, bytes) or not 0 < len(raw) <= 64:
+        return None
+    text = raw.decode("ascii", "replace")
+    return text if all(ch.isalnum() or ch in "-_" for ch in text) else None
+
+
+def parse(fields: Mapping[bytes, bytes]) -> Request:
+    """The request in a stream entry; ValueError saying what is wrong with it."""
+    request_id = request_id_of(fields)
+    if request_id is None:
+        raise ValueError("the request's id must be 1-64 letters, digits, '-' or '_'")
+    kind = _text(fields, "kind")
+    if kind not in KINDS:
+        raise ValueError(f"unknown request kind {kind!r} (kinds: {', '.join(KINDS)})")
+    try:
+        body = msgpack.unpackb(fields.get(b"body", b"\x80"), raw=False, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ValueError(f"the request's body is not msgpack: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ValueError("the request's body must be a map")
+    if kind == "submit":
+        ads = body.get("ads")
+        if not isinstance(ads, list) or not ads or len(ads) > MAX_JOBS:
+            raise ValueError(f"a submission needs 'ads': a list of 1 to {MAX_JOBS} job ads")
+        if not all(isinstance(ad, dict) and all(isinstance(k, str) for k in ad) for ad in ads):
+            raise ValueError("each job ad must be a map of attribute names to values")
+        return Request(request_id, kind, ads=tuple(ads))
+    jobs = body.get("jobs")
+    if (not isinstance(jobs, list) or not jobs or len(jobs) > MAX_JOBS
+            or not all(isinstance(job, str) and JOB_ID_RE.match(job) for job in jobs)):
+        raise ValueError(f"'{kind}' needs 'jobs': a list of 1 to {MAX_JOBS} job ids "
+                         "(cluster.proc)")
+    if kind == "edit":
+        return Request(request_id, kind, jobs=tuple(jobs), edits=_edits(body.get("set")))
+    reason = body.get("reason")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
+        raise ValueError(f"'reason' must be text of at most {MAX_REASON} characters")
+    until = body.get("hold_until")
+    if until is not None and (isinstance(until, bool) or not isinstance(until, int)
+                              or until < 0):
+        raise ValueError("'hold_until' must be a time in seconds since the epoch")
+    return Request(request_id, kind, jobs=tuple(jobs), reason=reason, hold_until=until)
+
+
+def _edits(edits: Any) -> dict[str, Any]:
+    if not isinstance(edits, dict) or not edits or len(edits) > MAX_EDITS:
+        raise ValueError(f"'edit' needs 'set': a map of 1 to {MAX_EDITS} attributes")
+    for name, value in edits.items():
+        if not isinstance(name, str) or not name.replace("_", "a").isalnum() \
+                or name[0].isdigit():
+            raise ValueError(f"{name!r} is not an attribute name")
+        if is_managed(name) or name.lower() == SIGNATURE_ATTR.lower():
+            raise ValueError(f"{name} is kept by the broker and cannot be edited")
+        if not isinstance(value, bool | int | float | str) and not (
+                isinstance(value, dict) and set(value) == {"$expr"}
+                and isinstance(value["$expr"], str)):
+            raise ValueError(f"{name}: a value must be a literal or {{'$expr': text}}")
+    return dict(edits)
+
+
+def refusal(person: str, owners: Mapping[str, str | None], super_users: frozenset[str],
+            jobs: Sequence[str]) -> str | None:
+    """Why `person` may not act on `jobs` (their `owners`, None for a job that does not
+    exist), or None when it may act on all of them."""
+    missing = [job for job in jobs if owners.get(job) is None]
+    if missing:
+        return f"no such job: {', '.join(missing[:10])}"
+    if person in super_users:
+        return None
+    foreign = [job for job in jobs if owners[job] != person]
+    if foreign:
+        shown = ", ".join(f"{job} (owner {owners[job]})" for job in foreign[:10])
+        return (f"{person} may act only on its own jobs, not on {shown}; "
+                "QUEUE_SUPER_USERS names who may act on anyone's")
+    return None
+
+
+def super_users(text: str | None) -> frozenset[str]:
+    """QUEUE_SUPER_USERS: names separated by spaces or commas."""
+    return frozenset(word for word in (text or "").replace(",", " ").split() if word)
