@@ -26,7 +26,9 @@ from fetchwork.broker.scheduling.settings import scheduling_in_force
 from fetchwork.broker.store import calls, codec, editable, poolrules
 from fetchwork.broker.store.jobads import caller_attrs
 from fetchwork.broker.submission.submitter import Submitted, Submitter
-from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
+from fetchwork.broker.trust.client import PersonClient
+from fetchwork.broker.trust.people import person_of
+from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr, to_dict
 from fetchwork.config.loader import Config, get_config
 from fetchwork.config.protocol import EXIT, EXIT_HOWS, HOLD, HoldCode, job_id_key, parse_job_id
 from fetchwork.errors import AdError, BrokerError, EditError
@@ -62,6 +64,7 @@ class Broker:
         self._claimer = Claimer.from_config(
             self.store, self.default_lease_s, config,
             soft_tier=self.scheduling is not None and self.scheduling.limits_on())
+        self._person: PersonClient | bool | None = None  # person(): None until asked
         # The pool's rules are its leader's (store/poolrules.py): these two knobs only
         # stand in while it has published none.
         self._submitter = Submitter(self.store, self.default_lease_s,
@@ -89,25 +92,42 @@ class Broker:
     # -- submitting ----------------------------------------------------------
 
     def next_cluster(self) -> int:
-        """Allocate a cluster number."""
+        """Allocate a cluster number (a person's comes from the leader)."""
+        person = self.person()
+        if person is not None:
+            return person.next_cluster()
         return self._submitter.next_cluster()
 
     def submit(self, ads: Sequence[AdLike], owner: str | None = None,
                cluster_id: int | None = None) -> list[str]:
         """Queue `ads` as one cluster (ProcId 0..n-1), all or nothing; returns the job ids.
         `cluster_id` must come from next_cluster() and be used by one submission only."""
-        return self._submitter.submit(ads, owner, cluster_id).job_ids
+        return self.submit_cluster(ads, owner, cluster_id).job_ids
 
     def submit_cluster(self, ads: Sequence[AdLike], owner: str | None = None,
                        cluster_id: int | None = None) -> Submitted:
         """As submit(), and whether the jobs wait VALIDATING for the leader's
-        submission filters (then `verdicts()` tells how they ended)."""
+        submission filters (then `verdicts()` tells how they ended). A person's
+        connection sends the ads to the leader, which gives them to that person
+        (`owner` and the ads' Owner do not count)."""
+        person = self.person()
+        if person is not None:
+            jobs, validating = person.submit([_as_dict(ad) for ad in ads], cluster_id)
+            return Submitted(jobs, validating)
         return self._submitter.submit(ads, owner, cluster_id)
 
     def pool_rules(self) -> poolrules.Published | None:
         """The rules the pool's leader published (what every submission is checked
         against), or None while it has published none: then new jobs wait for it."""
         return poolrules.read(self.store)
+
+    def person(self) -> PersonClient | None:
+        """The request path when this connection is a person's (`ACL WHOAMI` says
+        fw-<pool>-u-<name>, broker/trust/people.py); None for a role or no ACL."""
+        if self._person is None:
+            name = person_of(self.client, self.pool)
+            self._person = PersonClient(self.client, self.pool, name) if name else False
+        return self._person or None
 
     def verdicts(self, job_ids: Sequence[str]) -> dict[str, str | None]:
         """For each job no longer VALIDATING: None when it was admitted, else the
@@ -227,6 +247,9 @@ class Broker:
     def _apply_one(self, action: str, job_ids: Sequence[str], reason: str | None,
                    hold_until: int | None) -> list[str]:
         """One batch of a user action: its script's ids changed."""
+        person = self.person()
+        if person is not None:  # the leader carries it out, if these are that person's
+            return person.act(action, job_ids, reason, hold_until)
         store = self.store
         if action == "remove":
             return calls.remove(store, job_ids=job_ids, reason=reason or "removed by user")
@@ -417,6 +440,11 @@ class Broker:
             return []
         raws = self.client.mget([self.keys.slot(name) for name in sorted(names)])
         return [from_dict(codec.unpack(raw)) for raw in raws if raw is not None]
+
+
+def _as_dict(ad: AdLike) -> dict[str, Any]:
+    """A job ad as the msgpack-friendly map a person's request carries."""
+    return to_dict(ad) if isinstance(ad, classad2.ClassAd) else dict(ad)
 
 
 def _given(attrs: AdLike, name: str) -> Any:

@@ -68,6 +68,8 @@ from fetchwork.broker.scheduling.leaderpass import (
     SchedulingRunner,
     release_blocked,
 )
+from fetchwork.broker.trust.desk import RequestDesk
+from fetchwork.broker.trust.requests import super_users
 from fetchwork.broker.trust.signer import pool_signer
 from fetchwork.broker.userlog.writer import UserLogWriter
 from fetchwork.config.loader import Config
@@ -116,8 +118,11 @@ class BrokerService:
                  history_max_jobs: int | None = None, filters: FilterLeader | None = None,
                  user_logs: bool = False, periodic_interval_s: float | None = None,
                  dependency_sweep_s: float | None = None,
-                 backfill: BackfillLeader | None = None, rules: RulesPublisher | None = None):
+                 backfill: BackfillLeader | None = None, rules: RulesPublisher | None = None,
+                 desk: RequestDesk | None = None):
         self.broker = broker
+        # People's requests (broker/trust/desk.py); None serves none.
+        self.desk = desk
         # The backfill passes; None runs none (no reservation: nothing is held back).
         self.backfill = backfill
         if filters is not None and backfill is not None:
@@ -164,7 +169,10 @@ class BrokerService:
                    user_logs=config.get_bool("BROKER_WRITE_USER_LOGS"),
                    periodic_interval_s=config.get_duration_s("PERIODIC_EXPR_INTERVAL"),
                    dependency_sweep_s=config.get_duration_s("DEPENDENCY_SWEEP_INTERVAL"),
-                   backfill=BackfillLeader.from_config(broker.store, config))
+                   backfill=BackfillLeader.from_config(broker.store, config),
+                   desk=RequestDesk(broker.store, broker,
+                                    super_users(config.get("QUEUE_SUPER_USERS")),
+                                    signer.signature if signer else None))
 
     def duties(self) -> list[Duty]:
         """The duties this replica runs while it leads."""
@@ -180,6 +188,8 @@ class BrokerService:
             duties.append(self.backfill)
         if self.periodic is not None:
             duties.append(self.periodic)
+        if self.desk is not None:
+            duties.append(self.desk)
         return [wrapped(duty, self.store) for duty in duties]
 
     def try_lead(self) -> bool:
@@ -217,6 +227,8 @@ class BrokerService:
             self.userlog.drain()
         if self.periodic is not None and self.periodic.due(now_s):
             result.periodic = self.periodic.run_pass(monotonic_s=now_s)
+        if self.desk is not None:
+            self.desk.run_pass()
         if scheduling_pass and self.backfill is not None:
             result.backfill = self.backfill.run_pass()
         return result

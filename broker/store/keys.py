@@ -38,7 +38,6 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:backfill      string: the leader's backfill reservation (msgpack, backfill/plan.py)
     fw:{P}:sortslots     hash: slot name -> its ad while it waits for work (claim/sorting.py)
     fw:{P}:settings      hash: the pool's rules the leader publishes, versioned (store/poolrules.py)
-    fw:{P}:signing       string: the pool's public job signing key (PEM), set by the leader
     fw:{P}:doorbell      list: names of people with new requests (any person may push)
     fw:{P}:people        set: names of people who ever sent a request (kept by the leader)
     fw:{P}:u:<name>:requests     stream: one person's requests (broker/trust/requests.py)
@@ -118,7 +117,6 @@ class PoolKeys:
     settings = _named("settings")
 
     # People (broker/trust): each person's own namespace, and the pool's doorbell.
-    signing = _named("signing")
     doorbell = _named("doorbell")
     people = _named("people")
 

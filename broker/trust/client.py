@@ -63,9 +63,21 @@ class PersonClient:
             raise BrokerError(str(answer.get("error") or f"{kind} refused by the leader"))
         return answer
 
-    def submit(self, ads: Sequence[Mapping[str, Any]]) -> tuple[list[str], bool]:
-        """Queue `ads` as one cluster owned by this person: (job ids, validating)."""
-        answer = self.ask("submit", {"ads": [dict(ad) for ad in ads]})
+    def next_cluster(self) -> int:
+        """A cluster number for this person's next submission, from the leader."""
+        cluster = self.ask("cluster", {}).get("cluster")
+        if not isinstance(cluster, int):
+            raise BrokerError("the leader's answer holds no cluster number")
+        return cluster
+
+    def submit(self, ads: Sequence[Mapping[str, Any]],
+               cluster: int | None = None) -> tuple[list[str], bool]:
+        """Queue `ads` as one cluster owned by this person (in `cluster` when
+        next_cluster gave it): (job ids, validating)."""
+        body: dict[str, Any] = {"ads": [dict(ad) for ad in ads]}
+        if cluster is not None:
+            body["cluster"] = cluster
+        answer = self.ask("submit", body)
         return [str(job) for job in answer.get("jobs", [])], bool(answer.get("validating"))
 
     def act(self, kind: str, jobs: Sequence[str], reason: str | None = None,

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
 from fetchwork.broker.store import Store, calls, codec
-from fetchwork.broker.submission.submitter import Submitter
+from fetchwork.broker.submission.submitter import Submitted
 from fetchwork.config.protocol import HoldCode
 from fetchwork.errors import FetchworkError
 
@@ -45,16 +45,32 @@ MAX_PEOPLE = 100_000
 Sign = Callable[[Mapping[str, Any]], str]
 
 
+class Queueing(Protocol):
+    """How the desk queues a person's jobs: the leader's own client (broker/client.py),
+    so the pool's rules, as the leader has them, apply."""
+
+    def next_cluster(self) -> int: ...
+
+    def submit_cluster(self, ads: Sequence[Mapping[str, Any]], owner: str | None = None,
+                       cluster_id: int | None = None) -> Submitted: ...
+
+
+def given_to(person: str) -> str:
+    """What the clusters hash holds for a cluster number given to `person` until its
+    submission claims it (stage.lua then records the submission's own nonce)."""
+    return f"person:{person}"
+
+
 class RequestDesk:
     """Carries out people's requests while this replica leads."""
 
     name = "requests"
     reads_events = False
 
-    def __init__(self, store: Store, submitter: Submitter, super_users: frozenset[str],
+    def __init__(self, store: Store, queueing: Queueing, super_users: frozenset[str],
                  sign: Sign | None = None):
         self.store = store
-        self.submitter = submitter
+        self.queueing = queueing
         self.super_users = super_users
         self.sign = sign
         self._sweep = True
@@ -138,8 +154,16 @@ class RequestDesk:
             return requests.encode_reply(False, f"{request.kind} refused: {exc}")
 
     def _carry_out(self, person: str, request: requests.Request) -> bytes:
+        if request.kind == "cluster":
+            cluster = self.queueing.next_cluster()
+            self.store.client.hset(self.store.keys.clusters, str(cluster), given_to(person))
+            return requests.encode_reply(True, cluster=cluster)
         if request.kind == "submit":
-            submitted = self.submitter.submit(request.ads, person, None)
+            if request.cluster is not None:
+                why = self._take_cluster(person, request.cluster)
+                if why is not None:
+                    return requests.encode_reply(False, f"submit refused: {why}")
+            submitted = self.queueing.submit_cluster(request.ads, person, request.cluster)
             log.info("queued %d job(s) for %s", len(submitted.job_ids), person)
             return requests.encode_reply(True, jobs=submitted.job_ids,
                                          validating=submitted.validating)
@@ -153,6 +177,16 @@ class RequestDesk:
         done = self._act(person, request)
         log.info("%s by %s: %s", request.kind, person, " ".join(done) or "nothing to change")
         return requests.encode_reply(True, jobs=done)
+
+    def _take_cluster(self, person: str, cluster: int) -> str | None:
+        """Why `person` may not fill `cluster`, or None (the cluster is then free for the
+        submission to claim)."""
+        keys, client = self.store.keys, self.store.client
+        holder = client.hget(keys.clusters, str(cluster))
+        if holder is None or codec.text(holder) != given_to(person):
+            return f"cluster {cluster} was not given to {person}: ask for a cluster first"
+        client.hdel(keys.clusters, str(cluster))
+        return None
 
     def _owners(self, jobs: Sequence[str]) -> dict[str, str | None]:
         values = self.store.fields(list(jobs), ["Owner"])

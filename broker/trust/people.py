@@ -2,7 +2,8 @@
 
 `fetchwork acl user NAME` makes the user `fw-<pool>-u-<NAME>`. It may read
 every key of the pool (`fetchwork q` and `history` read everything, as
-before) and write only its own namespace `fw:{P}:u:<NAME>:*` (requests.py:
+before) and write only, through ACL selectors, its own namespace
+`fw:{P}:u:<NAME>:*` (requests.py:
 the request stream and the replies) and push onto the pool's doorbell list,
 which tells the leader whose stream to read. It runs no transition script:
 the leader carries out each request, so whatever lands in that namespace was
@@ -44,14 +45,18 @@ def user_name(pool: str, name: str) -> str:
 
 
 def person_rules(pool: str, name: str) -> list[str]:
-    """The ACL rules (without user name or password) of person `name` in `pool`."""
+    """The ACL rules (without user name or password) of person `name` in `pool`.
+
+    The root permissions reach every key of the pool with read commands only (and
+    the read scripts: EVALSHA needs full access to the keys a script declares, and
+    those scripts run reads only); the writes are in selectors, each on its keys."""
     check_name(name)
     own = pool_pattern(pool, f"u:{name}:*")
     keys = PoolKeys(pool)
-    rules = ["resetkeys", f"%R~{pool_pattern(pool)}", f"~{own}", "resetchannels", "-@all"]
-    rules += [f"+{command}" for command in (*COMMON, "cluster|slots", "acl|whoami",
-                                            *OWN_COMMANDS)]
+    rules = ["resetkeys", f"~{pool_pattern(pool)}", "resetchannels", "-@all"]
+    rules += [f"+{command}" for command in (*COMMON, "cluster|slots", "acl|whoami")]
     rules += [f"+evalsha|{sha(script)}" for script in READERS]
+    rules.append(f"(~{own} " + " ".join(f"+{command}" for command in OWN_COMMANDS) + ")")
     doorbell = pool_pattern(pool, keys.doorbell[len(keys.prefix):])
     rules.append(f"(~{doorbell} +rpush)")
     return rules

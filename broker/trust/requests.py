@@ -5,8 +5,10 @@ A person writes one entry per request to its stream `fw:{P}:u:<name>:requests`
 (desk.py) carries it out and answers on `fw:{P}:u:<name>:reply:<id>` with one
 msgpack map: `ok`, and `error` (why it was refused: nothing was done), or
 `jobs` (the jobs a submission queued, or the jobs an action changed) and
-`validating`. Kinds: `submit` (body: `ads`, a list of job ads as to_dict
-maps), `remove`, `hold`, `release`, `requeue` (body: `jobs`, `reason`,
+`validating` (and `cluster`). Kinds: `cluster` (a cluster number for a
+submission to come: the submit file's $(Cluster)), `submit` (body: `ads`, a
+list of job ads as to_dict maps, and `cluster` when one was given out),
+`remove`, `hold`, `release`, `requeue` (body: `jobs`, `reason`,
 `hold_until`), `edit` (body: `jobs`, `set`, a map of attributes).
 
 Everything here is a function of its inputs: `parse` turns an entry into a
@@ -30,7 +32,7 @@ from fetchwork.config.signedjob import SIGNATURE_ATTR
 # A job id, cluster.proc.
 JOB_ID_RE = re.compile(r"[0-9]{1,18}\.[0-9]{1,9}\Z")
 ACTIONS = ("remove", "hold", "release", "requeue")
-KINDS = ("submit", *ACTIONS, "edit")
+KINDS = ("cluster", "submit", *ACTIONS, "edit")
 # Bounds on one request (a bigger submission is several requests).
 MAX_JOBS = 100_000
 MAX_REASON = 1024
@@ -45,6 +47,7 @@ class Request:
     kind: str
     jobs: tuple[str, ...] = ()
     ads: tuple[Mapping[str, Any], ...] = ()
+    cluster: int | None = None
     reason: str | None = None
     hold_until: int | None = None
     edits: Mapping[str, Any] = field(default_factory=dict)
@@ -62,9 +65,9 @@ def decode_reply(raw: bytes) -> dict[str, Any]:
 
 
 def encode_reply(ok: bool, error: str | None = None, jobs: Sequence[str] = (),
-                 validating: bool = False) -> bytes:
+                 validating: bool = False, cluster: int | None = None) -> bytes:
     return msgpack.packb({"ok": ok, "error": error, "jobs": list(jobs),
-                          "validating": validating}, use_bin_type=True)
+                          "validating": validating, "cluster": cluster}, use_bin_type=True)
 
 
 def _text(fields: Mapping[bytes, bytes], name: str) -> str:
@@ -100,13 +103,19 @@ def parse(fields: Mapping[bytes, bytes]) -> Request:
         raise ValueError(f"the request's body is not msgpack: {exc}") from exc
     if not isinstance(body, dict):
         raise ValueError("the request's body must be a map")
+    if kind == "cluster":
+        return Request(request_id, kind)
     if kind == "submit":
+        cluster = body.get("cluster")
+        if cluster is not None and (isinstance(cluster, bool) or not isinstance(cluster, int)
+                                    or cluster <= 0):
+            raise ValueError("'cluster' must be a cluster number the leader gave out")
         ads = body.get("ads")
         if not isinstance(ads, list) or not ads or len(ads) > MAX_JOBS:
             raise ValueError(f"a submission needs 'ads': a list of 1 to {MAX_JOBS} job ads")
         if not all(isinstance(ad, dict) and all(isinstance(k, str) for k in ad) for ad in ads):
             raise ValueError("each job ad must be a map of attribute names to values")
-        return Request(request_id, kind, ads=tuple(ads))
+        return Request(request_id, kind, ads=tuple(ads), cluster=cluster)
     jobs = body.get("jobs")
     if (not isinstance(jobs, list) or not jobs or len(jobs) > MAX_JOBS
             or not all(isinstance(job, str) and JOB_ID_RE.match(job) for job in jobs)):

@@ -1,0 +1,251 @@
+"""People on a real redis-server 7 with TLS and the ACL users `fetchwork acl` prints:
+a person's jobs are owned by the person whatever the ad says, a person acts only
+on its own jobs (by command or by raw Redis commands with its credentials), the
+execute role's raw writes to a queued job are caught by the signature, and the
+leader carries out or refuses each request without stopping."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgpack
+import pytest
+import redis
+from click.testing import CliRunner
+
+from fetchwork.broker.client import Broker
+from fetchwork.broker.connections.clients import connect
+from fetchwork.broker.leader.service import BrokerService
+from fetchwork.broker.store.keys import PoolKeys
+from fetchwork.broker.store.scripts import sha
+from fetchwork.broker.trust.signer import ensure_key_pair
+from fetchwork.cli import main
+from fetchwork.config import signedjob
+from fetchwork.config.ads import format_ad, parse_ad
+from fetchwork.config.loader import Config
+from fetchwork.errors import BrokerError
+from tests.support.tlsredis import TlsRedis, tls_redis
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+POOL = f"t{uuid.uuid4().hex[:8]}"
+PEOPLE = ("alice", "bob", "carol")
+SLOT = {"Name": "slot1@exec", "Memory": 2048, "Cpus": 1, "START": True}
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output.strip()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("people")
+
+
+@pytest.fixture(scope="module")
+def server(folder: Path) -> Iterator[TlsRedis]:
+    with tls_redis(folder) as found:
+        lines = []
+        for name in ("submitter", "execute", "admin"):
+            (folder / f"{name}.pw").write_text(f"pw-{name}\n")
+            lines.append(cli("acl", name, "--pool", POOL, "--password-file",
+                             str(folder / f"{name}.pw")))
+        for name in PEOPLE:
+            (folder / f"{name}.pw").write_text(f"pw-{name}\n")
+            lines.append(cli("acl", "user", name, "--pool", POOL, "--password-file",
+                             str(folder / f"{name}.pw")))
+        found.write_acl_file(lines)
+        with found.admin() as admin:
+            assert admin.acl_load()
+        yield found
+
+
+def config_of(server: TlsRedis, folder: Path, user: str, secret: str, **knobs: str) -> Config:
+    return Config.load(environ={
+        "FETCHWORK_BROKER": server.url, "FETCHWORK_BROKER_CA": str(server.certs.ca),
+        "FETCHWORK_BROKER_CERT": str(server.certs.client_cert),
+        "FETCHWORK_BROKER_KEY": str(server.certs.client_key),
+        "FETCHWORK_BROKER_USERNAME": user,
+        "FETCHWORK_BROKER_PASSWORD_FILE": str(folder / f"{secret}.pw"),
+        "FETCHWORK_POOL": POOL, "FETCHWORK_STATE_DIR": str(folder / "state"),
+        **{f"_FETCHWORK_{k}": v for k, v in knobs.items()}})
+
+
+@pytest.fixture(scope="module")
+def leader(server: TlsRedis, folder: Path) -> Iterator[BrokerService]:
+    """The broker service as the admin role, signing, carol a queue super user."""
+    ensure_key_pair(folder / "signing.key", folder / "signing.pub")
+    config = config_of(server, folder, f"fw-{POOL}-admin", "admin",
+                       JOB_SIGNING_KEY=str(folder / "signing.key"),
+                       QUEUE_SUPER_USERS="carol", BROKER_LEADER_LEASE="3",
+                       BROKER_REAPER_INTERVAL="0.5")
+    service = BrokerService.from_config(Broker(connect(config, start=False), POOL, config),
+                                        config)
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run, args=(stop,), daemon=True)
+    thread.start()
+    wait_until(lambda: service.is_leader, 20, what="the service leading")
+    yield service
+    stop.set()
+    thread.join(20)
+
+
+@pytest.fixture(scope="module")
+def person(server: TlsRedis, folder: Path, leader: BrokerService) -> Callable[[str], Broker]:
+    made: dict[str, Broker] = {}
+
+    def broker_for(name: str, **knobs: str) -> Broker:
+        if name not in made or knobs:
+            user = f"fw-{POOL}-u-{name}" if name in PEOPLE else f"fw-{POOL}-{name}"
+            config = config_of(server, folder, user, name, **knobs)
+            made[name] = Broker(connect(config, start=False), POOL, config)
+        return made[name]
+    return broker_for
+
+
+def public_key(folder: Path):
+    return signedjob.read_public_key((folder / "signing.pub").read_bytes(), "pub")
+
+
+def as_startd_sees(broker: Broker, job: str):
+    ad = broker.get(job)
+    assert ad is not None
+    return parse_ad(format_ad(ad))
+
+
+def admitted(broker: Broker, job: str) -> bool:
+    ad = broker.get(job)
+    return ad is not None and ad.get("FetchworkState") != "VALIDATING"
+
+
+# -- owners come from the credentials -------------------------------------------------
+
+
+def test_a_person_cannot_submit_as_another_owner(person, folder: Path) -> None:
+    alice = person("alice")
+    jobs = alice.submit([{"Cmd": "/bin/true", "Owner": "bob"},
+                         {"Cmd": "/bin/true", "owner": "root", "User": "bob@x"}], owner="bob")
+    for job in jobs:
+        wait_until(lambda job=job: admitted(alice, job), 20, what=f"{job} admitted")
+        ad = alice.get(job)
+        assert ad["Owner"] == "alice"
+        assert [name for name in ad.keys() if name.lower() == "owner"] == ["Owner"]
+        assert signedjob.check(public_key(folder), as_startd_sees(alice, job)) is None
+
+
+def test_a_persons_cluster_number_comes_from_the_leader(person) -> None:
+    alice, bob = person("alice"), person("bob")
+    cluster = alice.next_cluster()
+    with pytest.raises(BrokerError, match=f"cluster {cluster} was not given to bob"):
+        bob.submit([{"Cmd": "/bin/true"}], cluster_id=cluster)
+    [job] = alice.submit([{"Cmd": "/bin/true"}], cluster_id=cluster)
+    assert job == f"{cluster}.0"
+
+
+def test_q_and_history_read_everything(person) -> None:
+    [mine] = person("bob").submit([{"Cmd": "/bin/sleep", "Arguments": "1"}])
+    assert mine in {f"{ad['ClusterId']}.{ad['ProcId']}" for ad in person("alice").query()}
+
+
+# -- acting on jobs -----------------------------------------------------------------
+
+
+def test_a_person_acts_on_its_own_jobs_only(person) -> None:
+    alice, bob = person("alice"), person("bob")
+    [theirs] = bob.submit([{"Cmd": "/bin/sleep"}])
+    [mine] = alice.submit([{"Cmd": "/bin/sleep"}])
+    wait_until(lambda: admitted(bob, theirs) and admitted(alice, mine), 20, what="admitted")
+    for action in (lambda: alice.remove([theirs]), lambda: alice.hold([theirs]),
+                   lambda: alice.requeue([theirs]), lambda: alice.remove([mine, theirs])):
+        with pytest.raises(BrokerError, match=f"alice may act only on its own jobs.*{theirs}"):
+            action()
+    # Nothing was half-done: a refused request naming both left both alone.
+    assert {bob.get(theirs)["JobStatus"], alice.get(mine)["JobStatus"]} == {1}
+    assert alice.hold([mine]) == [mine]
+    assert alice.release([mine]) == [mine]
+    assert alice.remove([mine]) == [mine]
+
+
+def test_a_client_configuration_cannot_make_a_person_a_super_user(person) -> None:
+    [theirs] = person("bob").submit([{"Cmd": "/bin/sleep"}])
+    sneaky = person("alice", QUEUE_SUPER_USERS="alice")
+    with pytest.raises(BrokerError, match="may act only on its own jobs"):
+        sneaky.remove([theirs])
+
+
+def test_a_queue_super_user_acts_on_anyones_jobs(person) -> None:
+    [theirs] = person("bob").submit([{"Cmd": "/bin/sleep"}])
+    wait_until(lambda: admitted(person("bob"), theirs), 20, what="admitted")
+    assert person("carol").hold([theirs], reason="maintenance") == [theirs]
+    assert person("bob").get(theirs)["HoldReason"] == "maintenance"
+    assert person("carol").remove([theirs]) == [theirs]
+
+
+def test_an_edit_of_a_held_job_is_signed_again(person, folder: Path) -> None:
+    alice = person("alice")
+    [job] = alice.submit([{"Cmd": "/bin/sleep", "Arguments": "1"}])
+    wait_until(lambda: admitted(alice, job), 20, what="admitted")
+    person_client = alice.person()
+    assert person_client is not None
+    with pytest.raises(BrokerError, match="only held jobs can be edited"):
+        person_client.edit([job], {"Arguments": "2"})
+    with pytest.raises(BrokerError, match="Owner is kept by the broker"):
+        person_client.edit([job], {"Owner": "bob"})
+    alice.hold([job])
+    assert person_client.edit([job], {"Arguments": "5"}) == [job]
+    assert alice.get(job)["Arguments"] == "5"
+    assert signedjob.check(public_key(folder), as_startd_sees(alice, job)) is None
+    [theirs] = person("bob").submit([{"Cmd": "/bin/sleep"}])
+    with pytest.raises(BrokerError, match="may act only on its own jobs"):
+        person_client.edit([theirs], {"Arguments": "9"})
+
+
+# -- raw Redis commands with a person's credentials ---------------------------------------
+
+
+def test_a_persons_credentials_cannot_touch_the_pool_by_hand(person) -> None:
+    alice, bob = person("alice"), person("bob")
+    [theirs] = bob.submit([{"Cmd": "/bin/sleep"}])
+    keys = PoolKeys(POOL)
+    client = alice.client
+    attempts = [
+        lambda: client.hset(keys.job(theirs), "Cmd", msgpack.packb("/bin/evil")),
+        lambda: client.zadd(keys.running, {theirs: 1}),
+        lambda: client.zadd(keys.idle, {"999.0": 1}),
+        lambda: client.delete(keys.job(theirs)),
+        lambda: client.xadd(keys.requests("bob"), {"id": "x", "kind": "remove"}),
+        lambda: client.delete(keys.reply("bob", "x")),
+        lambda: client.incr(keys.cluster_counter),
+        lambda: client.evalsha(sha("remove"), 1, keys.job(theirs), "r", theirs),
+        lambda: client.evalsha(sha("submit"), 1, keys.idle, "x"),
+        lambda: client.set(keys.leader, "me"),
+        lambda: client.execute_command("KEYS", "*"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            attempt()
+    assert bob.get(theirs)["Cmd"] == "/bin/sleep"
+
+
+# -- the execute role's raw writes are caught ----------------------------------------------
+
+
+def test_a_queued_jobs_command_rewritten_by_the_execute_role_does_not_check(
+        person, folder: Path) -> None:
+    alice = person("alice")
+    [job] = alice.submit([{"Cmd": "/bin/true"}])
+    wait_until(lambda: admitted(alice, job), 20, what="admitted")
+    execute = person("execute")
+    keys = PoolKeys(POOL)
+    try:
+        execute.client.hset(keys.job(job), "Cmd", msgpack.packb("/bin/evil"))
+    except redis.exceptions.NoPermissionError:
+        return  # refused outright: as good
+    why = signedjob.check(public_key(folder), as_startd_sees(alice, job))
+    assert why is not None and "changed after the broker signed them" in why
