@@ -25,6 +25,7 @@ from fetchwork.broker.client import Broker
 from fetchwork.broker.store.holdtime import format_hold_until, hold_for
 from fetchwork.broker.store.holdtime import hold_until as parse_until
 from fetchwork.broker.store.states import FINISHED
+from fetchwork.broker.trust.people import identity_line
 from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import JobStatus, parse_job_id
@@ -324,8 +325,10 @@ release_command = _action_command(
 @click.command("status", cls=CondorCommand)
 @_json_option
 def status_command(as_json: bool) -> None:
-    """List the slots the startds report: name, state, activity, load, memory, job."""
-    slots = sorted(connect_broker().slots(), key=lambda ad: str(tables.value(ad, "Name") or ""))
+    """List the slots the startds report: name, state, activity, load, memory, job;
+    then who this connection acts as (an unauthenticated pool says so)."""
+    broker = connect_broker()
+    slots = sorted(broker.slots(), key=lambda ad: str(tables.value(ad, "Name") or ""))
     if as_json:
         click.echo(ads_json(slots))
         return
@@ -333,4 +336,5 @@ def status_command(as_json: bool) -> None:
     console.print(tables.slot_table(slots))
     console.print()
     console.print(tables.slot_summary(slots))
+    console.print(identity_line(broker.client, broker.pool), highlight=False)
 

@@ -90,3 +90,21 @@ def person_of(client: redis.Redis, pool: str) -> str | None:
         return None
     name = text[len(prefix):]
     return name if NAME_RE.match(name) else None
+
+
+def identity_line(client: redis.Redis, pool: str) -> str:
+    """One line for `fetchwork status`: who this connection acts as in the pool."""
+    try:
+        who = client.execute_command("ACL", "WHOAMI")
+    except redis.ResponseError:
+        return ("Authenticated with a role's credentials (Redis ACL); people act through "
+                "their own users (docs/trust.md).")
+    text = who.decode() if isinstance(who, bytes) else str(who)
+    if text == "default":
+        return ("This pool is unauthenticated: whoever reaches its Redis may act as any user, "
+                "and a job's Owner is the submitting login (docs/trust.md sets up people).")
+    name = person_of(client, pool)
+    if name is not None:
+        return (f"Authenticated as {name} (Redis ACL user {text}): the jobs you submit "
+                f"are owned by {name}.")
+    return f"Authenticated as Redis ACL user {text}."

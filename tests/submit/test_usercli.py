@@ -314,7 +314,9 @@ def test_wait_timeout(run) -> None:
 # -- status ---------------------------------------------------------------------------
 
 def test_status_lists_published_slots(run, broker: Broker) -> None:
-    assert "Total: 0 slots" in run("status").stdout
+    shown = run("status").stdout
+    assert "Total: 0 slots" in shown
+    assert "This pool is unauthenticated" in " ".join(shown.split())
     broker.publish_slot({"Name": "slot2@h", "State": "Claimed", "Activity": "Busy",
                          "LoadAvg": 1.0, "Memory": 512, "JobId": "3.1"}, ttl_s=30)
     broker.publish_slot({"Name": "slot1@h", "State": "Unclaimed", "Activity": "Idle",

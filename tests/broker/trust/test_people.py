@@ -21,6 +21,7 @@ from fetchwork.broker.connections.clients import connect
 from fetchwork.broker.leader.service import BrokerService
 from fetchwork.broker.store.keys import PoolKeys
 from fetchwork.broker.store.scripts import sha
+from fetchwork.broker.trust.people import identity_line
 from fetchwork.broker.trust.signer import ensure_key_pair
 from fetchwork.cli import main
 from fetchwork.config import signedjob
@@ -151,6 +152,11 @@ def test_a_persons_cluster_number_comes_from_the_leader(person) -> None:
 def test_q_and_history_read_everything(person) -> None:
     [mine] = person("bob").submit([{"Cmd": "/bin/sleep", "Arguments": "1"}])
     assert mine in {f"{ad['ClusterId']}.{ad['ProcId']}" for ad in person("alice").query()}
+
+
+def test_status_says_who_the_connection_acts_as(person) -> None:
+    assert identity_line(person("alice").client, POOL).startswith("Authenticated as alice")
+    assert "role's credentials" in identity_line(person("submitter").client, POOL)
 
 
 # -- acting on jobs -----------------------------------------------------------------
