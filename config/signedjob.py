@@ -20,6 +20,7 @@ the starter's check) use this module and nothing else to build the text.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,6 +74,11 @@ SIGNED_ATTRIBUTES = (
 )
 
 
+_WANTED = frozenset(name.lower() for name in SIGNED_ATTRIBUTES)
+# A string literal written as it is (config/ads.py writes these the same way).
+_PLAIN_STRING_RE = re.compile(r'[ !#-\[\]-~]*\Z')
+
+
 def signed_text(ad: classad2.ClassAd) -> bytes:
     """The bytes a signature covers for job ad `ad`."""
     lines = []
@@ -85,10 +91,28 @@ def signed_text(ad: classad2.ClassAd) -> bytes:
 
 
 def signed_text_of(data: Mapping[str, Any]) -> bytes:
-    """`signed_text` of a stored job (a to_dict-style mapping)."""
-    wanted = {name.lower() for name in SIGNED_ATTRIBUTES}
-    return signed_text(from_dict({name: value for name, value in data.items()
-                                  if name.lower() in wanted}))
+    """`signed_text` of a stored job (a to_dict-style mapping). Literals are written
+    as `attr_text` writes them, without building an ad (the leader signs every job);
+    anything else goes through a one-attribute ad."""
+    by_name = {name.lower(): (name, value) for name, value in data.items()
+               if name.lower() in _WANTED}
+    lines = []
+    for name in SIGNED_ATTRIBUTES:
+        found = by_name.get(name.lower())
+        if found is None:
+            lines.append(f"{name}!")
+            continue
+        value = found[1]
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int):
+            text = str(value)
+        elif isinstance(value, str) and _PLAIN_STRING_RE.match(value):
+            text = f'"{value}"'
+        else:
+            text = attr_text(from_dict({found[0]: value}), found[0])
+        lines.append(f"{name}={text}")
+    return _HEADER + "\n".join(lines).encode("utf-8")
 
 
 def sign(key: Ed25519PrivateKey, text: bytes) -> str:

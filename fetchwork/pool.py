@@ -104,7 +104,15 @@ class Pool:
             client.close()
 
     def _signing_keys(self) -> None:
-        """The pool's job signing key pair, made on the first start (docs/trust.md)."""
+        """The pool's job signing key pair, made on the first start and named in the state
+        directory's pool.conf (a configuration of the admin's that sets the knobs wins),
+        so the broker signs and the startd checks (docs/trust.md)."""
+        keys = self.state_dir / "keys"
+        with open(self.state_dir / POOL_FILE, "a", encoding="utf-8") as handle:
+            handle.write("\n# Written by `fetchwork up`: the pool signs its jobs and its startd "
+                         "checks them.\n"
+                         f"JOB_SIGNING_KEY = {keys / 'job-signing.key'}\n"
+                         f"JOB_SIGNING_PUBLIC_KEY = {keys / 'job-signing.pub'}\n")
         config = Config.load(environ=self._child_env())
         private = (config.get("JOB_SIGNING_KEY") or "").strip()
         public = (config.get("JOB_SIGNING_PUBLIC_KEY") or "").strip()

@@ -7,7 +7,11 @@ submit. Each role is therefore allowed EVALSHA only with the SHA1 of its own
 scripts (Redis's first-argument rule, `+evalsha|<sha1>`), plus the plain
 commands its reads and its scripts' bodies use, all on the pool's keys
 (`~fw:{P}:*`). ACL selectors give the execute role SET only on slot ads, and
-DEL only on the activation request and reply keys of its claims.
+DEL only on the activation request and reply keys of its claims; ZADD, XADD,
+INCR and SADD are granted per key the same way (`SELECTED`), so that, for
+instance, the submitter role's raw ZADD to the running set is refused, and no
+role can write into a person's namespace (`fw:{P}:u:<name>:*`), where the
+leader reads that person's requests (broker/trust/).
 No role may run commands without keys that reach beyond the pool (KEYS,
 SCAN, FLUSHALL, CONFIG, ...). The SHA1s change when the scripts change, so
 print the rules again after an upgrade.
@@ -37,8 +41,9 @@ COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|
           "zcount", "xread", "xrange", "xrevrange", "xlen")
 # On Redis Cluster (FETCHWORK_BROKER_CLUSTER): reading the slot map to find the pool's master.
 CLUSTER_MAP = ("cluster|slots",)
-# Commands the bodies of the job transition scripts run (the LIBRARY parts and each script).
-SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zadd", "zrem", "xadd", "hsetnx")
+# Commands the bodies of the job transition scripts run (the LIBRARY parts and each script)
+# on any of the pool's keys; ZADD and XADD are granted per key (SELECTED).
+SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zrem", "hsetnx")
 
 SCRIPTS = {
     "submitter": ("stage", "submit", "remove", "hold", "release", "requeue", "read_ads",
@@ -47,9 +52,29 @@ SCRIPTS = {
                 "read_ads", "read_fields", "read_ids", "policy_exit", "read_groups",
                 "read_backfill"),
 }
-# Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers;
-# WAIT: FETCHWORK_BROKER_WAIT_REPLICAS, broker/connections/durability.py).
-OWN = {"submitter": ("incr", "incrby", "sadd", "wait"), "execute": ()}
+# Plain commands a role sends beyond COMMON (WAIT: FETCHWORK_BROKER_WAIT_REPLICAS,
+# broker/connections/durability.py).
+OWN: dict[str, tuple[str, ...]] = {"submitter": ("wait",), "execute": ()}
+# Writes a role may send (itself or in its scripts) only to some keys, as ACL selectors
+# (key suffix patterns after fw:{P}:, then commands), so that a raw command outside the
+# role's work is refused: the submitter role cannot ZADD a job to the running set or
+# the activating set, no role can XADD anywhere but the events stream (a person's
+# request stream is that person's alone: broker/trust/people.py), and counters and
+# dependency sets are written only where submissions write them.
+SELECTED: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = {
+    "submitter": (
+        (("events",), ("xadd",)),
+        (("queue", "idle", "validating", "ac:members", "ac:groups", "holds", "history",
+          "periodic"), ("zadd",)),
+        (("counter:*",), ("incr", "incrby")),
+        (("depwait", "dependents:*"), ("sadd",)),
+    ),
+    "execute": (
+        (("events",), ("xadd",)),
+        (("queue", "idle", "running", "history", "holds", "activating", "blocks", "soft",
+          "ac:members", "ac:groups", "slots"), ("zadd",)),
+    ),
+}
 # Kept from the admin too: commands whose reach is the whole server, not one pool.
 SERVER_WIDE = ("keys", "scan", "randomkey", "flushall", "flushdb", "swapdb", "config", "debug",
                "shutdown", "monitor", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",
@@ -75,6 +100,9 @@ def role_rules(role: str, pool: str) -> list[str]:
     rules = ["resetkeys", keys, "resetchannels", "-@all"]
     rules += [f"+{command}" for command in (*COMMON, *CLUSTER_MAP, *SCRIPT_BODIES, *OWN[role])]
     rules += [f"+evalsha|{sha(name)}" for name in SCRIPTS[role]]
+    for suffixes, commands in SELECTED[role]:
+        rules.append("(" + " ".join(f"~{pool_pattern(pool, suffix)}" for suffix in suffixes)
+                     + " " + " ".join(f"+{command}" for command in commands) + ")")
     if role == "execute":
         # Publishing slot ads: SET and the expiry sweep only on the slot keys
         # (DEL withdraws the ad of a slot whose startd exits).

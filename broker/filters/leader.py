@@ -21,6 +21,12 @@ a filtered one, and is checked here against the pool's rules (MAX_WALLTIME,
 SUBMIT_MAX_JOB_ATTRS; with scheduling limits it is admitted BLOCKED for the
 policy's pass; DEFAULT_JOB_EXCLUSIVE), whatever the submitter's configuration
 said, before its filters run.
+
+A pool that signs its jobs (broker/trust/signer.py) makes every submission
+wait here, and each admitted job gets its FetchworkSignature. With no
+submission filter or template, and no rule that adds attributes, signing is
+the whole admission: jobs are signed and admitted in batches
+(admit_signed.lua) on the pass's own thread.
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ REPLY_TTL_MS = 60_000
 EXPIRE_GRACE_MS = 2000
 BATCH = 500
 WORKERS = 8
+# Jobs one pass signs and admits when signing is all their admission (then it runs on
+# the pass's thread, BATCH at a time): the pass ends, and another follows at once.
+SIGNED_PER_PASS = 20_000
 
 
 def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]
@@ -115,6 +124,7 @@ class FilterLeader:
         self.reads_events = summary.submit or summary.activate or bool(summary.templates)
         self._pass_due = True
         self._passed_at: float | None = None  # monotonic time of the last pass
+        self._signing_left = False
 
     # -- as a duty of the leader (leader/duty.py) ---------------------------------
 
@@ -134,7 +144,8 @@ class FilterLeader:
 
     def run_due(self, now_s: float) -> None:
         self.run_pass()
-        self._pass_due, self._passed_at = False, now_s
+        # Jobs left to sign bring the next pass at once.
+        self._pass_due, self._passed_at = self._signing_left, now_s
 
     # -- passes ---------------------------------------------------------------
 
@@ -155,6 +166,9 @@ class FilterLeader:
         pipe.zrangebyscore(keys.holds, "-inf", int(now_s), start=0, num=BATCH)
         pipe.hvals(keys.reservations)
         validating, activating, due, reserved = pipe.execute()
+        if self._signing_only():
+            self._signing_left = self._admit_signed(Store.ids(validating))
+            validating = []
         work = [self._hand_out(job, self.admit_waiting) for job in Store.ids(validating)]
         expired = []
         for member, deadline_ms in activating:
@@ -239,6 +253,40 @@ class FilterLeader:
             prio = 0
         calls.admit(self.store, job_id=job, prio=prio, deleted=deleted,
                     fields=codec.fields_of(stored))
+
+    def _signing_only(self) -> bool:
+        """Whether signing is all of a waiting job's admission: no submission filter or
+        template, and no pool rule that adds attributes at admission."""
+        rules = self.rules
+        return (self.sign is not None and not summary_of(self.settings).submit
+                and (rules is None or not (rules.limits or rules.default_exclusive)))
+
+    def _admit_signed(self, first: list[str]) -> bool:
+        """Check, sign and admit waiting jobs in batches (one read and one
+        admit_signed.lua per batch) until none is left or SIGNED_PER_PASS are done;
+        whether any is left."""
+        assert self.sign is not None
+        store, batch, done = self.store, first, 0
+        while batch and done < SIGNED_PER_PASS:
+            found = [(job, data) for job, data in store.hashes(batch)
+                     if data.get("FetchworkState") in _WAITING]
+            signed = []
+            for job, data in found:
+                signature = self.sign(data)
+                why = poolrules.refusal(data, self.rules) if self.rules is not None else None
+                why = f"refused: {why}" if why else None
+                if why is not None:
+                    log.warning("job %s refused at admission: %s", job, why)
+                    calls.admit_fail(store, job_id=job, reason=why)
+                else:
+                    signed.append((job, _prio_of(data), signature))
+            if signed:
+                pipe = store.client.pipeline(transaction=False)
+                calls.admit_signed(store, pipe, jobs=signed)
+                pipe.execute()
+            done += len(batch)
+            batch = Store.ids(store.client.zrange(store.keys.validating, 0, BATCH - 1))
+        return bool(batch)
 
     def _rule_defaults(self, ad: Mapping[str, Any]) -> dict[str, Any]:
         """What the pool's rules add to an admitted job: the BlockedReason that keeps it
@@ -331,6 +379,17 @@ def request_facts(request: Mapping[Any, Any]) -> tuple[Facts, float]:
                   backfill=False, resource_count=int(cpus) if isinstance(cpus, int) else 1,
                   slot_ad=slot_ad)
     return facts, int(field("deadline")) / 1000.0
+
+
+def _prio_of(data: Mapping[str, Any]) -> int:
+    """A stored job's JobPrio, clamped (a literal read as is; else evaluated)."""
+    prio = next((value for name, value in data.items() if name.lower() == "jobprio"), 0)
+    if isinstance(prio, int) and not isinstance(prio, bool):
+        return clamp_prio(prio)
+    try:
+        return clamp_prio(ad_prio(from_dict(data)))
+    except AdError:
+        return 0
 
 
 def _assign_autocluster(store: Store, attrs: dict[str, Any]) -> str:

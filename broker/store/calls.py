@@ -290,6 +290,16 @@ def qedit(store: Store, *, job_ids: Sequence[str], attr: str, value: bytes,
 
 # -- a person's requests, carried out by the leader (broker/trust/desk.py) --------------------
 
+def admit_signed(store: Store, pipe: Pipeline, *, jobs: Sequence[tuple[str, int, str]]) -> None:
+    """admit_signed.lua, queued on `pipe`: admit VALIDATING jobs, each (id, JobPrio,
+    FetchworkSignature), whose admission is their signature alone (a signing pool with
+    no submission filter: filters/leader.py). Its reply in the pipeline's: how many
+    were still VALIDATING and were admitted."""
+    keys = store.pool_keys() + [store.keys.job(job) for job, _prio, _sig in jobs]
+    _queue(store, pipe, "admit_signed", keys,
+           [*store.head_args(), *(value for job in jobs for value in job)])
+
+
 def edit(store: Store, *, job_id: str, signature: str, fields: Fields) -> bool:
     """edit.lua: store `fields` on a HELD job, with its new FetchworkSignature (or '');
     False when the job is not HELD."""

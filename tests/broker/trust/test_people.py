@@ -239,6 +239,32 @@ def test_a_persons_credentials_cannot_touch_the_pool_by_hand(person) -> None:
     assert bob.get(theirs)["Cmd"] == "/bin/sleep"
 
 
+# -- the roles' raw commands outside their work -----------------------------------------
+
+
+def test_roles_cannot_write_a_persons_namespace_or_move_jobs_by_hand(person) -> None:
+    [job] = person("alice").submit([{"Cmd": "/bin/sleep"}])
+    keys = PoolKeys(POOL)
+    forged = {"id": uuid.uuid4().hex, "kind": "remove",
+              "body": msgpack.packb({"jobs": [job]})}
+    for role in ("submitter", "execute"):
+        client = person(role).client
+        for attempt in (lambda c=client: c.xadd(keys.requests("alice"), forged),
+                        lambda c=client: c.xadd(keys.reply("alice", "x"), {"a": "b"}),
+                        lambda c=client: c.rpush(keys.doorbell, "alice"),
+                        lambda c=client: c.incr(keys.person("alice") + "n")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                attempt()
+    submitter = person("submitter").client
+    for attempt in (lambda: submitter.zadd(keys.running, {job: 1}),
+                    lambda: submitter.zadd(keys.activating, {job: 1}),
+                    lambda: submitter.xadd(keys.history, {"a": "b"}),
+                    lambda: submitter.incr(keys.leader)):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            attempt()
+    assert person("alice").get(job)["JobStatus"] == 1
+
+
 # -- the execute role's raw writes are caught ----------------------------------------------
 
 
