@@ -114,7 +114,12 @@ class RequestDesk:
         for name in sorted(names):
             if not NAME_RE.match(name):
                 continue  # a ring for no possible person: nobody's stream to read
-            answered += self._serve(name)
+            try:
+                answered += self._serve(name)
+            except redis.ResponseError as exc:
+                # Not a stream (a key someone else made there): this person only waits.
+                log.warning("cannot read the requests of %s (%s): %s", name,
+                            self.store.keys.requests(name), exc)
         return answered
 
     def _serve(self, person: str) -> int:
