@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import classad2
@@ -121,13 +121,18 @@ class Broker:
         against), or None while it has published none: then new jobs wait for it."""
         return poolrules.read(self.store)
 
+    def sign_submissions(self, sign: Callable[[Mapping[str, Any]], str]) -> None:
+        """Sign every job this client submits as it is staged (the broker service's own
+        client, which queues people's jobs: broker/trust/desk.py)."""
+        self._submitter.sign = sign
+
     def person(self) -> PersonClient | None:
         """The request path when this connection is a person's (`ACL WHOAMI` says
         fw-<pool>-u-<name>, broker/trust/people.py); None for a role or no ACL."""
         if self._person is None:
             name = person_of(self.client, self.pool)
             self._person = PersonClient(self.client, self.pool, name) if name else False
-        return self._person or None
+        return self._person if isinstance(self._person, PersonClient) else None
 
     def verdicts(self, job_ids: Sequence[str]) -> dict[str, str | None]:
         """For each job no longer VALIDATING: None when it was admitted, else the

@@ -42,8 +42,10 @@ COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|
 # On Redis Cluster (FETCHWORK_BROKER_CLUSTER): reading the slot map to find the pool's master.
 CLUSTER_MAP = ("cluster|slots",)
 # Commands the bodies of the job transition scripts run (the LIBRARY parts and each script)
-# on any of the pool's keys; ZADD and XADD are granted per key (SELECTED).
+# on any of the pool's keys; ZADD and XADD are granted per key (SELECTED), and for the
+# execute role the hash writes and DECR too.
 SCRIPT_BODIES = ("hset", "hdel", "hexists", "decr", "zrem", "hsetnx")
+EXECUTE_SELECTED = ("hset", "hdel", "hsetnx", "decr")
 
 SCRIPTS = {
     "submitter": ("stage", "submit", "remove", "hold", "release", "requeue", "read_ads",
@@ -71,6 +73,12 @@ SELECTED: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = {
     ),
     "execute": (
         (("events",), ("xadd",)),
+        # Its scripts write job and cluster hashes, the claim's bookkeeping and the head
+        # counter; never the clusters hash, where the leader's own submissions are marked
+        # (broker/trust/desk.py), nor anything in a person's namespace.
+        (("job:*", "cluster:*", "reservations", "ac:reps", "activation:*", "psledger",
+          "sortslots"), ("hset", "hdel", "hsetnx")),
+        (("counter:head",), ("decr",)),
         (("queue", "idle", "running", "history", "holds", "activating", "blocks", "soft",
           "ac:members", "ac:groups", "slots"), ("zadd",)),
     ),
@@ -98,7 +106,9 @@ def role_rules(role: str, pool: str) -> list[str]:
     if role not in SCRIPTS:
         raise ValueError(f"unknown role {role!r} (roles: {', '.join(ROLES)})")
     rules = ["resetkeys", keys, "resetchannels", "-@all"]
-    rules += [f"+{command}" for command in (*COMMON, *CLUSTER_MAP, *SCRIPT_BODIES, *OWN[role])]
+    bodies = [command for command in SCRIPT_BODIES
+              if role != "execute" or command not in EXECUTE_SELECTED]
+    rules += [f"+{command}" for command in (*COMMON, *CLUSTER_MAP, *bodies, *OWN[role])]
     rules += [f"+evalsha|{sha(name)}" for name in SCRIPTS[role]]
     for suffixes, commands in SELECTED[role]:
         rules.append("(" + " ".join(f"~{pool_pattern(pool, suffix)}" for suffix in suffixes)

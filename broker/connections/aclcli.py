@@ -12,6 +12,7 @@ from fetchwork.config import signedjob
 from fetchwork.config.loader import Config
 from fetchwork.errors import ConfigError
 
+from . import aclpeople as people
 from .acl import ROLES, default_user, user_line
 from .remote import read_password
 
@@ -88,8 +89,6 @@ def acl_command(roles: tuple[str, ...], pool: str | None, user: str | None,
 
 def _person(args: tuple[str, ...], pool: str, user: str | None, password_file: str | None,
             commands: bool, remove: bool) -> None:
-    from fetchwork.broker.trust import people
-
     if len(args) != 1:
         raise click.UsageError("give one person: fetchwork acl user NAME")
     if user:

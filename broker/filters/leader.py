@@ -42,7 +42,7 @@ from typing import Any
 from fetchwork.broker.autoclusters import Grouper, rep_entry
 from fetchwork.broker.store import Store, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
-from fetchwork.broker.store.jobads import ad_prio
+from fetchwork.broker.store.jobads import LEADER_NONCE, ad_prio
 from fetchwork.broker.store.states import State, clamp_prio, is_managed
 from fetchwork.config.ads import from_dict
 from fetchwork.config.protocol import HoldCode
@@ -234,6 +234,12 @@ class FilterLeader:
             log.info("job %s refused by the pool's rules: %s", job, why)
             calls.admit_fail(self.store, job_id=job, reason=f"refused: {why}")
             return
+        if self.sign is not None:
+            why = _tampered(job, data, self.sign(data), bool(self._leader_made([job])))
+            if why is not None:
+                log.warning("job %s refused at admission: %s", job, why)
+                calls.admit_fail(self.store, job_id=job, reason=why)
+                return
         admission = admit(data, self.settings, self.call, self.broker_defaults)
         if not admission.ok:
             log.info("job %s failed at submission: %s", job, admission.reason)
@@ -261,6 +267,16 @@ class FilterLeader:
         return (self.sign is not None and not summary_of(self.settings).submit
                 and (rules is None or not (rules.limits or rules.default_exclusive)))
 
+    def _leader_made(self, jobs: list[str]) -> set[str]:
+        """Which of `jobs` the broker service submitted itself (their cluster's nonce)."""
+        clusters = sorted({job.split(".")[0] for job in jobs})
+        if not clusters:
+            return set()
+        nonces = self.store.client.hmget(self.store.keys.clusters, clusters)
+        made = {cluster for cluster, nonce in zip(clusters, nonces, strict=True)
+                if nonce is not None and codec.text(nonce).startswith(LEADER_NONCE)}
+        return {job for job in jobs if job.split(".")[0] in made}
+
     def _admit_signed(self, first: list[str]) -> bool:
         """Check, sign and admit waiting jobs in batches (one read and one
         admit_signed.lua per batch) until none is left or SIGNED_PER_PASS are done;
@@ -270,11 +286,13 @@ class FilterLeader:
         while batch and done < SIGNED_PER_PASS:
             found = [(job, data) for job, data in store.hashes(batch)
                      if data.get("FetchworkState") in _WAITING]
+            leader_made = self._leader_made([job for job, _data in found])
             signed = []
             for job, data in found:
                 signature = self.sign(data)
                 why = poolrules.refusal(data, self.rules) if self.rules is not None else None
-                why = f"refused: {why}" if why else None
+                why = f"refused: {why}" if why else _tampered(job, data, signature,
+                                                             job in leader_made)
                 if why is not None:
                     log.warning("job %s refused at admission: %s", job, why)
                     calls.admit_fail(store, job_id=job, reason=why)
@@ -379,6 +397,19 @@ def request_facts(request: Mapping[Any, Any]) -> tuple[Facts, float]:
                   backfill=False, resource_count=int(cpus) if isinstance(cpus, int) else 1,
                   slot_ad=slot_ad)
     return facts, int(field("deadline")) / 1000.0
+
+
+def _tampered(job: str, data: Mapping[str, Any], signature: str,
+              leader_made: bool) -> str | None:
+    """Why a job waiting for admission must not be signed: its hash names another
+    job, or (one the broker service staged and signed itself) its signed attributes
+    changed since. None when it may be signed."""
+    if f"{data.get('ClusterId')}.{data.get('ProcId')}" != job:
+        return f"its ClusterId and ProcId do not name job {job}: its ad was changed"
+    if leader_made and data.get(SIGNATURE_ATTR) != signature:
+        return ("its signed attributes changed while it waited for admission "
+                "(written by someone holding a role's credentials)")
+    return None
 
 
 def _prio_of(data: Mapping[str, Any]) -> int:

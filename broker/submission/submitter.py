@@ -40,8 +40,9 @@ from fetchwork.broker.connections.durability import ReplicaWait
 from fetchwork.broker.dependencies.resolver import plan_dependencies, register_waiting
 from fetchwork.broker.store import Store, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
-from fetchwork.broker.store.jobads import PreparedJob, identity, place
+from fetchwork.broker.store.jobads import LEADER_NONCE, PreparedJob, identity, place
 from fetchwork.broker.store.states import State
+from fetchwork.config.signedjob import SIGNATURE_ATTR
 from fetchwork.errors import SubmitError
 
 from .shape import PackedJobs, SubmissionShape, SubmitGroups
@@ -81,6 +82,10 @@ class Submitter:
         self.replica_wait = replica_wait  # FETCHWORK_BROKER_WAIT_REPLICAS
         self.default_lease_s = default_lease_s
         self.default_exclusive = default_exclusive  # DEFAULT_JOB_EXCLUSIVE
+        # The broker service's own submissions (a person's, broker/trust/desk.py): each
+        # job is signed as staged and its cluster marked LEADER_NONCE, so admission
+        # can tell whether anything changed it meanwhile (filters/leader.py).
+        self.sign: Callable[[Mapping[str, Any]], str] | None = None
 
     def next_cluster(self) -> int:
         """Allocate a cluster number."""
@@ -114,8 +119,12 @@ class Submitter:
         # Depends: refused when missing or cyclic; dependent jobs wait BLOCKED.
         if shape.any_depends(jobs):
             plan_dependencies(store, cluster, jobs)
-        fields = shape.fields([job for job, _seq in placed])
         nonce = uuid.uuid4().hex
+        if self.sign is not None:
+            nonce = LEADER_NONCE + nonce
+            for job, _seq in placed:
+                job.attrs[SIGNATURE_ATTR] = self.sign(job.attrs)
+        fields = shape.fields([job for job, _seq in placed])
         modes: list[str] = []
         try:
             self._retrying(lambda: self._stage(cluster, nonce, placed, modes, fields))

@@ -58,7 +58,8 @@ class PersonClient:
             popped = self.client.blpop([reply_key], timeout=min(left_s, 5.0))
             if popped is not None:
                 break
-        answer = requests.decode_reply(popped[1])
+        raw = popped[1]
+        answer = requests.decode_reply(raw if isinstance(raw, bytes) else raw.encode())
         if not answer.get("ok"):
             raise BrokerError(str(answer.get("error") or f"{kind} refused by the leader"))
         return answer

@@ -23,13 +23,13 @@ from typing import Any, Protocol
 
 import redis
 
+from fetchwork.broker.connections.aclpeople import NAME_RE
 from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.submission.submitter import Submitted
 from fetchwork.config.protocol import HoldCode
 from fetchwork.errors import FetchworkError
 
 from . import requests
-from .people import NAME_RE
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +105,11 @@ class RequestDesk:
         """Carry out the pending requests of everyone who rang (everyone known after
         taking the lead); the number of requests answered."""
         client, keys = self.store.client, self.store.keys
-        rung = client.lpop(keys.doorbell, RINGS) or []
+        rung: Any = client.lpop(keys.doorbell, RINGS) or []
         names = {codec.text(raw) for raw in rung}
         if self._sweep:
-            names |= {codec.text(raw) for raw in client.srandmember(keys.people, MAX_PEOPLE)}
+            known: Any = client.srandmember(keys.people, MAX_PEOPLE) or []
+            names |= {codec.text(raw) for raw in known}
             self._sweep = False
         answered = 0
         for name in sorted(names):
@@ -125,7 +126,8 @@ class RequestDesk:
     def _serve(self, person: str) -> int:
         client, keys = self.store.client, self.store.keys
         stream = keys.requests(person)
-        entries = client.xrange(stream, "-", "+", count=ENTRIES)
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+            stream, "-", "+", count=ENTRIES)
         if not entries:
             return 0
         client.sadd(keys.people, person)

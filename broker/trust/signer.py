@@ -25,7 +25,6 @@ from fetchwork.errors import ConfigError
 log = logging.getLogger(__name__)
 
 KEY_KNOB = "JOB_SIGNING_KEY"
-PUBLIC_KNOB = "JOB_SIGNING_PUBLIC_KEY"
 
 
 class Signer:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from fetchwork.broker.connections.aclpeople import check_name, person_rules, user_name
 from fetchwork.broker.trust import requests
-from fetchwork.broker.trust.people import check_name, person_rules, user_name
 
 
 def entry(kind: str, **body: object) -> dict[bytes, bytes]:
