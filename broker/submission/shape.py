@@ -22,6 +22,7 @@ from fetchwork.broker.store import codec
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import PreparedJob, prepare_submitted
 from fetchwork.broker.store.states import idle_order
+from fetchwork.config.signedjob import SIGNATURE_ATTR
 
 # What differs between two jobs of one submission made from equal ads
 # (jobads.identity: the rest of identity and place is the same for them).
@@ -123,7 +124,8 @@ class SubmissionShape:
                 names = {name.lower() for name in significant_names(attrs)}
                 shared_gid = None if names & _PER_JOB_LOWER else self.groups.assign(attrs)
                 common = {name: value for name, value in attrs.items()
-                          if name not in PER_JOB and name != AUTOCLUSTER_ATTR}
+                          if name not in PER_JOB and name not in (AUTOCLUSTER_ATTR,
+                                                                  SIGNATURE_ATTR)}
                 if shared_gid is not None:
                     common[AUTOCLUSTER_ATTR] = shared_gid
                 packed.commons.append(packer.fields(common))
@@ -143,6 +145,8 @@ class SubmissionShape:
             else:
                 fields = [PROC, own(attrs[PROC]), GLOBAL, own(attrs[GLOBAL]),
                           ORDER, own(attrs[ORDER])]
+            if SIGNATURE_ATTR in attrs:  # signed as staged (the broker's own submissions)
+                fields += [SIGNATURE_ATTR, own(attrs[SIGNATURE_ATTR])]
             if shared_gid is None:
                 self.groups.assign(attrs)
                 fields += [AUTOCLUSTER_ATTR, own(attrs[AUTOCLUSTER_ATTR])]

@@ -6,6 +6,7 @@ leader carries out or refuses each request without stopping."""
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -281,3 +282,36 @@ def test_a_queued_jobs_command_rewritten_by_the_execute_role_does_not_check(
         return  # refused outright: as good
     why = signedjob.check(public_key(folder), as_startd_sees(alice, job))
     assert why is not None and "changed after the broker signed them" in why
+
+
+# -- through the commands -------------------------------------------------------------
+
+
+def test_fetchwork_submit_by_a_person_owns_the_jobs_to_that_person(
+        server: TlsRedis, folder: Path, person, tmp_path: Path, monkeypatch) -> None:
+    """No submit file line, attribute or environment makes another owner."""
+    password = folder / "alice.pw"
+    env = {"FETCHWORK_BROKER": server.url, "FETCHWORK_BROKER_CA": str(server.certs.ca),
+           "FETCHWORK_BROKER_CERT": str(server.certs.client_cert),
+           "FETCHWORK_BROKER_KEY": str(server.certs.client_key),
+           "FETCHWORK_BROKER_USERNAME": f"fw-{POOL}-u-alice",
+           "FETCHWORK_BROKER_PASSWORD_FILE": str(password), "FETCHWORK_POOL": POOL,
+           "FETCHWORK_CONFIG": os.devnull, "FETCHWORK_STATE_DIR": str(tmp_path / "state"),
+           "USER": "bob", "LOGNAME": "bob", "_FETCHWORK_QUEUE_SUPER_USERS": "alice"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "job.sub").write_text('executable = /bin/true\n+Owner = "bob"\n'
+                                      '+User = "bob@example.org"\nqueue 2\n')
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["submit", "job.sub"])
+    assert result.exit_code == 0, result.output
+    cluster = result.output.split("cluster ")[1].split(".")[0]
+    jobs = [f"{cluster}.0", f"{cluster}.1"]
+    for job in jobs:
+        assert person("bob").get(job)["Owner"] == "alice"
+    [theirs] = person("bob").submit([{"Cmd": "/bin/sleep"}])
+    refused = CliRunner().invoke(main, ["rm", theirs])
+    assert refused.exit_code != 0
+    assert "alice may act only on its own jobs" in refused.output
+    assert CliRunner().invoke(main, ["rm", cluster]).exit_code == 0
+    assert person("bob").get(theirs)["JobStatus"] == 1
