@@ -28,7 +28,7 @@ from fetchwork.broker.store.jobads import caller_attrs
 from fetchwork.broker.submission.submitter import Submitted, Submitter
 from fetchwork.broker.trust.client import PersonClient
 from fetchwork.broker.trust.people import person_of
-from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr, to_dict
+from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr, to_dict, unparse
 from fetchwork.config.loader import Config, get_config
 from fetchwork.config.protocol import EXIT, EXIT_HOWS, HOLD, HoldCode, job_id_key, parse_job_id
 from fetchwork.errors import AdError, BrokerError, EditError
@@ -292,6 +292,10 @@ class Broker:
         why = editable.refusal(attr)
         if why is not None:
             raise EditError(why)
+        person = self.person()
+        if person is not None:  # the leader edits, if these are that person's jobs
+            text = value if isinstance(value, str) else unparse(value)
+            return person.edit(job_ids, attr, text) if job_ids else []
         try:
             stored = editable.stored_value(attr, value)
         except AdError as exc:

@@ -300,12 +300,6 @@ def admit_signed(store: Store, pipe: Pipeline, *, jobs: Sequence[tuple[str, int,
            [*store.head_args(), *(value for job in jobs for value in job)])
 
 
-def edit(store: Store, *, job_id: str, signature: str, fields: Fields) -> bool:
-    """edit.lua: store `fields` on a HELD job, with its new FetchworkSignature (or '');
-    False when the job is not HELD."""
-    return bool(store.run("edit", [job_id], [job_id, signature, *fields]))
-
-
 # -- the leader's duties ---------------------------------------------------------------------
 
 def release_due(store: Store, *, job_ids: Sequence[str]) -> list[str]:

@@ -49,8 +49,8 @@ TRANSITIONS = ("stage", "submit", "claim", "claim_quiet", "reject", "renew", "fi
                "activation_expire", "release_due", "reservation_expire", "block", "unblock",
                "overrun", "policy_exit", "policy_act", "requeue", "depend", "reorder",
                "qedit",
-               # A person's edit of a held job (broker/trust/desk.py); signed admission.
-               "edit", "admit_signed")
+               # Signed admission (broker/filters/leader.py).
+               "admit_signed")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
               "trim_history", "userlog_advance", "read_groups", "bypass", "read_backfill",
               "publish_rules")

@@ -91,7 +91,8 @@ class PersonClient:
             body["hold_until"] = int(hold_until)
         return [str(job) for job in self.ask(kind, body).get("jobs", [])]
 
-    def edit(self, jobs: Sequence[str], attrs: Mapping[str, Any]) -> list[str]:
-        """Set `attrs` on held `jobs`: the ones changed."""
-        return [str(job) for job in
-                self.ask("edit", {"jobs": list(jobs), "set": dict(attrs)}).get("jobs", [])]
+    def edit(self, jobs: Sequence[str], attr: str, value: str) -> list[str]:
+        """condor_qedit of `jobs`: `attr` set to ClassAd expression text `value`; the
+        jobs edited."""
+        body = {"jobs": list(jobs), "attr": attr, "value": value}
+        return [str(job) for job in self.ask("edit", body).get("jobs", [])]

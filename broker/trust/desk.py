@@ -27,6 +27,7 @@ from fetchwork.broker.connections.aclpeople import NAME_RE
 from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.submission.submitter import Submitted
 from fetchwork.config.protocol import HoldCode
+from fetchwork.config.signedjob import SIGNATURE_ATTR, SIGNED_ATTRIBUTES
 from fetchwork.errors import FetchworkError
 
 from . import requests
@@ -43,6 +44,7 @@ REPLY_TTL_MS = 3_600_000
 MAX_PEOPLE = 100_000
 
 Sign = Callable[[Mapping[str, Any]], str]
+_SIGNED = frozenset(name.lower() for name in SIGNED_ATTRIBUTES)
 
 
 class Queueing(Protocol):
@@ -53,6 +55,8 @@ class Queueing(Protocol):
 
     def submit_cluster(self, ads: Sequence[Mapping[str, Any]], owner: str | None = None,
                        cluster_id: int | None = None) -> Submitted: ...
+
+    def edit(self, job_ids: Sequence[str], attr: str, value: str) -> list[str]: ...
 
 
 def given_to(person: str) -> str:
@@ -213,23 +217,13 @@ class RequestDesk:
         return calls.requeue(store, job_ids=jobs)
 
     def _edit(self, person: str, request: requests.Request) -> bytes:
-        """Every named job must be HELD: checked first, so a refusal changes nothing."""
-        found = dict(self.store.hashes(list(request.jobs)))
-        not_held = [job for job in request.jobs
-                    if found.get(job, {}).get("FetchworkState") != "HELD"]
-        if not_held:
-            return requests.encode_reply(
-                False, f"edit refused: only held jobs can be edited (hold them first): "
-                       f"{', '.join(not_held[:10])}")
-        fields = codec.fields_of(dict(request.edits))
-        done = []
-        for job in request.jobs:
-            lowered = {name.lower() for name in request.edits}
-            data = {name: value for name, value in found[job].items()
-                    if name.lower() not in lowered}
-            data.update(request.edits)
-            signature = self.sign(data) if self.sign is not None else ""
-            if calls.edit(self.store, job_id=job, signature=signature, fields=fields):
-                done.append(job)
-        log.info("edit by %s of %s: %s", person, " ".join(done), ", ".join(request.edits))
+        """condor_qedit through the leader's own client (the same refusals), then the
+        edited jobs signed again when the attribute is one the signature covers."""
+        done = self.queueing.edit(list(request.jobs), request.attr, request.value)
+        if self.sign is not None and request.attr.lower() in _SIGNED:
+            for job, data in self.store.hashes(done):
+                calls.qedit(self.store, job_ids=[job], attr=SIGNATURE_ATTR,
+                            value=codec.pack(self.sign(data)), priority_group=None,
+                            significant=False, periodic=False)
+        log.info("edit by %s of %s: %s", person, " ".join(done) or "no job", request.attr)
         return requests.encode_reply(True, jobs=done)

@@ -9,7 +9,8 @@ msgpack map: `ok`, and `error` (why it was refused: nothing was done), or
 submission to come: the submit file's $(Cluster)), `submit` (body: `ads`, a
 list of job ads as to_dict maps, and `cluster` when one was given out),
 `remove`, `hold`, `release`, `requeue` (body: `jobs`, `reason`,
-`hold_until`), `edit` (body: `jobs`, `set`, a map of attributes).
+`hold_until`), `edit` (body: `jobs`, `attr`, `value`: condor_qedit's
+attribute and ClassAd expression text).
 
 Everything here is a function of its inputs: `parse` turns an entry into a
 `Request` or says why it cannot be one; `refusal` decides, from the jobs'
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -36,7 +37,7 @@ KINDS = ("cluster", "submit", *ACTIONS, "edit")
 # Bounds on one request (a bigger submission is several requests).
 MAX_JOBS = 100_000
 MAX_REASON = 1024
-MAX_EDITS = 256
+MAX_VALUE = 65_536
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class Request:
     cluster: int | None = None
     reason: str | None = None
     hold_until: int | None = None
-    edits: Mapping[str, Any] = field(default_factory=dict)
+    attr: str = ""
+    value: str = ""
 
 
 def encode(kind: str, body: Mapping[str, Any]) -> bytes:
@@ -122,7 +124,13 @@ def parse(fields: Mapping[bytes, bytes]) -> Request:
         raise ValueError(f"'{kind}' needs 'jobs': a list of 1 to {MAX_JOBS} job ids "
                          "(cluster.proc)")
     if kind == "edit":
-        return Request(request_id, kind, jobs=tuple(jobs), edits=_edits(body.get("set")))
+        attr, value = body.get("attr"), body.get("value")
+        if not isinstance(attr, str) or not isinstance(value, str) or len(value) > MAX_VALUE:
+            raise ValueError(f"'edit' needs 'attr' and 'value': an attribute name and "
+                             f"ClassAd expression text of at most {MAX_VALUE} characters")
+        if attr.lower() == SIGNATURE_ATTR.lower() or is_managed(attr):
+            raise ValueError(f"{attr} is kept by the broker and cannot be edited")
+        return Request(request_id, kind, jobs=tuple(jobs), attr=attr, value=value)
     reason = body.get("reason")
     if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
         raise ValueError(f"'reason' must be text of at most {MAX_REASON} characters")
@@ -131,22 +139,6 @@ def parse(fields: Mapping[bytes, bytes]) -> Request:
                               or until < 0):
         raise ValueError("'hold_until' must be a time in seconds since the epoch")
     return Request(request_id, kind, jobs=tuple(jobs), reason=reason, hold_until=until)
-
-
-def _edits(edits: Any) -> dict[str, Any]:
-    if not isinstance(edits, dict) or not edits or len(edits) > MAX_EDITS:
-        raise ValueError(f"'edit' needs 'set': a map of 1 to {MAX_EDITS} attributes")
-    for name, value in edits.items():
-        if not isinstance(name, str) or not name.replace("_", "a").isalnum() \
-                or name[0].isdigit():
-            raise ValueError(f"{name!r} is not an attribute name")
-        if is_managed(name) or name.lower() == SIGNATURE_ATTR.lower():
-            raise ValueError(f"{name} is kept by the broker and cannot be edited")
-        if not isinstance(value, bool | int | float | str) and not (
-                isinstance(value, dict) and set(value) == {"$expr"}
-                and isinstance(value["$expr"], str)):
-            raise ValueError(f"{name}: a value must be a literal or {{'$expr': text}}")
-    return dict(edits)
 
 
 def refusal(person: str, owners: Mapping[str, str | None], super_users: frozenset[str],

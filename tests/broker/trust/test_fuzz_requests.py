@@ -61,10 +61,11 @@ def bodies(job_ids: st.SearchStrategy[str]) -> st.SearchStrategy[bytes]:
             values(job_ids), max_size=4), max_size=3), values(job_ids)),
         "reason": values(job_ids),
         "hold_until": values(job_ids),
-        "set": st.one_of(st.dictionaries(
-            st.sampled_from(["Arguments", "Owner", "Cmd", "FetchworkSignature", "1x",
-                             "JobStatus", "Foo"]), values(job_ids), max_size=3),
-            values(job_ids)),
+        "attr": st.one_of(st.sampled_from(["Arguments", "Owner", "Cmd", "FetchworkSignature",
+                                           "1x", "JobStatus", "Foo", "JobPrio"]),
+                          values(job_ids)),
+        "value": st.one_of(st.sampled_from(['"x"', "1", "Foo +", "", "undefined"]),
+                           values(job_ids)),
         "cluster": values(job_ids)})
     return st.one_of(body.map(lambda b: msgpack.packb(b, use_bin_type=True)),
                      st.binary(max_size=40))

@@ -30,10 +30,11 @@ def test_a_well_formed_action_parses() -> None:
     (entry("remove", jobs=["3.0"], reason=5), "'reason' must be text"),
     (entry("submit", ads=[]), "a submission needs 'ads'"),
     (entry("submit", ads=[{"Cmd": "x"}], cluster=-1), "'cluster' must be"),
-    (entry("edit", jobs=["3.0"], set={"Owner": "bob"}), "Owner is kept by the broker"),
-    (entry("edit", jobs=["3.0"], set={"FetchworkSignature": "v1:x"}), "kept by the broker"),
-    (entry("edit", jobs=["3.0"], set={"1x": 1}), "not an attribute name"),
-    (entry("edit", jobs=["3.0"], set={"Foo": [1]}), "must be a literal"),
+    (entry("edit", jobs=["3.0"], attr="Owner", value='"bob"'), "Owner is kept by the broker"),
+    (entry("edit", jobs=["3.0"], attr="FetchworkSignature", value='"v1:x"'),
+     "kept by the broker"),
+    (entry("edit", jobs=["3.0"], attr="Foo"), "'edit' needs 'attr' and 'value'"),
+    (entry("edit", jobs=["3.0"], attr="Foo", value=[1]), "'edit' needs 'attr' and 'value'"),
     ({b"id": b"r", b"kind": b"hold", b"body": b"\xc1"}, "not msgpack"),
 ])
 def test_malformed_requests_say_what_is_wrong(fields: dict[bytes, bytes], why: str) -> None:
