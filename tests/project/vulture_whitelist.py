@@ -103,8 +103,8 @@ _.plugin_lifetime_s
 _.run_plugin
 
 # The Python API (fetchwork/schedd.py): htcondor2's methods, which users' scripts
-# call; the package's lazy attribute lookup (PEP 562); `fetchwork qedit`.
-_.act
+# call; the package's lazy attribute lookup (PEP 562); `fetchwork qedit`. (Schedd.act
+# needs no entry: a person's client has an `act` the broker's client calls.)
 _.clusterad
 _.qedit_command
 _.procad
