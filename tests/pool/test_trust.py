@@ -1,0 +1,62 @@
+"""A pool on one machine signs its jobs and its startd checks them: a job whose
+command was rewritten in Redis after admission is held, naming the check and the
+slot, and never runs; the pool says it is unauthenticated."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from fetchwork.broker.client import Broker
+from fetchwork.config.loader import Config
+from tests.support.pools import UpPool, fw, pool_up, q_json
+from tests.support.startd import pool_root
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[UpPool]:
+    with pool_root("trust") as root, pool_up(root, 1) as up:
+        yield up
+
+
+def test_a_job_rewritten_after_admission_is_held_and_never_runs(pool: UpPool) -> None:
+    work = pool.folder("work")
+    (work / "job.sub").write_text("executable = /bin/touch\narguments = ran\nhold = true\n"
+                                  "queue\n")
+    fw(pool.env, "submit", "job.sub", cwd=work)
+    [ad] = q_json(pool.env)
+    job = f"{ad['ClusterId']}.{ad['ProcId']}"
+    assert ad["FetchworkSignature"].startswith("v1:")
+    broker = Broker.from_config(Config.load(environ=pool.env))
+    since = broker.last_event_id()
+    # What a stolen execute credential may do: write the queued job's hash.
+    broker.client.hset(broker.keys.job(job), "Arguments", msgpack.packb("tampered"))
+    fw(pool.env, "release", job)
+    held = wait_until(lambda: [a for a in q_json(pool.env)
+                               if a["JobStatus"] == 5 and "signature" in a.get("HoldReason", "")],
+                      timeout_s=120, fail_if=pool.up.died, what="the job held by the startd")
+    reason = held[0]["HoldReason"]
+    assert reason.startswith("Error from slot1@") and "job signature check failed" in reason
+    assert held[0]["HoldReasonCode"] == 4
+    assert not (work / "ran").exists() and not (work / "tampered").exists()
+    events = [fields for _id, fields in broker.events(since, count=1000)
+              if fields.get("job") == job and fields.get("state") == "HELD"]
+    assert events and "slot1@" in events[-1]["hold_reason"]
+    broker.remove([job])
+
+
+def test_an_untouched_job_runs_and_the_pool_says_it_is_unauthenticated(pool: UpPool) -> None:
+    work = pool.folder("fine")
+    fw(pool.env, "submit", "--", "/bin/touch", str(work / "ran"), cwd=work)
+    wait_until(lambda: (work / "ran").exists(), timeout_s=120, fail_if=pool.up.died,
+               what="the job ran")
+    assert "This pool is unauthenticated" in " ".join(fw(pool.env, "status").stdout.split())
+    key = Path(pool.env["FETCHWORK_STATE_DIR"]) / "keys" / "job-signing.key"
+    assert key.stat().st_mode & 0o077 == 0
+    assert fw(pool.env, "acl", "public-key").stdout.startswith("-----BEGIN PUBLIC KEY-----")
