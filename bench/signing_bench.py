@@ -22,12 +22,14 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.connections.embedded import embedded_for
 from fetchwork.broker.filters.leader import FilterLeader
 from fetchwork.broker.filters.settings import load_settings
+from fetchwork.broker.leader.publish import RulesPublisher, pool_rules
 from fetchwork.broker.trust.signer import Signer, ensure_key_pair
 from fetchwork.config import signedjob
 from fetchwork.config.ads import format_ad, from_dict, parse_ad
@@ -62,9 +64,10 @@ def admit_rate(signer: Signer | None, jobs: int, state: Path) -> float:
         broker = Broker.from_config(config)
         leader = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
                               sign=signer.signature if signer else None)
-        leader.publish()
-        # Without a signer and a filter, nothing waits: ask for admission as a filter would.
-        broker.client.hset(broker.keys.filters, "submit", "1")
+        # The pool's rules as the leader publishes them; without a signer and a filter
+        # nothing would wait: ask for admission as a filter would.
+        summary = replace(leader.summary(), submit=True)
+        RulesPublisher(broker.store, pool_rules(config, summary), summary, "bench").publish()
         ads = [{"Cmd": "/bin/true", "Arguments": f"{n}", "Iwd": "/tmp"} for n in range(jobs)]
         start = time.perf_counter()
         ids = broker.submit(ads, owner="alice")

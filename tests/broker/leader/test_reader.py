@@ -210,8 +210,9 @@ def test_a_service_reads_the_stream_once_for_all_its_duties_and_a_standby_not_at
                         BROKER_REPLICA_NAME="leader", BROKER_WRITE_USER_LOGS=True)),
                     BrokerService.from_config(standing_by, config.with_values(
                         BROKER_REPLICA_NAME="standby", BROKER_WRITE_USER_LOGS=True))]
-        # Filters, dependencies, user logs, the policy, backfill, the periodic policy.
-        assert len(services[0].duties()) == 6
+        # Filters, dependencies, user logs, the policy, backfill, the periodic policy,
+        # people's requests.
+        assert len(services[0].duties()) == 7
         stop = threading.Event()
         threads = [threading.Thread(target=service.run, args=(stop,), daemon=True)
                    for service in services]

@@ -13,6 +13,7 @@ import redis
 from fetchwork.broker.client import Broker
 from fetchwork.broker.filters.leader import FilterLeader
 from fetchwork.broker.filters.settings import load_settings
+from fetchwork.broker.leader.publish import RulesPublisher, pool_rules
 from fetchwork.broker.trust.signer import Signer, ensure_key_pair
 from fetchwork.config import signedjob
 from fetchwork.config.ads import format_ad, parse_ad
@@ -27,7 +28,10 @@ def signing(tmp_path: Path, redis_client: redis.Redis, pool_name: str):
     broker = Broker(redis_client, pool_name, config)
     leader = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
                           sign=signer.signature)
-    leader.publish()
+    # The pool's rules, published as the leader does: with a signer, everything waits.
+    store = broker.store
+    RulesPublisher(store, pool_rules(config, leader.summary()), leader.summary(),
+                   "tests").publish()
     yield broker, leader, signedjob.read_public_key((tmp_path / "p.pem").read_bytes(), "p")
     leader.close()
 
