@@ -39,6 +39,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from fetchwork.broker.autoclusters import Grouper, rep_entry
 from fetchwork.broker.store import Store, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
@@ -299,12 +301,25 @@ class FilterLeader:
                 else:
                     signed.append((job, _prio_of(data), signature))
             if signed:
-                pipe = store.client.pipeline(transaction=False)
-                calls.admit_signed(store, pipe, jobs=signed)
-                pipe.execute()
+                self._admit_batch(signed)
             done += len(batch)
             batch = Store.ids(store.client.zrange(store.keys.validating, 0, BATCH - 1))
         return bool(batch)
+
+    def _admit_batch(self, signed: list[tuple[str, int, str]]) -> None:
+        """admit_signed.lua for one batch; once more after NOSCRIPT (a restarted server
+        lost its scripts: what the pipeline ran before it is run again, and a job no
+        longer waiting is left alone)."""
+        for attempt in (1, 2):
+            pipe = self.store.client.pipeline(transaction=False)
+            calls.admit_signed(self.store, pipe, jobs=signed)
+            try:
+                pipe.execute()
+                return
+            except NoScriptError:
+                self.store.scripts.forget()
+                if attempt == 2:
+                    raise
 
     def _rule_defaults(self, ad: Mapping[str, Any]) -> dict[str, Any]:
         """What the pool's rules add to an admitted job: the BlockedReason that keeps it

@@ -73,3 +73,13 @@ def test_a_job_whose_hash_names_another_job_is_refused(signing) -> None:
     settle(leader)
     assert state(broker, job) == "FAILED"
     assert "do not name job" in broker.get(job)["RemoveReason"]
+
+
+def test_signed_admission_survives_a_server_that_lost_its_scripts(signing) -> None:
+    broker, leader, _public = signing
+    jobs = broker.submit([{"Cmd": "/bin/true"}] * 3, owner="alice")
+    settle(leader)  # loads admit_signed.lua
+    more = broker.submit([{"Cmd": "/bin/true"}] * 2, owner="alice")
+    broker.client.script_flush()  # as a restarted server would have
+    settle(leader)
+    assert {state(broker, job) for job in jobs + more} == {"IDLE"}
