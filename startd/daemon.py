@@ -112,7 +112,8 @@ class Startd:
     def _announce(self) -> None:
         log.info("startd %s starts with %d slot(s); execute dir %s", self.name,
                  len(self.slots), self.settings.execute_dir)
-        log.info("%s", startup_notice(self.config))
+        warn, notice = startup_notice(self.config)
+        log.log(logging.WARNING if warn else logging.INFO, "%s", notice)
         for slot in self.slots:
             if slot.hooks.fetch is None:
                 log.info("%s: no fetch hook (keyword %s); it never fetches work", slot.label,

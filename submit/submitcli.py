@@ -121,8 +121,10 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
     if options.get("dry_run"):
         dry_run(file, argv, commands, options["count"])
         return
-    owner = getpass.getuser()
     broker = connect_broker()
+    # A person's jobs are the person's, whoever is logged in here (docs/trust.md).
+    person = broker.person()
+    owner = person.name if person is not None else getpass.getuser()
     since_event = broker.last_event_id()
     max_attrs = submitting.max_job_attrs(broker)  # the pool's, not this machine's
     queued = queue_description(

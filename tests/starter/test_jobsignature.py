@@ -26,7 +26,8 @@ def keys(tmp_path: Path) -> tuple[Signer, str]:
 def test_no_public_key_runs_nothing_as_its_owner_and_says_so():
     verdict = jobsignature.verdict(config(), parse_ad(format_ad(JOB)))
     assert verdict == jobsignature.Verdict(owner_trusted=False)
-    assert "never as their Owner" in jobsignature.startup_notice(config())
+    warn, notice = jobsignature.startup_notice(config())
+    assert warn and "never as their Owner" in notice
 
 
 def test_a_signed_job_runs_as_its_owner(tmp_path):
@@ -52,4 +53,5 @@ def test_an_unreadable_key_holds_every_job(tmp_path):
         verdict = jobsignature.verdict(config(JOB_SIGNING_PUBLIC_KEY=path),
                                        parse_ad(format_ad(JOB)))
         assert verdict.refusal is not None and "JOB_SIGNING_PUBLIC_KEY" in verdict.refusal
-        assert "held" in jobsignature.startup_notice(config(JOB_SIGNING_PUBLIC_KEY=path))
+        warn, notice = jobsignature.startup_notice(config(JOB_SIGNING_PUBLIC_KEY=path))
+        assert warn and "held" in notice
