@@ -53,7 +53,7 @@ def test_dependencies_order_the_jobs_and_a_failure_fails_its_dependents(two_slot
         "+JobName = \"last\"\ndepends_on = left, right\n"
         + STAMPED.format(name="last", code=0, hold="") + "queue\n")
     submitted = fw(env, "submit", "dag.sub", cwd=work).stdout
-    cluster = submitted.split("cluster ")[1].rstrip(".\n")
+    cluster = submitted.split("cluster ")[1].split(".")[0]
     waiting = by_id(q_json(env))[f"{cluster}.3"]
     assert waiting["FetchworkState"] == "BLOCKED"
     assert waiting["Depends"] == f"{cluster}.1,{cluster}.2"

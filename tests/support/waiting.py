@@ -34,6 +34,11 @@ def wait_until(
         if fail_if is not None:
             failure = fail_if()
             if failure:
+                # What failed (a daemon's exit) may have come just after the
+                # condition was met: look once more before giving up.
+                last = condition()
+                if last:
+                    return last  # type: ignore[return-value]
                 raise WaitTimeout(f"gave up waiting for {what or condition!r}: {failure!r}; "
                                   f"last seen {last!r}")
         if time.monotonic() >= deadline:
