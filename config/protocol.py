@@ -110,6 +110,13 @@ class HoldCode(enum.IntEnum):
     SUBMITTED_ON_HOLD = 15
     # The job used more memory than its RequestMemory (MEMORY_LIMIT_POLICY = hold).
     MEMORY_EXCEEDED = 34
+    # File transfer (transfer/): an output the job did not make, an input that
+    # could not be had (a missing chunk, a failed URL: HoldReasonSubCode holds a
+    # plugin's exit code), and the size limits of the job's sandboxes.
+    TRANSFER_OUTPUT_ERROR = 12
+    TRANSFER_INPUT_ERROR = 13
+    MAX_TRANSFER_INPUT_SIZE_EXCEEDED = 32
+    MAX_TRANSFER_OUTPUT_SIZE_EXCEEDED = 33
 
 
 # -- the hook and starter protocols ---------------------------------------------

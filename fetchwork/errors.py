@@ -126,3 +126,13 @@ class SubmissionFilteredError(SubmitError):
 
 class SpoolError(SubmitError):
     """spool=True asked for input files to travel with the jobs, which this pool cannot do."""
+
+
+class TransferError(FetchworkError):
+    """A file transfer failed; `code` is HTCondor's HoldReasonCode for it (13 an
+    input, 12 an output, 32/33 a size limit) and `subcode` a plugin's exit code."""
+
+    def __init__(self, message: str, code: int = 13, subcode: int = 0):
+        super().__init__(message)
+        self.code = code
+        self.subcode = subcode

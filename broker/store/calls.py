@@ -424,3 +424,53 @@ def publish_rules(store: Store, *, rules: Mapping[str, str], digest: str,
         "publish_rules", [store.keys.settings, store.keys.filters],
         [digest, replica, f"{now_s:.3f}", str(len(rules)), *flat_rules, *flat_summary])
     return int(version), bool(changed)
+
+
+# -- file transfer (transfer_chunk.lua, transfer_attach.lua, transfer_detach.lua,
+#    transfer_settle.lua; the key layout is in lua/transferrefs.lua) -------------------
+
+def transfer_chunk(store: Store, *, digest: str, data: bytes, pending_ms: int) -> bool:
+    """transfer_chunk.lua: store chunk `data` (whose SHA-256 hex is `digest`, checked by
+    the caller) unless the pool has it; a chunk no manifest holds yet is kept
+    `pending_ms`. True when the bytes were stored."""
+    keys = [store.keys.xfer_chunk(digest), store.keys.xfer_chunkrefs]
+    return bool(store.scripts.call("transfer_chunk", keys, [digest, data, pending_ms]))
+
+
+def transfer_attach(store: Store, *, manifest_id: str, packed: bytes, digests: Sequence[str],
+                    jobs: int, cap_bytes: int, output_of: str = "",
+                    expires_s: int = 0) -> tuple[int, list[str] | tuple[int, int] | int]:
+    """transfer_attach.lua: `jobs` jobs need manifest `manifest_id` (`packed`, made of the
+    distinct chunks `digests`); a manifest new to the pool is stored when all its chunks
+    are there and `cap_bytes` (0: none) allows its new bytes. For an output sandbox,
+    `output_of` is the job that returned it and `expires_s` when it expires.
+    Returns (1, new bytes), (0, [missing digests]) or (-1, (bytes held, new bytes))."""
+    k = store.keys
+    keys = [k.xfer_manifest(manifest_id), k.xfer_refs, k.xfer_chunkrefs, k.xfer_bytes,
+            k.xfer_outputs, *(k.xfer_chunk(digest) for digest in digests)]
+    reply = store.scripts.call("transfer_attach", keys,
+                               [manifest_id, packed, jobs, cap_bytes, output_of, expires_s,
+                                *digests])
+    verdict = int(reply[0])
+    if verdict == 1:
+        return 1, int(reply[1])
+    if verdict == 0:
+        return 0, [codec.text(item) for item in reply[1:]]
+    return -1, (int(reply[1]), int(reply[2]))
+
+
+def transfer_detach(store: Store, *, manifest_id: str, jobs: int) -> int:
+    """transfer_detach.lua: `jobs` jobs no longer need input manifest `manifest_id`; it
+    and the chunks only it held are freed at no reference. The references left."""
+    return int(store.scripts.call("transfer_detach", [store.keys.xfer_refs],
+                                  [manifest_id, jobs]))
+
+
+def transfer_settle(store: Store, *, manifest_id: str, job_id: str, how: str) -> bool:
+    """transfer_settle.lua: job `job_id`'s outputs (`manifest_id`) were delivered or
+    expired (`how`); they stop waiting and their manifest loses the job's reference.
+    False when they were not waiting (settled meanwhile)."""
+    k = store.keys
+    return bool(store.scripts.call("transfer_settle",
+                                   [k.xfer_refs, k.xfer_outputs, k.job(job_id)],
+                                   [manifest_id, job_id, how]))

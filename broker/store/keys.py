@@ -42,6 +42,11 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:people        set: names of people who ever sent a request (kept by the leader)
     fw:{P}:u:<name>:requests     stream: one person's requests (broker/trust/requests.py)
     fw:{P}:u:<name>:reply:<id>   list: the leader's answer to that person's request <id>
+    fw:{P}:xfer:chunk:<sha256>  string: one chunk of transferred files (lua/transferrefs.lua)
+    fw:{P}:xfer:manifest:<id>   hash: the files of one input or output sandbox, its chunks
+    fw:{P}:xfer:refs, xfer:chunkrefs  hash: manifest -> jobs needing it; chunk -> manifests
+    fw:{P}:xfer:bytes    string: bytes of all referenced chunks (the pool's cap)
+    fw:{P}:xfer:outputs  zset: "<job id>|<manifest id>" of outputs not yet delivered, by expiry (s)
 """
 
 from __future__ import annotations
@@ -135,3 +140,17 @@ class PoolKeys:
 
     def activation_reply(self, token: str) -> str:
         return f"{self.prefix}activation:{token}:reply"
+
+    # -- file transfer (lua/transferrefs.lua describes these keys) ---------------------
+    xfer_refs = _named("xfer:refs")
+    xfer_chunkrefs = _named("xfer:chunkrefs")
+    xfer_bytes = _named("xfer:bytes")
+    xfer_outputs = _named("xfer:outputs")
+
+    def xfer_chunk(self, digest: str) -> str:
+        """One chunk of transferred files, named by the SHA-256 (hex) of its bytes."""
+        return f"{self.prefix}xfer:chunk:{digest}"
+
+    def xfer_manifest(self, manifest_id: str) -> str:
+        """The manifest of one input or output sandbox."""
+        return f"{self.prefix}xfer:manifest:{manifest_id}"

@@ -54,9 +54,11 @@ TRANSITIONS = ("stage", "submit", "claim", "claim_quiet", "reject", "renew", "fi
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
               "trim_history", "userlog_advance", "read_groups", "bypass", "read_backfill",
               "publish_rules")
+              # File transfer: chunks, manifests and their references (transferrefs.lua).
+              "transfer_chunk", "transfer_attach", "transfer_detach", "transfer_settle")
 
 # What every transition script is put after, in this order (each part uses the ones before).
-LIBRARY = ("jobad", "lib", "acindex", "jobstates")
+LIBRARY = ("jobad", "lib", "acindex", "transferrefs", "jobstates")
 # Standalone scripts that read job hashes: they get jobad.lua's readers.
 JOB_READERS = ("read_ads", "read_fields", "bypass")
 # The parts a script gets just before its own text (after LIBRARY for a transition).
@@ -65,6 +67,9 @@ PARTS: dict[str, tuple[str, ...]] = {
     "claim": ("claims",),
     "claim_quiet": ("reservation", "claims"),
     "read_backfill": ("reservation",),
+    # The transfer scripts that change references share the release of a manifest.
+    "transfer_detach": ("transferrefs",),
+    "transfer_settle": ("transferrefs",),
 }
 
 Arg = str | bytes | int | float

@@ -28,7 +28,10 @@ ALLOWED = {
     "hooks": {"config"},
     "starter": {"config", "hooks"},
     "startd": {"config", "hooks", "starter"},
-    "submit": {"config", "broker"},
+    "submit": {"config", "broker", "transfer"},
+    # File transfer: the chunk store and manifests over the broker's store, used by
+    # the submit side and run by the starter as a program (never imported by it).
+    "transfer": {"config", "broker"},
 }
 HOOKS_THAT_SPEAK_TO_THE_BROKER = {"fetchwork.hooks.reference", "fetchwork.hooks.brokerconn",
                                   # the rq bridge's client: the broker's URL to client factory

@@ -1,0 +1,93 @@
+"""Manifests in the pool: attach one for the jobs that need it (uploading what the
+pool lacks), read one back, settle returned outputs; and the pool's cap on the
+bytes of transferred files, read in one place (`pool_cap_bytes`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from fetchwork.broker.store import Store, calls
+from fetchwork.config.loader import Config
+from fetchwork.errors import SubmitError, TransferError
+
+from .manifest import Manifest, unpack
+
+log = logging.getLogger(__name__)
+
+CAP_KNOB = "TRANSFER_POOL_MAX_MB"
+# Attach attempts while chunks lapse between upload and attach (each retry sends
+# the lapsed ones again).
+_ATTACH_TRIES = 3
+
+
+def pool_cap_bytes(config: Config) -> int:
+    """The pool's cap on the bytes of transferred files (0: none)."""
+    return max(0, config.get_int(CAP_KNOB)) * 1024 * 1024
+
+
+def pending_ms(config: Config) -> int:
+    return int(config.get_duration_s("TRANSFER_PENDING_LIFETIME") * 1000)
+
+
+def attach(store: Store, manifest: Manifest, jobs: int, cap_bytes: int,
+           resend: Callable[[list[str]], None], output_of: str = "",
+           expires_s: int = 0) -> str:
+    """Attach `manifest` for `jobs` jobs; `resend(missing digests)` uploads again what
+    lapsed. Its id; SubmitError naming the cap's knob when the pool is full."""
+    ident = manifest.ident()
+    packed = manifest.pack()
+    digests = manifest.digests()
+    for _ in range(_ATTACH_TRIES):
+        verdict, detail = calls.transfer_attach(
+            store, manifest_id=ident, packed=packed, digests=digests, jobs=jobs,
+            cap_bytes=cap_bytes, output_of=output_of, expires_s=expires_s)
+        if verdict == 1:
+            return ident
+        if verdict == -1:
+            assert isinstance(detail, tuple)
+            held, new = detail
+            raise SubmitError(
+                f"the pool holds {_mb(held)} of transferred files and these add {_mb(new)}, "
+                f"more than {CAP_KNOB} = {cap_bytes // (1024 * 1024)} MB allows; "
+                "nothing was queued (fetch or remove jobs' outputs, or ask the pool's "
+                "administrator)")
+        assert isinstance(detail, list)
+        log.info("%d chunk(s) lapsed before the manifest was attached; sending them again",
+                 len(detail))
+        resend(detail)
+    raise TransferError("the pool kept losing uploaded chunks before they could be "
+                        "attached (is TRANSFER_PENDING_LIFETIME very short?)")
+
+
+def load(store: Store, manifest_id: str) -> Manifest:
+    """The manifest `manifest_id`; TransferError when the pool does not hold it."""
+    data = store.client.hget(store.keys.xfer_manifest(manifest_id), "data")
+    if data is None:
+        raise TransferError(f"the pool no longer holds the files of manifest "
+                            f"{manifest_id[:12]}")
+    return unpack(data)
+
+
+def detach(store: Store, manifest_id: str, jobs: int) -> None:
+    calls.transfer_detach(store, manifest_id=manifest_id, jobs=jobs)
+
+
+def settle(store: Store, manifest_id: str, job_id: str, how: str) -> bool:
+    """Job `job_id`'s outputs were delivered or expired (`how`); False when settled before."""
+    return calls.transfer_settle(store, manifest_id=manifest_id, job_id=job_id, how=how)
+
+
+def waiting_outputs(store: Store) -> dict[str, tuple[str, float]]:
+    """Job id -> (output manifest id, expiry in s) of outputs not yet delivered."""
+    found: dict[str, tuple[str, float]] = {}
+    for member, score in store.client.zrange(store.keys.xfer_outputs, 0, -1, withscores=True):
+        text = member.decode() if isinstance(member, bytes) else str(member)
+        job, _, ident = text.partition("|")
+        found[job] = (ident, float(score))
+    return found
+
+
+def _mb(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MB"
