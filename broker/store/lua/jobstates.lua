@@ -185,8 +185,10 @@ end
 -- -> COMPLETED | REMOVED | FAILED: out of the queue, into history.
 local function to_history(key, id, kind, state, status)
   -- No queued job needs its input files any more (transferrefs.lua).
-  local inputs = getv(key, 'FetchworkInputManifest')
-  if inputs then xfer_release(string.sub(K_QUEUE, 1, #K_QUEUE - #'queue'), inputs, 1) end
+  local inputs, this_job = getv(key, 'FetchworkInputManifest'), 1
+  if inputs then
+    xfer_release(string.sub(K_QUEUE, 1, #K_QUEUE - #'queue'), inputs, this_job)
+  end
   detach(key)  -- history keeps the whole ad (read while the job is still queued)
   redis.call('ZREM', K_QUEUE, id)
   idle_remove(key, id)
