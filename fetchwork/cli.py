@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "acl": ("fetchwork.broker.connections.aclcli", "acl_command"),
     "glidein": ("fetchwork.startd.glidein.cli", "glidein_command"),
     "completion": ("fetchwork.completion", "completion_command"),
+    "transfer-data": ("fetchwork.submit.transfercli", "transfer_data_command"),
 }
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

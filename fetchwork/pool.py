@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ from fetchwork.broker.connections.embedded import EmbeddedRedis, embedded_for
 from fetchwork.broker.trust.signer import ensure_key_pair
 from fetchwork.config.loader import DEFAULTS_FILE, POOL_FILE, Config
 from fetchwork.errors import FetchworkError
+from fetchwork.transfer.localdelivery import LocalDelivery
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,9 @@ class Pool:
         self._lock_handle: TextIO | None = None
         # Where the parts' stderr goes; None: this process's stderr.
         self.log_path = log_path
+        # Jobs' returned outputs written into their Iwd as they complete.
+        self.delivery = LocalDelivery(config)
+        self._delivery_thread: threading.Thread | None = None
 
     # -- starting ---------------------------------------------------------
 
@@ -76,6 +81,9 @@ class Pool:
             self._spawn("broker", ["broker"])
             self._wait_for_leader()
             self._spawn("startd", ["startd"], self._startd_env())
+            self._delivery_thread = threading.Thread(target=self.delivery.run,
+                                                     name="output-delivery", daemon=True)
+            self._delivery_thread.start()
         except BaseException:
             self.stop()
             raise
@@ -198,6 +206,7 @@ class Pool:
     def stop(self) -> None:
         """Startd first (its jobs vacate and requeue), then the broker, then Redis."""
         grace_s = self.config.get_duration_s("STARTD_SHUTDOWN_GRACE") + 10.0
+        self.delivery.stopping.set()
         for name in ("startd", "broker"):
             child = self.children.get(name)
             if child is None or child.poll() is not None:
@@ -210,6 +219,8 @@ class Pool:
                 log.warning("%s did not stop within %.0fs; killing it", name, grace_s)
                 child.kill()
                 child.wait()
+        if self._delivery_thread is not None:
+            self._delivery_thread.join(timeout=5)
         if self.redis is not None and self.started_redis:
             self.redis.stop()
         if self._lock_handle is not None:

@@ -50,6 +50,9 @@ REPORTED_ATTRS = (
     "JobState", "JobPid", "NumPids", "JobStartDate", "RemoteSysCpu", "RemoteUserCpu",
     "ImageSize", "ExitReason", "ExitBySignal", "ExitSignal", "ExitCode", "JobDuration",
     "HoldReason", "HoldReasonCode", "HoldReasonSubCode", "MemoryUsage", "MemoryExceeded",
+    # File transfer (starter/transferstep.py): the returned outputs and the statistics.
+    "FetchworkOutputManifest", "TransferInputStats", "TransferOutputStats",
+    "TransferInputSizeMB", "BytesSent", "BytesRecvd",
 )
 CLAIM_ATTR = "FetchworkClaim"
 # Seconds from a job's start to its lease keeper's first check of the claim.

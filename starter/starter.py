@@ -44,6 +44,7 @@ from fetchwork.starter.jobspec import (
 from fetchwork.starter.lifecycle import Phase, Status
 from fetchwork.starter.outcomes import new_outcome, report_exit
 from fetchwork.starter.runas import give_tree, job_user
+from fetchwork.starter.transferstep import TransferStep
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class Starter:
         self.peak_rss_kb = 0
         self.cpu_s = (0.0, 0.0)
         self._update_running = threading.Event()
+        self.transfer: TransferStep | None = None  # file transfer (transferstep.py)
         # Intervals of 0 would make the loop spin: 50 ms is the floor.
         self.sample_interval_s = max(_MIN_INTERVAL_S,
                                      config.get_duration_s("STARTER_SAMPLE_INTERVAL"))
@@ -172,6 +174,8 @@ class Starter:
         if self.status.how is not None:
             how = self.status.how
             reason = reason or f"{how} requested before the job started"
+        if reason is None:
+            how, reason = self._transfer_inputs(how)
         if reason is None:
             try:
                 self._spawn()
@@ -434,11 +438,40 @@ class Starter:
         for name, value in exit_attributes(status, how, duration_s, reason).items():
             self.ad[name] = value
         log.info("job ended (%s): %s", how, self.ad["ExitReason"])
+        how = self._transfer_outputs(how)
         spec = resolve_hook(self.config, self.keyword, keywords.JOB_EXIT)
         if spec is not None:
             self._write_ads(spec)
             outcome = new_outcome(self.ad, how, self.keyword or "", self.slot, self.user)
             report_exit(self.config, spec, outcome, env=self._hook_env(), cwd=self.sandbox)
+
+    # -- file transfer (transferstep.py): after prepare, before the exit hook ---
+
+    def _transfer_inputs(self, how: str) -> tuple[str, str | None]:
+        """The job's input files into the sandbox; (how, None), or the hold's reason."""
+        self.transfer = TransferStep(self.config, self.ad, self.slot_ad, self.sandbox,
+                                     self.user, os.environ)
+        held = self.transfer.inputs(self._stop_requested)
+        if held is None:
+            return how, None
+        if self.status.how is not None:
+            return self.status.how, held.reason
+        return self.transfer.hold(held), held.reason
+
+    def _transfer_outputs(self, how: str) -> str:
+        """The job's outputs back to the pool; a failure turns the end into a hold."""
+        if self.transfer is None:
+            return how
+        held = self.transfer.outputs(how, self._stop_requested)
+        if held is None:
+            return how
+        how = self.transfer.hold(held)
+        self.status = replace(self.status, how=how)
+        return how
+
+    def _stop_requested(self) -> bool:
+        self._drain_requests()
+        return self.status.how is not None and self.status.phase is not Phase.DONE
 
     # -- after the command: run until cancelled (keepslot.py) -----------------
 

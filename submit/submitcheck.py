@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from .jobpolicymap import POLICY_COMMANDS
+from .transfermap import TRANSFER_COMMANDS
 
 # Submit commands fetchwork reads (submitmap.py) or that steer the file itself.
 USED_COMMANDS = frozenset({
@@ -18,20 +19,17 @@ USED_COMMANDS = frozenset({
     "request_memory", "request_disk", "requirements", "rank", "priority", "job_lease_duration",
     "hold", "allowed_job_duration", "job_max_vacate_time", "accounting_group", "log",
     "depends_on", "run_until_canceled",
-}) | POLICY_COMMANDS
+}) | POLICY_COMMANDS | TRANSFER_COMMANDS
 
 # Commands condor_submit knows that fetchwork accepts and ignores (one warning lists them).
 UNSUPPORTED_COMMANDS = frozenset({
     "log_xml", "dagman_log", "notification", "notify_user", "email_attributes",
-    "should_transfer_files", "when_to_transfer_output", "transfer_input_files",
-    "transfer_output_files", "transfer_output_remaps", "transfer_plugins",
-    "preserve_relative_paths", "encrypt_input_files", "encrypt_output_files",
-    "dont_encrypt_input_files", "dont_encrypt_output_files", "max_transfer_input_mb",
-    "max_transfer_output_mb", "getenv", "stream_input", "stream_output", "stream_error",
+    "encrypt_input_files", "encrypt_output_files", "dont_encrypt_input_files",
+    "dont_encrypt_output_files", "getenv", "stream_input", "stream_output", "stream_error",
     "periodic_vacate", "retry_until", "request_gpus", "gpus_minimum_capability",
     "accounting_group_user", "concurrency_limits", "leave_in_queue", "nice_user",
     "deferral_time", "deferral_window", "deferral_prep_time", "coresize", "x509userproxy",
-    "use_x509userproxy", "docker_image", "container_image", "output_destination", "max_idle",
+    "use_x509userproxy", "docker_image", "container_image", "max_idle",
     "max_materialize", "description", "job_machine_attrs", "job_ad_information_attrs",
     "want_graceful_removal", "max_job_retirement_time", "run_as_owner", "load_profile",
     "image_size", "noop_job", "noop_job_exit_code", "noop_job_exit_signal",

@@ -20,6 +20,9 @@ from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.protocol import JobStatus, job_id_key
 from fetchwork.errors import SubmitFileError
 from fetchwork.submit import poolcheck, reading, submitting, tables, userlogsync
+
+
+from fetchwork.submit import poolcheck, reading, tables, transfercli, userlogsync
 from fetchwork.submit.options import CondorCommand
 from fetchwork.submit.rootwarning import warn_if_root
 from fetchwork.submit.submitfile import ParsedSubmit, command_jobs, parse_submit
@@ -90,6 +93,10 @@ def _command_options(values: Mapping[str, Any]) -> dict[str, str]:
 @click.option("--hold", is_flag=True, help="Queue the jobs held.")
 @click.option("-a", "-append", "--append", "append", multiple=True, metavar="'CMD = VALUE'",
               help="Any other submit command (repeatable).")
+@click.option("-spool", "--spool", "spool", is_flag=True,
+              help="Keep the jobs' outputs in the pool until `fetchwork transfer-data` "
+                   "fetches them (for a broker on another machine); without it, a pool on "
+                   "this machine writes them into each job's initialdir as it completes.")
 @click.option("-dry-run", "--dry-run", "dry_run", is_flag=True,
               help="Print the job ads the jobs would have; queue nothing.")
 @click.pass_context
@@ -134,6 +141,18 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
                                  else _parse_file(file or "-", cluster, commands, max_attrs)),
         owner, lambda warning: click.echo(f"fetchwork: warning: {warning}", err=True))
     cluster, submitted = queued.cluster, queued.submitted
+    cluster = broker.next_cluster()
+    if argv is not None:
+        parsed = command_jobs(argv, cluster, commands, count=options["count"])
+    else:
+        parsed = _parse_file(file or "-", cluster, commands)
+    for warning in parsed.warnings:
+        click.echo(f"fetchwork: warning: {warning}", err=True)
+    if not parsed.ads:
+        raise SubmitFileError("the submit description queues no jobs")
+    user_logs = userlogsync.create_logs(parsed.ads)
+    submitted = transfercli.submit_with_inputs(broker, parsed.ads, owner, cluster,
+                                               options.get("spool", False))
     ids = submitted.job_ids
     click.echo(f"{len(ids)} job(s) submitted to cluster {cluster}.")
     userlogsync.await_logged(broker, queued.user_logs)

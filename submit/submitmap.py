@@ -24,6 +24,7 @@ from fetchwork.config.protocol import clip
 from fetchwork.errors import AdError, SubmitFileError
 
 from .jobpolicymap import policy_attrs
+from .transfermap import in_iwd, transfer_attrs
 
 VANILLA_UNIVERSE = 5
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGTP]?)B?\s*\Z", re.I)
@@ -40,6 +41,7 @@ class SubmitContext:
     queue_line: int = 0
     seen: dict[tuple[str, str], bool] = field(default_factory=dict)
     max_attrs: int | None = None
+    transfer_executable: bool = True
 
     def checked(self, key: tuple[str, str], check: Callable[[], bool]) -> bool:
         """`check()`, asked once per key (the same path for many jobs)."""
@@ -182,6 +184,13 @@ def job_ad(values: Mapping[str, str], ctx: SubmitContext) -> dict[str, Any]:
     for attr, value in policy_attrs(values, lambda text, command: _expr(text, command, ctx),
                                     lambda text, command, least: _int(text, command, ctx, least)):
         ad[attr] = value
+    for attr, value in transfer_attrs(values, ctx.fail,
+                                      lambda text, command: _bool(text, command, ctx),
+                                      lambda text, command, least: _int(text, command, ctx,
+                                                                        least)):
+        ad[attr] = value
+    if ad.get("ShouldTransferFiles", "NO") != "NO":
+        _transferred_streams(ad, ctx)
     for name, value in values.items():
         if name.startswith("my."):
             attr = ctx.names.get(name, name)[3:]
@@ -191,12 +200,29 @@ def job_ad(values: Mapping[str, str], ctx: SubmitContext) -> dict[str, Any]:
     return ad
 
 
+def _transferred_streams(ad: dict[str, Any], ctx: SubmitContext) -> None:
+    """A transferring job's output and error come back into its Iwd: each must name a
+    file inside it (kept relative to it); input is sent from there."""
+    if "TransferExecutable" not in ad:
+        ad["TransferExecutable"] = ctx.transfer_executable
+    for command, attr in (("output", "Out"), ("error", "Err"), ("input", "In")):
+        path = ad.get(attr)
+        if not isinstance(path, str) or path == os.devnull:
+            continue
+        relative = in_iwd(path, ad["Iwd"])
+        if relative is None:
+            raise ctx.fail(f"{command} {path} is outside initialdir {ad['Iwd']}: with file "
+                           "transfer it comes back into initialdir", command)
+        ad[attr] = relative
+
+
 def _executable(values: Mapping[str, str], ctx: SubmitContext) -> str:
     executable = values.get("executable", "").strip()
     if not executable:
         raise ctx.fail("no executable given (executable = /path/to/program)")
     cmd = _absolute(executable, ctx.submit_dir)
     check = _bool(values.get("transfer_executable") or "true", "transfer_executable", ctx)
+    ctx.transfer_executable = check
     if check and not ctx.checked(("program", cmd),
                                  lambda: os.path.isfile(cmd) and os.access(cmd, os.X_OK)):
         raise ctx.fail(f"executable {cmd} is not an executable file", "executable")

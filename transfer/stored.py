@@ -79,6 +79,11 @@ def settle(store: Store, manifest_id: str, job_id: str, how: str) -> bool:
     return calls.transfer_settle(store, manifest_id=manifest_id, job_id=job_id, how=how)
 
 
+def is_waiting(store: Store, job_id: str, manifest_id: str) -> bool:
+    """Whether job `job_id`'s outputs `manifest_id` wait to be delivered."""
+    return store.client.zscore(store.keys.xfer_outputs, f"{job_id}|{manifest_id}") is not None
+
+
 def waiting_outputs(store: Store) -> dict[str, tuple[str, float]]:
     """Job id -> (output manifest id, expiry in s) of outputs not yet delivered."""
     found: dict[str, tuple[str, float]] = {}

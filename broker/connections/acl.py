@@ -52,7 +52,9 @@ SCRIPTS = {
                   "read_fields", "read_ids"),
     "execute": ("claim", "claim_quiet", "reject", "renew", "finish", "activate_abandon",
                 "read_ads", "read_fields", "read_ids", "policy_exit", "read_groups",
-                "read_backfill"),
+                "read_backfill",
+                # File transfer: inputs fetched and outputs returned (transfer/).
+                "transfer_chunk", "transfer_attach", "transfer_event"),
 }
 # Plain commands a role sends beyond COMMON (WAIT: FETCHWORK_BROKER_WAIT_REPLICAS,
 # broker/connections/durability.py).
@@ -83,6 +85,17 @@ SELECTED: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = {
           "ac:members", "ac:groups", "slots"), ("zadd",)),
     ),
 }
+
+
+# File transfer: the submitter sends inputs and settles outputs it fetched.
+SCRIPTS["submitter"] += ("transfer_chunk", "transfer_attach", "transfer_detach",
+                         "transfer_settle")
+# What the transfer scripts (and a job leaving the queue) do to the transfer keys,
+# and nowhere else (lua/transferrefs.lua).
+TRANSFER_BODIES = ("set", "pexpire", "persist", "hincrby", "incrby", "decrby", "del", "strlen")
+# Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers;
+# WAIT: FETCHWORK_BROKER_WAIT_REPLICAS, broker/connections/durability.py).
+OWN = {"submitter": ("incr", "incrby", "sadd", "wait"), "execute": ()}
 # Kept from the admin too: commands whose reach is the whole server, not one pool.
 SERVER_WIDE = ("keys", "scan", "randomkey", "flushall", "flushdb", "swapdb", "config", "debug",
                "shutdown", "monitor", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",
@@ -113,6 +126,8 @@ def role_rules(role: str, pool: str) -> list[str]:
     for suffixes, commands in SELECTED[role]:
         rules.append("(" + " ".join(f"~{pool_pattern(pool, suffix)}" for suffix in suffixes)
                      + " " + " ".join(f"+{command}" for command in commands) + ")")
+    rules.append(f"(~{pool_pattern(pool, 'xfer:*')} "
+                 + " ".join(f"+{command}" for command in TRANSFER_BODIES) + ")")
     if role == "execute":
         # Publishing slot ads: SET and the expiry sweep only on the slot keys
         # (DEL withdraws the ad of a slot whose startd exits).

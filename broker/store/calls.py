@@ -474,3 +474,13 @@ def transfer_settle(store: Store, *, manifest_id: str, job_id: str, how: str) ->
     return bool(store.scripts.call("transfer_settle",
                                    [k.xfer_refs, k.xfer_outputs, k.job(job_id)],
                                    [manifest_id, job_id, how]))
+
+
+def transfer_event(store: Store, *, job_id: str, kind: str,
+                   fields: Sequence[tuple[str, str]] = ()) -> str:
+    """transfer_event.lua: append a `transfer` event of job `job_id` (`kind` one of
+    input_queued ... output_finished, with `fields` such as host, bytes, seconds,
+    success) to the pool's stream; its id."""
+    flat = [item for pair in fields for item in pair]
+    return codec.text(store.scripts.call("transfer_event", [store.keys.events],
+                                         [store.events_maxlen, job_id, kind, *flat]))

@@ -55,7 +55,8 @@ STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_
               "trim_history", "userlog_advance", "read_groups", "bypass", "read_backfill",
               "publish_rules")
               # File transfer: chunks, manifests and their references (transferrefs.lua).
-              "transfer_chunk", "transfer_attach", "transfer_detach", "transfer_settle")
+              "transfer_chunk", "transfer_attach", "transfer_detach", "transfer_settle",
+              "transfer_event")
 
 # What every transition script is put after, in this order (each part uses the ones before).
 LIBRARY = ("jobad", "lib", "acindex", "transferrefs", "jobstates")

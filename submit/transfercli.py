@@ -1,0 +1,141 @@
+"""The submit side of file transfer: a submission's inputs sent with it (all or
+nothing), `fetchwork transfer-data` (condor_transfer_data), the outputs `wait`
+and `submit -wait` fetch as jobs end, and what `q` says of outputs not fetched."""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import click
+
+from fetchwork.broker.client import Broker
+from fetchwork.broker.submission.submitter import Submitted
+from fetchwork.config.ads import to_dict
+from fetchwork.config.loader import get_config
+from fetchwork.config.protocol import job_id_key, parse_job_id
+from fetchwork.errors import FetchworkError, TransferError
+from fetchwork.submit.options import CondorCommand
+from fetchwork.submit.usercli import connect_broker
+from fetchwork.transfer import delivery, stored
+from fetchwork.transfer.inputs import transfers, upload_inputs
+
+log = logging.getLogger(__name__)
+
+
+def submit_with_inputs(broker: Broker, ads: Sequence[dict[str, Any]], owner: str,
+                       cluster: int, spool: bool) -> Submitted:
+    """Send the transferring jobs' inputs, then queue the cluster; a refused submission
+    releases what it attached. The pool's cap is read here and nowhere else."""
+    config = get_config()
+    for ad in ads:
+        if spool and transfers(ad):
+            ad[delivery.SPOOL_ATTR] = True
+    uploaded = upload_inputs(broker.store, ads, stored.pool_cap_bytes(config),
+                             stored.pending_ms(config),
+                             say=lambda text: click.echo(f"fetchwork: {text}", err=True))
+    try:
+        return broker.submit_cluster(ads, owner=owner, cluster_id=cluster)
+    except BaseException:
+        uploaded.rollback()
+        raise
+
+
+def _jobs_named(broker: Broker, ids: Sequence[str]) -> list[str]:
+    """Queued and finished jobs named by `ids` (C.P, or C for a whole cluster)."""
+    found: list[str] = []
+    for text in ids:
+        cluster, proc = parse_job_id(text)
+        if proc is None:
+            found += broker.cluster_job_ids(cluster) + broker.cluster_job_ids(cluster,
+                                                                              finished=True)
+        else:
+            found.append(f"{cluster}.{proc}")
+    return sorted(dict.fromkeys(found), key=job_id_key)
+
+
+def fetch_outputs(broker: Broker, job_ids: Iterable[str], quiet: bool = False) -> int:
+    """Deliver the waiting outputs of `job_ids` into their Iwd; the number of failures."""
+    failed = 0
+    for job_id in job_ids:
+        ad = broker.get(job_id)
+        if ad is None:
+            if not quiet:
+                click.echo(f"Job {job_id} is not in the pool.", err=True)
+                failed += 1
+            continue
+        data = to_dict(ad)
+        try:
+            done = delivery.deliver(broker.store, job_id, data)
+        except TransferError as exc:
+            click.echo(f"Job {job_id}: outputs not delivered: {exc}", err=True)
+            failed += 1
+            continue
+        if done is not None:
+            click.echo(f"Job {job_id}: {done.files} output file(s) written into "
+                       f"{data.get('Iwd')}.")
+        elif not quiet:
+            click.echo(f"Job {job_id}: {_no_outputs(data)}.")
+    return failed
+
+
+def _no_outputs(data: dict[str, Any]) -> str:
+    settled = data.get(delivery.OUTPUTS_ATTR)
+    if settled == delivery.DELIVERED:
+        return "its outputs were already delivered"
+    if settled == delivery.EXPIRED:
+        return "its outputs expired unfetched"
+    if not transfers(data):
+        return "it transfers no files"
+    return "it has returned no outputs (yet)"
+
+
+@click.command("transfer-data", cls=CondorCommand)
+@click.argument("ids", nargs=-1)
+@click.option("-all", "--all", "all_jobs", is_flag=True,
+              help="Every job of yours whose outputs wait in the pool.")
+def transfer_data_command(ids: tuple[str, ...], all_jobs: bool) -> None:
+    """Fetch the outputs of jobs submitted with -spool (condor_transfer_data): IDS are
+    C.P or whole clusters C, or -all. Each job's files are written into its
+    initialdir, as you; a job whose outputs were already delivered is said so."""
+    if bool(ids) == all_jobs:
+        raise click.UsageError("name jobs (C.P), clusters (C), or -all")
+    broker = connect_broker()
+    delivery.expire_due(broker.store)
+    if all_jobs:
+        me = getpass.getuser()
+        chosen = [job for job in sorted(stored.waiting_outputs(broker.store), key=job_id_key)
+                  if (broker.job_fields([job], ["Owner"]) or [{}])[0].get("Owner") == me]
+        if not chosen:
+            click.echo("No job of yours has outputs waiting in the pool.")
+            return
+    else:
+        chosen = _jobs_named(broker, ids)
+        if not chosen:
+            raise FetchworkError("no matching jobs")
+    if fetch_outputs(broker, chosen):
+        raise SystemExit(1)
+
+
+def waiting_note(broker: Broker, now_s: float | None = None) -> list[str]:
+    """Lines for `q` and `history`: the jobs whose outputs wait to be fetched, and a
+    warning for those that expire soon."""
+    waiting = stored.waiting_outputs(broker.store)
+    if not waiting:
+        return []
+    now_s = time.time() if now_s is None else now_s
+    warn_s = get_config().get_duration_s("TRANSFER_OUTPUT_EXPIRY_WARNING")
+    ids = sorted(waiting, key=job_id_key)
+    shown = " ".join(ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
+    lines = [f"{len(ids)} job(s) hold outputs not yet fetched (fetchwork transfer-data): "
+             f"{shown}"]
+    soon = [job for job in ids if waiting[job][1] - now_s <= warn_s]
+    if soon:
+        first = min(waiting[job][1] for job in soon)
+        lines.append(f"warning: the outputs of {len(soon)} job(s) expire within "
+                     f"{max(0, first - now_s) / 3600:.1f} h unless fetched: "
+                     + " ".join(soon[:20]))
+    return lines

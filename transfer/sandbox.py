@@ -1,0 +1,248 @@
+"""The execute side's transfer step, run by the starter as a program:
+
+    python -m fetchwork.transfer.sandbox input|output SANDBOX [--user UID:GID]
+
+with the job ad on stdin. It connects to the pool as the configuration says
+(as the reference hooks do), then, when started as root, becomes the job's user
+before it touches a file: every file of the sandbox is read and written as that
+user, never as root. `input` writes the job's input sandbox into SANDBOX (each
+chunk and file checked) and records what arrived; `output` sends back what the
+job made (transfer/outputs.py decides which) and attaches it as the job's
+output manifest. It prints one JSON object: `{"ok": true, "attrs": {...}}` with
+the attributes for the job ad, or `{"ok": false, "code": 12|13|32|33,
+"subcode": N, "reason": "..."}` for the hold; and appends the user log's
+transfer events to the pool's stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from fetchwork.broker.connections.clients import connect
+from fetchwork.broker.store import Store, calls
+from fetchwork.config.ads import parse_ad, to_dict
+from fetchwork.config.loader import Config, get_config
+from fetchwork.config.protocol import HoldCode
+from fetchwork.errors import FetchworkError, SubmitError, TransferError
+
+from . import safefiles, stored
+from .chunks import Cache, ChunkStore
+from .delivery import OUTPUT_MANIFEST_ATTR
+from .inputs import INPUT_MANIFEST_ATTR
+from .manifest import FileEntry, Manifest
+from .outputs import SNAPSHOT_FILE, Found, list_sandbox, plan_outputs
+
+log = logging.getLogger(__name__)
+
+MB = 1024 * 1024
+# The Lua scripts the transfer steps call.
+SCRIPTS = ("transfer_chunk", "transfer_attach", "transfer_event")
+
+
+def _machine_cache(config: Config) -> Cache | None:
+    """The machine's chunk cache, when this installation has one."""
+    try:
+        from .cache import ChunkCache  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    try:
+        return ChunkCache.from_config(config)  # type: ignore[no-any-return,unused-ignore]
+    except (OSError, FetchworkError) as exc:
+        log.warning("the machine's chunk cache is not usable: %s", exc)
+        return None
+
+
+class Step:
+    """One transfer of one job, input or output."""
+
+    def __init__(self, config: Config, store: Store, ad: Mapping[str, Any], sandbox: str):
+        self.config = config
+        self.store = store
+        self.ad = ad
+        self.sandbox = sandbox
+        cluster, proc = ad.get("ClusterId"), ad.get("ProcId")
+        self.job_id = f"{cluster}.{proc}"
+        self.host = str(ad.get("RemoteHost") or socket.gethostname())
+
+    def event(self, kind: str, **fields: Any) -> None:
+        try:
+            calls.transfer_event(self.store, job_id=self.job_id, kind=kind,
+                                 fields=[(k, str(v)) for k, v in fields.items()])
+        except Exception as exc:  # noqa: BLE001 - the log entry must not fail the transfer
+            log.warning("job %s: cannot record the %s event: %s", self.job_id, kind, exc)
+
+    # -- input ----------------------------------------------------------------
+
+    def inputs(self, cache: Cache | None) -> dict[str, Any]:
+        ident = self.ad.get(INPUT_MANIFEST_ATTR)
+        manifest = (stored.load(self.store, ident) if isinstance(ident, str) and ident
+                    else Manifest())
+        limit = self.ad.get("MaxTransferInputMB")
+        if isinstance(limit, int | float) and limit > 0 and manifest.size > limit * MB:
+            raise TransferError(f"the input files are {manifest.size / MB:.1f} MB, more than "
+                                f"MaxTransferInputMB = {limit}",
+                                HoldCode.MAX_TRANSFER_INPUT_SIZE_EXCEEDED)
+        if manifest.urls:
+            first = manifest.urls[0]
+            raise TransferError(f"{first.name}: no file-transfer plugin on this machine "
+                                f"serves {first.url.split('://')[0]}:// URLs",
+                                HoldCode.TRANSFER_INPUT_ERROR)
+        chunk_store = ChunkStore(self.store, 0, cache)
+        code = HoldCode.TRANSFER_INPUT_ERROR
+        for folder in manifest.dirs:
+            safefiles.make_folder(self.sandbox, folder, code)
+        for stream in ("Out", "Err"):  # the job writes them there; make their folders
+            name = self.ad.get(stream)
+            if isinstance(name, str) and "/" in name and not name.startswith("/"):
+                safefiles.make_folder(self.sandbox, name.rpartition("/")[0], code)
+        for entry in manifest.files:
+            safefiles.write_file(self.sandbox, entry.name, entry.mode,
+                                 lambda fd, entry=entry: chunk_store.download(entry, fd), code)
+        self._snapshot()
+        return {"BytesRecvd": float(chunk_store.received_bytes),
+                "TransferInputSizeMB": int((manifest.size + MB - 1) // MB),
+                "TransferInputStats": {"FetchworkFilesCount": len(manifest.files),
+                                       "FetchworkSizeBytes": manifest.size,
+                                       "FetchworkBytesFromPool": chunk_store.received_bytes}}
+
+    def _snapshot(self) -> None:
+        listing = {name: [found.kind, found.size, found.mtime_ns]
+                   for name, found in list_sandbox(self.sandbox).items()}
+        text = json.dumps(listing).encode()
+        safefiles.write_file(self.sandbox, SNAPSHOT_FILE, 0o600,
+                             lambda fd: os.write(fd, text) and None,
+                             HoldCode.TRANSFER_INPUT_ERROR)
+
+    def _arrived(self) -> dict[str, Found]:
+        try:
+            with safefiles.open_file(self.sandbox, SNAPSHOT_FILE,
+                                     HoldCode.TRANSFER_OUTPUT_ERROR) as (fd, info):
+                raw = json.loads(os.read(fd, info.st_size + 1))
+            return {name: Found(kind, size, mtime) for name, (kind, size, mtime) in raw.items()}
+        except (TransferError, ValueError, TypeError):
+            return {}
+
+    # -- output ---------------------------------------------------------------
+
+    def outputs(self) -> dict[str, Any]:
+        code = HoldCode.TRANSFER_OUTPUT_ERROR
+        planned = plan_outputs(self.ad, list_sandbox(self.sandbox), self._arrived())
+        uploads = [item for item in planned if item.to_url]
+        destination = self.ad.get("OutputDestination")
+        if uploads or (isinstance(destination, str) and destination.strip()):
+            target = uploads[0].target if uploads else str(destination)
+            raise TransferError(f"{target}: no file-transfer plugin on this machine serves "
+                                f"{target.split('://')[0]}:// URLs", code)
+        chunk_store = ChunkStore(self.store, int(self.config.get_duration_s(
+            "TRANSFER_PENDING_LIFETIME") * 1000))
+        limit = self.ad.get("MaxTransferOutputMB")
+        entries: list[FileEntry] = []
+        total = 0
+        for item in planned:
+            with safefiles.open_file(self.sandbox, item.source, code) as (fd, info):
+                total += info.st_size
+                if isinstance(limit, int | float) and limit > 0 and total > limit * MB:
+                    raise TransferError(
+                        f"{item.source}: the output files pass MaxTransferOutputMB = {limit}",
+                        HoldCode.MAX_TRANSFER_OUTPUT_SIZE_EXCEEDED)
+                entries.append(chunk_store.upload(fd, item.target, info.st_mode & 0o777))
+        manifest = Manifest(tuple(entries))
+        lifetime_s = self.config.get_duration_s("TRANSFER_OUTPUT_LIFETIME")
+
+        def resend(_missing: list[str]) -> None:
+            for item in planned:
+                with safefiles.open_file(self.sandbox, item.source, code) as (fd, info):
+                    chunk_store.upload(fd, item.target, info.st_mode & 0o777)
+
+        try:
+            ident = stored.attach(self.store, manifest, 1,
+                                  stored.pool_cap_bytes(self.config), resend,
+                                  output_of=self.job_id,
+                                  expires_s=int(time.time() + lifetime_s))
+        except SubmitError as exc:
+            raise TransferError(f"the outputs cannot be kept: {exc}", code) from exc
+        return {OUTPUT_MANIFEST_ATTR: ident, "BytesSent": float(chunk_store.sent_bytes),
+                "TransferOutputStats": {"FetchworkFilesCount": len(entries),
+                                        "FetchworkSizeBytes": manifest.size}}
+
+
+def become(user: str | None) -> None:
+    """Become the job's user (`UID:GID`) when started as root; never stay root."""
+    if os.geteuid() != 0:
+        return
+    if not user:
+        raise TransferError("the transfer step was started as root without the job's user")
+    uid, _, gid = user.partition(":")
+    os.setgroups([int(gid)])
+    os.setgid(int(gid))
+    os.setuid(int(uid))
+    if os.geteuid() == 0 or os.getuid() == 0:
+        raise TransferError("could not leave root")
+
+
+def run(direction: str, sandbox: str, user: str | None, ad_text: str) -> dict[str, Any]:
+    config = get_config()
+    ad = to_dict(parse_ad(ad_text, "job ad"))
+    pool = config.require("FETCHWORK_POOL").strip()
+    store = Store(connect(config, start=False, pool=pool), pool,
+                  config.get_int("BROKER_EVENTS_MAXLEN"))
+    # Credentials are read, the connection made and the scripts loaded before the
+    # switch: the job's user may not read the files they come from.
+    store.client.ping()
+    store.scripts.ensure_loaded(SCRIPTS)
+    cache = _machine_cache(config) if direction == "input" else None
+    become(user)
+    step = Step(config, store, ad, sandbox)
+    step.event(f"{direction}_queued", host=step.host)
+    started = time.monotonic()
+    step.event(f"{direction}_started", host=step.host)
+    try:
+        attrs = step.inputs(cache) if direction == "input" else step.outputs()
+    except (TransferError, OSError):
+        step.event(f"{direction}_finished", host=step.host, success="false",
+                   seconds=f"{time.monotonic() - started:.3f}")
+        raise
+    size = attrs.get("TransferInputStats", attrs.get("TransferOutputStats", {}))
+    step.event(f"{direction}_finished", host=step.host, success="true",
+               bytes=size.get("FetchworkSizeBytes", 0),
+               seconds=f"{time.monotonic() - started:.3f}")
+    return attrs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fetchwork.transfer.sandbox",
+                                     description="A job's input or output transfer (run by "
+                                                 "the starter; the job ad on stdin).")
+    parser.add_argument("direction", choices=("input", "output"))
+    parser.add_argument("sandbox")
+    parser.add_argument("--user", help="UID:GID to become when started as root")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    default = (HoldCode.TRANSFER_INPUT_ERROR if args.direction == "input"
+               else HoldCode.TRANSFER_OUTPUT_ERROR)
+    try:
+        result: dict[str, Any] = {"ok": True,
+                                  "attrs": run(args.direction, args.sandbox, args.user,
+                                               sys.stdin.read())}
+    except TransferError as exc:
+        result = {"ok": False, "code": int(exc.code), "subcode": exc.subcode,
+                  "reason": f"Transfer {args.direction} files failed: {exc}"}
+    except (FetchworkError, OSError) as exc:
+        result = {"ok": False, "code": int(default), "subcode": getattr(exc, "errno", 0) or 0,
+                  "reason": f"Transfer {args.direction} files failed: {exc}"}
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
