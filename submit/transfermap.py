@@ -62,7 +62,7 @@ def transfer_attrs(values: Mapping[str, str], fail: Fail, flag: Flag,
         attrs.append((attr, word))
     for command, attr in TEXTS.items():
         if command in given:
-            attrs.append((attr, given[command]))
+            attrs.append((attr, _unquoted(given[command])))
     for command, attr in BOOLS.items():
         if command in given:
             attrs.append((attr, flag(given[command], command)))
@@ -71,6 +71,14 @@ def transfer_attrs(values: Mapping[str, str], fail: Fail, flag: Flag,
             attrs.append((attr, whole(given[command], command, 0)))
     attrs.append(("FileSystemDomain", file_system_domain()))
     return attrs
+
+
+def _unquoted(text: str) -> str:
+    """A value as condor_submit stores it: one pair of surrounding double quotes (as
+    transfer_output_remaps is usually written) taken off."""
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1]
+    return text
 
 
 def in_iwd(path: str, iwd: str) -> str | None:

@@ -30,7 +30,7 @@ from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import JobStatus, parse_job_id
 from fetchwork.errors import FetchworkError
-from fetchwork.submit import formats, poolcheck, qviews, reading, tables
+from fetchwork.submit import formats, outputsnote, poolcheck, qviews, reading, tables
 from fetchwork.submit.options import CondorCommand
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,13 @@ def q_command(ids: tuple[str, ...], constraint: str | None, as_json: bool, long:
         _show_jobs(ads, as_json, long, history=False, held=held)
         return
     qviews.show_queue(ads, view, per_job=bool(ids))
+    _outputs_note(broker)
+
+
+def _outputs_note(broker: Broker) -> None:
+    """Jobs whose outputs wait to be fetched (file transfer), under the table."""
+    for line in outputsnote.waiting_note(broker):
+        click.echo(line)
 
 
 def policy_view(view: str, ids: Sequence[str]) -> None:
@@ -228,12 +235,14 @@ def watch_queue(broker: Broker, constraint: str | None, console: Console) -> Non
 def history_command(ids: tuple[str, ...], constraint: str | None, limit: int | None,
                     as_json: bool, long: bool, **view: Any) -> None:
     """List finished jobs (completed, removed, failed), newest first."""
-    ads = qviews.history_reading(connect_broker(), ids, constraint, limit, view,
-                                 as_json or long)
+    broker = connect_broker()
+    ads = qviews.history_reading(broker, ids, constraint, limit, view, as_json or long)
     if qviews.custom(view) and not (as_json or long):
         qviews.show_custom(ads, view)
         return
     _show_jobs(ads, as_json, long, history=True)
+    if not (as_json or long):
+        _outputs_note(broker)
 
 
 def _order(ad: Any) -> tuple[int, int]:

@@ -23,7 +23,18 @@ from fetchwork.config.protocol import HoldCode
 from fetchwork.errors import TransferError
 
 from .inputs import is_url, split_list
-from .manifest import check_name
+from .manifest import check_name as _check
+
+CODE = HoldCode.TRANSFER_OUTPUT_ERROR
+
+
+def check_name(name: str) -> str:
+    """`name` when safe (manifest.check_name), else TransferError with code 12."""
+    try:
+        return _check(name)
+    except TransferError as exc:
+        raise TransferError(str(exc), CODE) from exc
+
 
 # What the input step leaves in the sandbox: the names and sizes/mtimes of what
 # arrived, so the output step can tell new or changed files.
@@ -34,7 +45,6 @@ SYSTEM_FILES = frozenset({".job.ad", ".machine.ad", SNAPSHOT_FILE, ".chirp.confi
 # The original Iwd of a job whose sandbox is its working folder (set by the starter).
 SUBMIT_IWD_ATTR = "FetchworkSubmitIwd"
 
-CODE = HoldCode.TRANSFER_OUTPUT_ERROR
 
 
 @dataclass(frozen=True)
