@@ -29,11 +29,10 @@ CHUNK_BYTES = 4 * 1024 * 1024
 
 
 class Cache(Protocol):
-    """An execute machine's cache of chunks by digest (transfer/cache.py)."""
+    """An execute machine's cache of chunks by digest (transfer/cache.py), read here;
+    the execute side's own account fills it before the transfer."""
 
     def path_of(self, digest: str) -> object | None: ...
-
-    def put(self, digest: str, data: bytes) -> object: ...
 
 
 def read_exact(fd: int, size: int) -> bytes:
@@ -112,11 +111,6 @@ class ChunkStore:
             raise TransferError(f"{name}: a chunk of this file is corrupt in the pool "
                                 f"({digest[:12]})")
         self.received_bytes += len(data)
-        if self.cache is not None:
-            try:
-                self.cache.put(digest, data)
-            except OSError as exc:
-                log.warning("cannot keep chunk %s in the cache: %s", digest[:12], exc)
         return data
 
     def download(self, entry: FileEntry, fd: int) -> None:

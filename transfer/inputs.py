@@ -87,6 +87,14 @@ def input_plan(ad: Mapping[str, Any]) -> InputPlan:
     stdin = ad.get("In")
     if isinstance(stdin, str) and stdin and stdin != os.devnull:
         files.append(Source(os.path.join(iwd, stdin), _named("input", stdin)))
+    # The job's own plugins travel in its sandbox under their names (`methods=path; ...`).
+    for entry in str(ad.get("TransferPlugins") or "").split(";"):
+        _methods, sep, plugin = entry.partition("=")
+        if sep and plugin.strip() and not is_url(plugin.strip()):
+            path = os.path.join(iwd, os.path.expanduser(plugin.strip()))
+            if not os.access(path, os.R_OK):
+                raise _fail("transfer_plugins", f"{path} cannot be read")
+            files.append(Source(path, posixpath.basename(path)))
     for item in split_list(str(ad.get("TransferInput") or "")):
         if is_url(item):
             urls.append(UrlEntry(item, _named("transfer_input_files", url_name(item))))

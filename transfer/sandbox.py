@@ -24,6 +24,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from fetchwork.broker.connections.clients import connect
@@ -34,11 +35,20 @@ from fetchwork.config.protocol import HoldCode
 from fetchwork.errors import FetchworkError, SubmitError, TransferError
 
 from . import safefiles, stored
-from .chunks import Cache, ChunkStore
+from .cache import ChunkCache
+from .chunks import ChunkStore
 from .delivery import OUTPUT_MANIFEST_ATTR
 from .inputs import INPUT_MANIFEST_ATTR
-from .manifest import FileEntry, Manifest
-from .outputs import SNAPSHOT_FILE, Found, list_sandbox, plan_outputs
+from .manifest import FileEntry, Manifest, UrlEntry
+from .outputs import SNAPSHOT_FILE, Found, Planned, list_sandbox, plan_outputs
+from .plugins import (
+    Direction,
+    FileTransfer,
+    PluginError,
+    PluginRegistry,
+    plugin_lifetime_s,
+    run_plugin,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +57,27 @@ MB = 1024 * 1024
 SCRIPTS = ("transfer_chunk", "transfer_attach", "transfer_event")
 
 
-def _machine_cache(config: Config) -> Cache | None:
-    """The machine's chunk cache, when this installation has one."""
+def _machine_cache(config: Config) -> ChunkCache | None:
+    """The machine's chunk cache, or None (logged) when it cannot be used."""
     try:
-        from .cache import ChunkCache  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return None
-    try:
-        return ChunkCache.from_config(config)  # type: ignore[no-any-return,unused-ignore]
+        return ChunkCache.from_config(config)
     except (OSError, FetchworkError) as exc:
         log.warning("the machine's chunk cache is not usable: %s", exc)
         return None
+
+
+def _fill(cache: ChunkCache, store: Store, manifest: Manifest) -> int:
+    """Put the manifest's chunks the cache lacks into it, as the starter's account (the
+    job's user may read the cache, never write it); the bytes fetched."""
+    def fetch(digest: str) -> bytes | None:
+        data = store.client.get(store.keys.xfer_chunk(digest))
+        return data if isinstance(data, bytes) else None
+
+    try:
+        return cache.fill(manifest.digests(), fetch)
+    except (OSError, FetchworkError) as exc:
+        log.warning("cannot fill the machine's chunk cache: %s; reading from the pool", exc)
+        return 0
 
 
 class Step:
@@ -71,6 +91,12 @@ class Step:
         cluster, proc = ad.get("ClusterId"), ad.get("ProcId")
         self.job_id = f"{cluster}.{proc}"
         self.host = str(ad.get("RemoteHost") or socket.gethostname())
+        # The machine's plugins, looked up before the switch of user (when URLs are
+        # involved: each lookup runs every plugin once).
+        self.registry: PluginRegistry | None = None
+
+    def find_plugins(self) -> None:
+        self.registry = PluginRegistry.from_config(self.config, dict(os.environ))
 
     def event(self, kind: str, **fields: Any) -> None:
         try:
@@ -81,20 +107,19 @@ class Step:
 
     # -- input ----------------------------------------------------------------
 
-    def inputs(self, cache: Cache | None) -> dict[str, Any]:
+    def manifest(self) -> Manifest:
+        """The job's input manifest (an empty one when it sends nothing)."""
         ident = self.ad.get(INPUT_MANIFEST_ATTR)
-        manifest = (stored.load(self.store, ident) if isinstance(ident, str) and ident
-                    else Manifest())
+        return (stored.load(self.store, ident) if isinstance(ident, str) and ident
+                else Manifest())
+
+    def inputs(self, manifest: Manifest, cache: ChunkCache | None,
+               cached_bytes: int) -> dict[str, Any]:
         limit = self.ad.get("MaxTransferInputMB")
         if isinstance(limit, int | float) and limit > 0 and manifest.size > limit * MB:
             raise TransferError(f"the input files are {manifest.size / MB:.1f} MB, more than "
                                 f"MaxTransferInputMB = {limit}",
                                 HoldCode.MAX_TRANSFER_INPUT_SIZE_EXCEEDED)
-        if manifest.urls:
-            first = manifest.urls[0]
-            raise TransferError(f"{first.name}: no file-transfer plugin on this machine "
-                                f"serves {first.url.split('://')[0]}:// URLs",
-                                HoldCode.TRANSFER_INPUT_ERROR)
         chunk_store = ChunkStore(self.store, 0, cache)
         code = HoldCode.TRANSFER_INPUT_ERROR
         for folder in manifest.dirs:
@@ -106,12 +131,43 @@ class Step:
         for entry in manifest.files:
             safefiles.write_file(self.sandbox, entry.name, entry.mode,
                                  lambda fd, entry=entry: chunk_store.download(entry, fd), code)
+        url_bytes = self._urls(list(manifest.urls), Direction.DOWNLOAD, code)
         self._snapshot()
-        return {"BytesRecvd": float(chunk_store.received_bytes),
-                "TransferInputSizeMB": int((manifest.size + MB - 1) // MB),
+        return {"BytesRecvd": float(chunk_store.received_bytes + cached_bytes + url_bytes),
+                "TransferInputSizeMB": int((manifest.size + url_bytes + MB - 1) // MB),
                 "TransferInputStats": {"FetchworkFilesCount": len(manifest.files),
                                        "FetchworkSizeBytes": manifest.size,
-                                       "FetchworkBytesFromPool": chunk_store.received_bytes}}
+                                       "FetchworkBytesFromPool": chunk_store.received_bytes
+                                       + cached_bytes,
+                                       "UrlFilesCount": len(manifest.urls),
+                                       "UrlSizeBytes": url_bytes}}
+
+    def _urls(self, items: list[UrlEntry], direction: Direction, code: int) -> int:
+        """Run the plugins for URL transfers (one run per plugin); the bytes moved.
+        A failure is TransferError naming the file, the plugin's exit code its subcode."""
+        if not items:
+            return 0
+        env = dict(os.environ)
+        try:
+            if self.registry is None:
+                raise PluginError("no plugin was looked up for this transfer")
+            registry = self.registry.with_job(str(self.ad.get("TransferPlugins") or ""),
+                                              Path(self.sandbox))
+            batches: dict[Path, tuple[Any, list[FileTransfer]]] = {}
+            for item in items:
+                plugin = registry.plugin_for(item.url)
+                batches.setdefault(plugin.path, (plugin, []))[1].append(
+                    FileTransfer(item.url, item.name))
+            moved = 0
+            for plugin, files in batches.values():
+                run_ = run_plugin(plugin, files, folder=Path(self.sandbox), direction=direction,
+                                  env=env, timeout_s=plugin_lifetime_s(self.config))
+                if not run_.ok:
+                    raise TransferError(run_.failure(), code, run_.exit_code)
+                moved += sum(result.total_bytes or 0 for result in run_.results)
+            return moved
+        except PluginError as exc:
+            raise TransferError(str(exc), code, exc.exit_code or 0) from exc
 
     def _snapshot(self) -> None:
         listing = {name: [found.kind, found.size, found.mtime_ns]
@@ -135,12 +191,14 @@ class Step:
     def outputs(self) -> dict[str, Any]:
         code = HoldCode.TRANSFER_OUTPUT_ERROR
         planned = plan_outputs(self.ad, list_sandbox(self.sandbox), self._arrived())
+        destination = str(self.ad.get("OutputDestination") or "").strip()
+        if destination:  # the whole output sandbox goes there, through a plugin
+            planned = [Planned(item.source, f"{destination.rstrip('/')}/{item.target}")
+                       for item in planned]
         uploads = [item for item in planned if item.to_url]
-        destination = self.ad.get("OutputDestination")
-        if uploads or (isinstance(destination, str) and destination.strip()):
-            target = uploads[0].target if uploads else str(destination)
-            raise TransferError(f"{target}: no file-transfer plugin on this machine serves "
-                                f"{target.split('://')[0]}:// URLs", code)
+        planned = [item for item in planned if not item.to_url]
+        url_bytes = self._urls([UrlEntry(item.target, item.source) for item in uploads],
+                               Direction.UPLOAD, code)
         chunk_store = ChunkStore(self.store, int(self.config.get_duration_s(
             "TRANSFER_PENDING_LIFETIME") * 1000))
         limit = self.ad.get("MaxTransferOutputMB")
@@ -169,9 +227,18 @@ class Step:
                                   expires_s=int(time.time() + lifetime_s))
         except SubmitError as exc:
             raise TransferError(f"the outputs cannot be kept: {exc}", code) from exc
-        return {OUTPUT_MANIFEST_ATTR: ident, "BytesSent": float(chunk_store.sent_bytes),
+        return {OUTPUT_MANIFEST_ATTR: ident,
+                "BytesSent": float(chunk_store.sent_bytes + url_bytes),
                 "TransferOutputStats": {"FetchworkFilesCount": len(entries),
-                                        "FetchworkSizeBytes": manifest.size}}
+                                        "FetchworkSizeBytes": manifest.size,
+                                        "UrlFilesCount": len(uploads),
+                                        "UrlSizeBytes": url_bytes}}
+
+
+def _urls_out(ad: Mapping[str, Any]) -> bool:
+    """Whether the job's outputs may go to URLs (remaps to URLs, OutputDestination)."""
+    return "://" in str(ad.get("TransferOutputRemaps") or "") or bool(
+        str(ad.get("OutputDestination") or "").strip())
 
 
 def become(user: str | None) -> None:
@@ -198,14 +265,22 @@ def run(direction: str, sandbox: str, user: str | None, ad_text: str) -> dict[st
     # switch: the job's user may not read the files they come from.
     store.client.ping()
     store.scripts.ensure_loaded(SCRIPTS)
-    cache = _machine_cache(config) if direction == "input" else None
-    become(user)
     step = Step(config, store, ad, sandbox)
+    manifest, cache, cached_bytes = Manifest(), None, 0
+    if direction == "input":
+        manifest = step.manifest()
+        cache = _machine_cache(config)
+        if cache is not None:
+            cached_bytes = _fill(cache, store, manifest)
+    if manifest.urls or (direction == "output" and _urls_out(ad)):
+        step.find_plugins()
+    become(user)
     step.event(f"{direction}_queued", host=step.host)
     started = time.monotonic()
     step.event(f"{direction}_started", host=step.host)
     try:
-        attrs = step.inputs(cache) if direction == "input" else step.outputs()
+        attrs = (step.inputs(manifest, cache, cached_bytes) if direction == "input"
+                 else step.outputs())
     except (TransferError, OSError):
         step.event(f"{direction}_finished", host=step.host, success="false",
                    seconds=f"{time.monotonic() - started:.3f}")

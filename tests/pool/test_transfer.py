@@ -38,6 +38,7 @@ PROGRAM = """#!/bin/sh
 [ -d data ] && ls data > got_data.txt
 [ -f inner.txt ] && cat inner.txt > got_inner.txt
 [ -f sub/deep.txt ] && cat sub/deep.txt > got_deep.txt
+[ -f data.txt ] && cat data.txt > got_url.txt
 echo out > result.txt
 mkdir -p outdir && echo x > outdir/o.txt
 case "$1" in
@@ -47,6 +48,38 @@ esac
 id -un
 echo hello
 """
+
+
+# A job's own plugin (HTCondor's file-transfer plugin protocol): fake:// URLs are
+# downloaded as a line naming them and uploaded by copying to the URL's path;
+# broken:// URLs fail with exit code 7.
+PLUGIN = r"""#!/usr/bin/python3
+import re, shutil, sys
+if "-classad" in sys.argv:
+    print('MultipleFileSupport = true\nPluginVersion = "0.1"\nPluginType = "FileTransfer"\n'
+          'SupportedMethods = "fake,broken"')
+    sys.exit(0)
+ads = open(sys.argv[sys.argv.index("-infile") + 1]).read()
+results, code = [], 0
+pairs = [(re.search(r'Url = "([^"]*)"', block).group(1),
+          re.search(r'LocalFileName = "([^"]*)"', block).group(1))
+         for block in ads.split("]") if "Url" in block]
+for url, local in pairs:
+    if url.startswith("broken:"):
+        results.append('[ TransferSuccess = false; TransferError = "broken on purpose"; '
+                       f'TransferUrl = "{url}"; TransferFileName = "{local}" ]')
+        code = 7
+        continue
+    if "-upload" in sys.argv:
+        shutil.copyfile(local, url.split("://", 1)[1])
+    else:
+        open(local, "w").write(f"from {url}\n")
+    results.append(f'[ TransferSuccess = true; TransferUrl = "{url}"; '
+                   f'TransferFileName = "{local}"; TransferTotalBytes = 10 ]')
+open(sys.argv[sys.argv.index("-outfile") + 1], "w").write("\n".join(results) + "\n")
+sys.exit(code)
+"""
+HAVE_PYTHON = os.access("/usr/bin/python3", os.X_OK)
 
 
 @dataclass
@@ -84,10 +117,15 @@ def setup() -> Iterator[Setup]:
             (work / "sub").mkdir()
             (work / "sub" / "deep.txt").write_text("deep\n")
             (work / "big.in").write_bytes(b"\0" * 2_100_000)
-            for name in ("b", "spool", "escape"):
+            for name in ("b", "spool", "escape", "urls"):
                 (work / name).mkdir()
+            (work / "plug.py").write_text(PLUGIN)
+            (work / "plug.py").chmod(0o755)
             _chown(work)
             work.chmod(0o700)
+            uploads = root / "uploads"
+            uploads.mkdir()
+            uploads.chmod(0o777)
             secret = root / "secret.txt"
             secret.write_text("only root\n")
             secret.chmod(0o600)
@@ -181,6 +219,32 @@ def test_outputs_over_their_limit_hold_with_code_33(setup: Setup) -> None:
     job = submit(setup, "bigout", "arguments = big\nmax_transfer_output_mb = 1")
     ad = ended(setup, job)
     assert ad["HoldReasonCode"] == 33 and "MaxTransferOutputMB" in ad["HoldReason"]
+
+
+@pytest.mark.skipif(not HAVE_PYTHON, reason="the test plugin needs /usr/bin/python3")
+def test_a_url_input_and_a_url_output_go_through_the_jobs_plugin(setup: Setup) -> None:
+    target = setup.work.parent / "uploads" / "uploaded.txt"
+    job = submit(setup, "urls", "initialdir = urls\n"
+                 "transfer_plugins = fake,broken=../plug.py\n"
+                 "transfer_input_files = fake://example.org/in/data.txt\n"
+                 "transfer_output_files = result.txt, urls.out\n"
+                 f"transfer_output_remaps = \"result.txt = fake://{target}\"")
+    ad = ended(setup, job)
+    assert ad["JobStatus"] == 4, ad.get("HoldReason")
+    folder = setup.work / "urls"
+    wait_until(lambda: (folder / "urls.out").exists(), timeout_s=60, what="the job's output")
+    assert target.read_text() == "out\n"
+    assert not (folder / "result.txt").exists()
+    assert ad["TransferInputStats"]
+
+
+@pytest.mark.skipif(not HAVE_PYTHON, reason="the test plugin needs /usr/bin/python3")
+def test_a_failing_plugin_holds_with_code_13_and_its_exit_code(setup: Setup) -> None:
+    job = submit(setup, "broken", "transfer_plugins = fake,broken=plug.py\n"
+                 "transfer_input_files = broken://example.org/x/y.dat")
+    ad = ended(setup, job)
+    assert ad["HoldReasonCode"] == 13 and ad["HoldReasonSubCode"] == 7
+    assert "y.dat" in ad["HoldReason"] and "broken on purpose" in ad["HoldReason"]
 
 
 def test_a_url_no_plugin_serves_holds_with_code_13(setup: Setup) -> None:
