@@ -225,10 +225,12 @@ def wait_for_cluster(broker: Broker, cluster: int, job_ids: Sequence[str], since
     console = Console(stderr=True, highlight=False)
     columns = (TextColumn("[bold]cluster {task.fields[cluster]}"), BarColumn(),
                MofNCompleteColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    fetched: set[str] = set()
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("", total=len(job_ids), cluster=cluster)
         reconciled_at = -RECONCILE_S
         while True:
+            fetched |= transfercli.fetch_ended(broker, tracker.ended(), fetched)
             if time.monotonic() - reconciled_at >= RECONCILE_S or tracker.settled():
                 tracker.reconcile([ad for ad in reading.jobs(broker, job_ids)
                                    if not reading.is_finished(ad)])
@@ -244,6 +246,7 @@ def wait_for_cluster(broker: Broker, cluster: int, job_ids: Sequence[str], since
                                                   count=1000):
                 since_event = event_id
                 tracker.saw(fields)
+    transfercli.fetch_ended(broker, tracker.ended(), fetched)
     return _report(console, reading.jobs(broker, job_ids))
 
 
@@ -270,6 +273,10 @@ class ClusterProgress:
 
     def finished(self) -> int:
         return sum(1 for status in self.status.values() if status == FINISHED_STATUS)
+
+    def ended(self) -> set[str]:
+        """The jobs that have left the queue."""
+        return {job for job, status in self.status.items() if status == FINISHED_STATUS}
 
     def settled(self) -> bool:
         """Nothing idle, running or suspended is left."""

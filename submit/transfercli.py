@@ -81,6 +81,18 @@ def fetch_outputs(broker: Broker, job_ids: Iterable[str], quiet: bool = False) -
     return failed
 
 
+def fetch_ended(broker: Broker, ended: Iterable[str], fetched: set[str]) -> set[str]:
+    """`wait` and `submit -wait`: deliver the outputs of the jobs of `ended` not yet in
+    `fetched` (jobs without waiting outputs are passed over quietly); those jobs."""
+    new = [job for job in ended if job not in fetched]
+    if not new:
+        return set()
+    waiting = stored.waiting_outputs(broker.store)
+    fetch_outputs(broker, sorted((job for job in new if job in waiting), key=job_id_key),
+                  quiet=True)
+    return set(new)
+
+
 def _no_outputs(data: dict[str, Any]) -> str:
     settled = data.get(delivery.OUTPUTS_ATTR)
     if settled == delivery.DELIVERED:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import click
 import htcondor2
 
 from fetchwork.config.protocol import parse_job_id
 from fetchwork.errors import UserLogError
+from fetchwork.submit import transferwait
 from fetchwork.submit.logwait import EXECUTE, LogWait, Outcome
 from fetchwork.submit.options import CondorCommand
 
@@ -32,8 +34,9 @@ def _open(path: str) -> htcondor2.JobEventLog:
 
 
 def _watch(reader: htcondor2.JobEventLog, wait: LogWait, deadline: float | None,
-           status: bool) -> Outcome:
-    """Read events until the wait is over or `deadline` (monotonic) passes."""
+           status: bool, on_end: Callable[[str], None] = lambda _job: None) -> Outcome:
+    """Read events until the wait is over or `deadline` (monotonic) passes; `on_end`
+    gets each waited-for job that terminated."""
     scanned = False
     while True:
         budget = 0 if not scanned else READ_SLICE_S
@@ -42,6 +45,9 @@ def _watch(reader: htcondor2.JobEventLog, wait: LogWait, deadline: float | None,
         for event in reader.events(stop_after=budget):
             host = event.get("ExecuteHost", "") if int(event.type) == EXECUTE else ""
             line = wait.see(int(event.type), event.cluster, event.proc, str(host))
+            if event.type == htcondor2.JobEventType.JOB_TERMINATED \
+                    and wait.matches(event.cluster, event.proc):
+                on_end(f"{event.cluster}.{event.proc}")
             if line and status:
                 click.echo(line)
             outcome = wait.outcome(scanned)
@@ -70,7 +76,8 @@ def wait_command(wait_s: int | None, num: int | None, status: bool, logfile: str
 
     LOGFILE is the file a submit description's `log` command names; the broker
     service writes it as the jobs go. A job ends when the log shows it
-    terminated (005) or aborted (009). JOB_ID limits the wait to one cluster
+    terminated (005) or aborted (009); a job that returned files (file transfer)
+    has them written into its initialdir as it terminates. JOB_ID limits the wait to one cluster
     (`12`) or one job (`12.3`); without it every job the log names is waited for.
 
     \b
@@ -90,8 +97,9 @@ def wait_command(wait_s: int | None, num: int | None, status: bool, logfile: str
     wait = LogWait(cluster=cluster, proc=proc, num=num)
     deadline = None if wait_s is None else time.monotonic() + wait_s
     reader = _open(logfile)
+    outputs = transferwait.OutputsAsJobsEnd()
     try:
-        outcome = _watch(reader, wait, deadline, status)
+        outcome = _watch(reader, wait, deadline, status, outputs.ended)
     finally:
         reader.close()
     click.echo(wait.message(outcome))

@@ -12,6 +12,7 @@ is stood up once; each test asserts on what its jobs left.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import htcondor2
 import pytest
+import redis
 
 from tests.support.folders import open_folder
 from tests.support.pools import UpPool, fw, pool_up
@@ -289,3 +292,70 @@ def test_spooled_outputs_wait_for_transfer_data(setup: Setup) -> None:
     assert (folder / "spooled.out").read_text().endswith("hello\n")
     again = fw(setup.env, "transfer-data", job.split(".")[0])
     assert again.returncode == 0 and "already delivered" in again.stdout
+
+
+def test_submit_wait_and_wait_fetch_spooled_outputs_as_jobs_end(setup: Setup) -> None:
+    folder = setup.work / "spool"
+    path = setup.work / "spool" / "waited.sub"
+    path.write_text("executable = ../prog.sh\nshould_transfer_files = YES\n"
+                    "output = waited.out\nlog = waited.log\nqueue\n")
+    done = fw(setup.env, "-v", "submit", "-spool", "-wait", path.name, cwd=folder)
+    assert "output file(s) written" in done.stdout + done.stderr
+    assert (folder / "waited.out").read_text().endswith("hello\n")
+    # The user log shows the files moving: HTCondor's event 040, in order.
+    kinds = [event["Type"] for event in htcondor2.JobEventLog(str(folder / "waited.log"))
+             .events(0) if event.type == htcondor2.JobEventType.FILE_TRANSFER]
+    assert kinds == [1, 2, 3, 4, 5, 6]
+    (folder / "waited.out").unlink()
+    path.write_text(path.read_text().replace("waited", "waited2"))
+    job = fw(setup.env, "submit", "-spool", path.name, cwd=folder).stdout
+    cluster = job.split("cluster ")[1].split(".")[0]
+    waited = fw(setup.env, "wait", "-wait", "120", "waited2.log", cluster, cwd=folder)
+    assert "output file(s) written" in waited.stdout + waited.stderr
+    assert (folder / "waited2.out").read_text().endswith("hello\n")
+
+
+def _redis(setup: Setup) -> redis.Redis:
+    return redis.Redis(unix_socket_path=str(setup.work.parent / "state" / "redis" /
+                                            "redis.sock"))
+
+
+def test_inputs_are_counted_by_the_queued_jobs_that_need_them(setup: Setup) -> None:
+    path = setup.work / "counted.sub"
+    (setup.work / "counted.in").write_text("only these jobs send this\n")
+    _chown(setup.work / "counted.in")
+    path.write_text("executable = prog.sh\nshould_transfer_files = YES\nhold = true\n"
+                    "transfer_input_files = counted.in\nqueue 3\n")
+    out = fw(setup.env, "submit", path.name, cwd=setup.work).stdout
+    cluster = out.split("cluster ")[1].split(".")[0]
+    manifest = json.loads(fw(setup.env, "q", "--json", cluster).stdout)[0][
+        "FetchworkInputManifest"]
+    client = _redis(setup)
+    keys = [key.decode() for key in client.keys("fw:{default}:xfer:manifest:*")]
+    refs = next(key for key in keys if key.endswith(manifest)).replace(
+        f"manifest:{manifest}", "refs")
+    assert int(client.hget(refs, manifest)) == 3
+    fw(setup.env, "rm", f"{cluster}.0")
+    assert int(client.hget(refs, manifest)) == 2
+    held_bytes = int(client.get(refs.replace("refs", "bytes")))
+    fw(setup.env, "rm", cluster)
+    assert client.hget(refs, manifest) is None
+    assert not client.exists(refs.replace("refs", f"manifest:{manifest}"))
+    assert int(client.get(refs.replace("refs", "bytes"))) <= held_bytes - len(
+        "only these jobs send this\n")
+    digest = hashlib.sha256(b"only these jobs send this\n").hexdigest()
+    assert not client.exists(refs.replace("refs", f"chunk:{digest}"))
+
+
+def test_the_pool_cap_refuses_a_submission_naming_its_knob(setup: Setup) -> None:
+    path = setup.work / "capped.sub"
+    (setup.work / "capped.in").write_bytes(os.urandom(2_100_000))  # new to the pool
+    _chown(setup.work / "capped.in")
+    path.write_text("executable = prog.sh\nshould_transfer_files = YES\n"
+                    "transfer_input_files = capped.in\nqueue\n")
+    before = fw(setup.env, "q", "-totals").stdout
+    done = fw({**setup.env, "_FETCHWORK_TRANSFER_POOL_MAX_MB": "1"}, "submit", path.name,
+              cwd=setup.work, check=False)
+    assert done.returncode == 1
+    assert "TRANSFER_POOL_MAX_MB" in done.stderr and "nothing was queued" in done.stderr
+    assert fw(setup.env, "q", "-totals").stdout == before
