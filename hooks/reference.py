@@ -51,8 +51,8 @@ REPORTED_ATTRS = (
     "ImageSize", "ExitReason", "ExitBySignal", "ExitSignal", "ExitCode", "JobDuration",
     "HoldReason", "HoldReasonCode", "HoldReasonSubCode", "MemoryUsage", "MemoryExceeded",
     # File transfer (starter/transferstep.py): the returned outputs and the statistics.
-    "FetchworkOutputManifest", "TransferInputStats", "TransferOutputStats",
-    "TransferInputSizeMB", "BytesSent", "BytesRecvd",
+    "FetchworkOutputManifest", "FetchworkCheckpointManifest", "TransferInputStats",
+    "TransferOutputStats", "TransferInputSizeMB", "BytesSent", "BytesRecvd",
 )
 CLAIM_ATTR = "FetchworkClaim"
 # Seconds from a job's start to its lease keeper's first check of the claim.

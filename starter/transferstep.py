@@ -121,10 +121,13 @@ class TransferStep:
         """Send the outputs back after a run that ended `how`; the hold or None."""
         if not self.on or not sends_outputs(self.ad, how):
             return None
-        return self._run("output", stop)
+        return self._run("output", stop, evicted=how == EVICT)
 
-    def _run(self, direction: str, stop: Callable[[], bool]) -> Held | None:
+    def _run(self, direction: str, stop: Callable[[], bool],
+             evicted: bool = False) -> Held | None:
         argv = [sys.executable, "-P", "-m", PROGRAM, direction, self.sandbox]
+        if evicted:  # ON_EXIT_OR_EVICT: the sandbox is saved as a checkpoint
+            argv.append("--evicted")
         if self.user is not None:
             argv += ["--user", f"{self.user[0]}:{self.user[1]}"]
         code = (HoldCode.TRANSFER_INPUT_ERROR if direction == "input"

@@ -40,7 +40,14 @@ from .chunks import ChunkStore
 from .delivery import OUTPUT_MANIFEST_ATTR
 from .inputs import INPUT_MANIFEST_ATTR
 from .manifest import FileEntry, Manifest, UrlEntry
-from .outputs import SNAPSHOT_FILE, Found, Planned, list_sandbox, plan_outputs
+from .outputs import (
+    SNAPSHOT_FILE,
+    SYSTEM_FILES,
+    Found,
+    Planned,
+    list_sandbox,
+    plan_outputs,
+)
 from .plugins import (
     Direction,
     FileTransfer,
@@ -54,7 +61,9 @@ log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
 # The Lua scripts the transfer steps call.
-SCRIPTS = ("transfer_chunk", "transfer_attach", "transfer_event")
+SCRIPTS = ("transfer_chunk", "transfer_attach", "transfer_event", "transfer_detach")
+# The job's last checkpoint (ON_EXIT_OR_EVICT): the manifest of its evicted sandbox.
+CHECKPOINT_ATTR = "FetchworkCheckpointManifest"
 
 
 def _machine_cache(config: Config) -> ChunkCache | None:
@@ -132,15 +141,62 @@ class Step:
             safefiles.write_file(self.sandbox, entry.name, entry.mode,
                                  lambda fd, entry=entry: chunk_store.download(entry, fd), code)
         url_bytes = self._urls(list(manifest.urls), Direction.DOWNLOAD, code)
+        restored = self._restore(chunk_store, code)
         self._snapshot()
         return {"BytesRecvd": float(chunk_store.received_bytes + cached_bytes + url_bytes),
                 "TransferInputSizeMB": int((manifest.size + url_bytes + MB - 1) // MB),
                 "TransferInputStats": {"FetchworkFilesCount": len(manifest.files),
+                                       "CheckpointFilesCount": restored,
                                        "FetchworkSizeBytes": manifest.size,
                                        "FetchworkBytesFromPool": chunk_store.received_bytes
                                        + cached_bytes,
                                        "UrlFilesCount": len(manifest.urls),
                                        "UrlSizeBytes": url_bytes}}
+
+    def _restore(self, chunk_store: ChunkStore, code: int) -> int:
+        """Write the job's last checkpoint over its inputs; how many files it held."""
+        ident = self.ad.get(CHECKPOINT_ATTR)
+        if not isinstance(ident, str) or not ident:
+            return 0
+        saved = stored.load(self.store, ident)
+        for folder in saved.dirs:
+            safefiles.make_folder(self.sandbox, folder, code)
+        for entry in saved.files:
+            safefiles.write_file(self.sandbox, entry.name, entry.mode,
+                                 lambda fd, entry=entry: chunk_store.download(entry, fd), code)
+        log.info("job %s: restored %d file(s) of its checkpoint", self.job_id, len(saved.files))
+        return len(saved.files)
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Save the evicted job's sandbox (every file new or changed since its inputs
+        arrived, in every folder) as its checkpoint, replacing the one before."""
+        code = HoldCode.TRANSFER_OUTPUT_ERROR
+        arrived = self._arrived()
+        chunk_store = ChunkStore(self.store, int(self.config.get_duration_s(
+            "TRANSFER_PENDING_LIFETIME") * 1000))
+        entries: list[FileEntry] = []
+        for name, found in sorted(list_sandbox(self.sandbox).items()):
+            if found.kind != "f" or name in SYSTEM_FILES or arrived.get(name) == found:
+                continue
+            with safefiles.open_file(self.sandbox, name, code) as (fd, info):
+                entries.append(chunk_store.upload(fd, name, info.st_mode & 0o777))
+        manifest = Manifest(tuple(entries))
+
+        def resend(_missing: list[str]) -> None:
+            for entry in entries:
+                with safefiles.open_file(self.sandbox, entry.name, code) as (fd, _info):
+                    chunk_store.upload(fd, entry.name, entry.mode)
+
+        try:
+            ident = stored.attach(self.store, manifest, 1, stored.pool_cap_bytes(self.config),
+                                  resend)
+        except SubmitError as exc:
+            raise TransferError(f"the checkpoint cannot be kept: {exc}", code) from exc
+        previous = self.ad.get(CHECKPOINT_ATTR)
+        if isinstance(previous, str) and previous:
+            stored.detach(self.store, previous, 1)
+        log.info("job %s: saved %d file(s) as its checkpoint", self.job_id, len(entries))
+        return {CHECKPOINT_ATTR: ident, "BytesSent": float(chunk_store.sent_bytes)}
 
     def _urls(self, items: list[UrlEntry], direction: Direction, code: int) -> int:
         """Run the plugins for URL transfers (one run per plugin); the bytes moved.
@@ -255,7 +311,8 @@ def become(user: str | None) -> None:
         raise TransferError("could not leave root")
 
 
-def run(direction: str, sandbox: str, user: str | None, ad_text: str) -> dict[str, Any]:
+def run(direction: str, sandbox: str, user: str | None, ad_text: str,
+        evicted: bool = False) -> dict[str, Any]:
     config = get_config()
     ad = to_dict(parse_ad(ad_text, "job ad"))
     pool = config.require("FETCHWORK_POOL").strip()
@@ -279,8 +336,12 @@ def run(direction: str, sandbox: str, user: str | None, ad_text: str) -> dict[st
     started = time.monotonic()
     step.event(f"{direction}_started", host=step.host)
     try:
-        attrs = (step.inputs(manifest, cache, cached_bytes) if direction == "input"
-                 else step.outputs())
+        if direction == "input":
+            attrs = step.inputs(manifest, cache, cached_bytes)
+        elif evicted:
+            attrs = step.checkpoint()
+        else:
+            attrs = step.outputs()
     except (TransferError, OSError):
         step.event(f"{direction}_finished", host=step.host, success="false",
                    seconds=f"{time.monotonic() - started:.3f}")
@@ -299,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("direction", choices=("input", "output"))
     parser.add_argument("sandbox")
     parser.add_argument("--user", help="UID:GID to become when started as root")
+    parser.add_argument("--evicted", action="store_true",
+                        help="output: the job was evicted; save its sandbox as a checkpoint")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -307,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result: dict[str, Any] = {"ok": True,
                                   "attrs": run(args.direction, args.sandbox, args.user,
-                                               sys.stdin.read())}
+                                               sys.stdin.read(), args.evicted)}
     except TransferError as exc:
         result = {"ok": False, "code": int(exc.code), "subcode": exc.subcode,
                   "reason": f"Transfer {args.direction} files failed: {exc}"}

@@ -54,7 +54,9 @@ SCRIPTS = {
                 "read_ads", "read_fields", "read_ids", "policy_exit", "read_groups",
                 "read_backfill",
                 # File transfer: inputs fetched and outputs returned (transfer/).
-                "transfer_chunk", "transfer_attach", "transfer_event"),
+                "transfer_chunk", "transfer_attach", "transfer_event",
+                # the checkpoint an evicted job replaces
+                "transfer_detach"),
 }
 # Plain commands a role sends beyond COMMON (WAIT: FETCHWORK_BROKER_WAIT_REPLICAS,
 # broker/connections/durability.py).

@@ -359,3 +359,37 @@ def test_the_pool_cap_refuses_a_submission_naming_its_knob(setup: Setup) -> None
     assert done.returncode == 1
     assert "TRANSFER_POOL_MAX_MB" in done.stderr and "nothing was queued" in done.stderr
     assert fw(setup.env, "q", "-totals").stdout == before
+
+
+CHECKPOINTED = """#!/bin/sh
+# Counts its runs in a file of its sandbox; the first run waits to be requeued.
+n=$(cat state/count 2>/dev/null || echo 0)
+n=$((n + 1))
+mkdir -p state && echo $n > state/count
+if [ $n -eq 1 ]; then echo started > started.txt; exec sleep 600; fi
+echo "run $n"
+"""
+
+
+def test_on_exit_or_evict_restores_the_checkpoint_after_requeue(setup: Setup) -> None:
+    folder = setup.work / "ckpt"
+    folder.mkdir()
+    (folder / "ckpt.sh").write_text(CHECKPOINTED)
+    (folder / "ckpt.sh").chmod(0o755)
+    _chown(folder)
+    path = folder / "ckpt.sub"
+    path.write_text("executable = ckpt.sh\nshould_transfer_files = YES\n"
+                    "when_to_transfer_output = ON_EXIT_OR_EVICT\noutput = ckpt.out\nqueue\n")
+    out = fw(setup.env, "submit", path.name, cwd=folder).stdout
+    job = out.split("cluster ")[1].split(".")[0] + ".0"
+    wait_until(lambda: ad_of(setup, job).get("JobStatus") == 2, timeout_s=60,
+               what="the job running")
+    execute = setup.work.parent / "state" / "execute"
+    wait_until(lambda: list(execute.rglob("started.txt")), timeout_s=60,
+               what="the first run counted in its sandbox")
+    fw(setup.env, "requeue", job)
+    ad = ended(setup, job)
+    assert ad["JobStatus"] == 4, ad.get("HoldReason")
+    wait_until(lambda: (folder / "ckpt.out").exists(), timeout_s=60, what="the output")
+    assert (folder / "ckpt.out").read_text() == "run 2\n"
+    assert ad.get("FetchworkCheckpointManifest")

@@ -184,10 +184,13 @@ end
 
 -- -> COMPLETED | REMOVED | FAILED: out of the queue, into history.
 local function to_history(key, id, kind, state, status)
-  -- No queued job needs its input files any more (transferrefs.lua).
-  local inputs, this_job = getv(key, 'FetchworkInputManifest'), 1
-  if inputs then
-    xfer_release(string.sub(K_QUEUE, 1, #K_QUEUE - #'queue'), inputs, this_job)
+  -- The job no longer needs its input files nor its checkpoint (transferrefs.lua).
+  local this_job = 1
+  for _, name in ipairs({'FetchworkInputManifest', 'FetchworkCheckpointManifest'}) do
+    local held = getv(key, name)
+    if held then
+      xfer_release(string.sub(K_QUEUE, 1, #K_QUEUE - #'queue'), held, this_job)
+    end
   end
   detach(key)  -- history keeps the whole ad (read while the job is still queued)
   redis.call('ZREM', K_QUEUE, id)
