@@ -128,6 +128,9 @@ class Glidein:
         life_s = pilot.lifetime_s(self.lifetime, base.get("GLIDEIN_LIFETIME") or "",
                                   os.environ.get("SLURM_JOB_END_TIME", ""), wall)
         noclaim = base.get_duration_s("STARTD_NOCLAIM_SHUTDOWN")
+        pilot.check_drain(life_s, base.get_duration_s("GLIDEIN_DRAIN_TIME"),
+                          pilot.lifetime_source(self.lifetime,
+                                                base.get("GLIDEIN_LIFETIME") or ""))
         plan = pilot.PilotPlan(now, life_s, base.get_duration_s("GLIDEIN_DRAIN_TIME"),
                                noclaim if noclaim > 0 else None)
         self.scratch = Path(tempfile.mkdtemp(prefix="fetchwork-glidein-",

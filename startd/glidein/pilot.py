@@ -52,6 +52,28 @@ def lifetime_s(given: str, knob: str, batch_end_at: str, now_wall: float) -> flo
     return None
 
 
+def check_drain(life_s: float | None, drain_s: float, lifetime_from: str) -> None:
+    """ConfigError when a lifetime of `life_s` (set by `lifetime_from`) leaves no time to
+    run a job before the drain, GLIDEIN_DRAIN_TIME = `drain_s` before its end: such a
+    glide-in would drain at once and run nothing. Refused, not shortened: a drain window
+    cut to fit would leave running jobs no time to vacate."""
+    if life_s is None or life_s > drain_s:
+        return
+    raise ConfigError(f"{lifetime_from} = {life_s:g} s leaves no time to run jobs: a "
+                      f"glide-in drains GLIDEIN_DRAIN_TIME = {drain_s:g} s before its end, "
+                      f"so it would drain at once and run nothing; give {lifetime_from} more "
+                      "than GLIDEIN_DRAIN_TIME, or lower GLIDEIN_DRAIN_TIME")
+
+
+def lifetime_source(given: str, knob: str) -> str:
+    """Which setting gave the lifetime (for messages), as lifetime_s chooses."""
+    if given.strip():
+        return "--lifetime"
+    if knob.strip():
+        return "GLIDEIN_LIFETIME"
+    return "the batch job's end (SLURM_JOB_END_TIME)"
+
+
 @dataclass(frozen=True)
 class PilotPlan:
     """When a glide-in that started at `started_at` stops."""

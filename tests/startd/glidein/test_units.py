@@ -112,3 +112,14 @@ def test_limits_of_this_process_are_sane() -> None:
     found = cgroups.limits()
     assert found.cpus >= 1
     assert found.memory_mb is None or found.memory_mb > 0
+
+
+def test_a_lifetime_within_the_drain_time_is_refused_naming_both_knobs() -> None:
+    with pytest.raises(ConfigError) as caught:
+        pilot.check_drain(90.0, 90.0, pilot.lifetime_source("", "90"))
+    assert "GLIDEIN_LIFETIME = 90 s" in str(caught.value)
+    assert "GLIDEIN_DRAIN_TIME = 90 s" in str(caught.value)
+    with pytest.raises(ConfigError, match="--lifetime = 30 s"):
+        pilot.check_drain(30.0, 90.0, pilot.lifetime_source("30", "3600"))
+    pilot.check_drain(91.0, 90.0, "GLIDEIN_LIFETIME")
+    pilot.check_drain(None, 90.0, "GLIDEIN_LIFETIME")
