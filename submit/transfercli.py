@@ -30,6 +30,8 @@ def submit_with_inputs(broker: Broker, ads: Sequence[dict[str, Any]], owner: str
     """Send the transferring jobs' inputs, then queue the cluster; a refused submission
     releases what it attached. The pool's cap is read here and nowhere else."""
     config = get_config()
+    if any(transfers(ad) for ad in ads):
+        delivery.expire_due(broker.store)  # outputs past TRANSFER_OUTPUT_LIFETIME go first
     for ad in ads:
         if spool and transfers(ad):
             ad[delivery.SPOOL_ATTR] = True

@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -297,6 +298,20 @@ def _urls_out(ad: Mapping[str, Any]) -> bool:
         str(ad.get("OutputDestination") or "").strip())
 
 
+def die_with_parent() -> None:
+    """Be killed when the starter dies (a startd killed mid-transfer takes its starters
+    with it): nothing half-sent is then attached, and the job runs again elsewhere.
+    A change of user clears this, so it is asked again after `become`."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:  # the starter died before the request took
+        os._exit(1)
+
+
 def become(user: str | None) -> None:
     """Become the job's user (`UID:GID`) when started as root; never stay root."""
     if os.geteuid() != 0:
@@ -309,10 +324,12 @@ def become(user: str | None) -> None:
     os.setuid(int(uid))
     if os.geteuid() == 0 or os.getuid() == 0:
         raise TransferError("could not leave root")
+    die_with_parent()
 
 
 def run(direction: str, sandbox: str, user: str | None, ad_text: str,
         evicted: bool = False) -> dict[str, Any]:
+    die_with_parent()
     config = get_config()
     ad = to_dict(parse_ad(ad_text, "job ad"))
     pool = config.require("FETCHWORK_POOL").strip()

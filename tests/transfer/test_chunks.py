@@ -17,7 +17,7 @@ from fetchwork.broker.client import Broker
 from fetchwork.broker.store import Store
 from fetchwork.config.loader import Config
 from fetchwork.errors import SubmitError, TransferError
-from fetchwork.transfer import chunks, stored
+from fetchwork.transfer import chunks, delivery, stored
 from fetchwork.transfer.chunks import CHUNK_BYTES, ChunkStore
 from fetchwork.transfer.manifest import Manifest, check_name, unpack
 
@@ -198,3 +198,15 @@ def test_a_manifest_packs_and_names_itself_by_its_digest() -> None:
     assert unpack(manifest.pack()) == manifest
     assert manifest.ident() == hashlib.sha256(manifest.pack()).hexdigest()
     assert chunks.read_exact  # the reader the starter side shares
+
+
+def test_outputs_expire_once_their_time_passed(store: Store, tmp_path: Path) -> None:
+    chunk_store = ChunkStore(store, HOUR_MS)
+    entry = _upload(chunk_store, _file(tmp_path / "f", 10, seed=9), "out")
+    ident = stored.attach(store, Manifest(files=(entry,)), jobs=1, cap_bytes=0,
+                          resend=lambda _d: None, output_of="8.0", expires_s=1000)
+    assert delivery.expire_due(store, now_s=999) == []
+    assert delivery.expire_due(store, now_s=1000) == ["8.0"]
+    assert stored.waiting_outputs(store) == {}
+    assert not store.client.exists(store.keys.xfer_manifest(ident))
+    assert not store.client.exists(store.keys.xfer_chunk(entry.chunks[0]))
