@@ -17,6 +17,7 @@ transfer events to the pool's stream.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import logging
 import os
@@ -304,8 +305,6 @@ def die_with_parent() -> None:
     A change of user clears this, so it is asked again after `become`."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
-
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1:  # the starter died before the request took
