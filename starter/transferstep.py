@@ -44,6 +44,8 @@ class Held:
     reason: str
     code: int
     subcode: int = 0
+    # The pool was unreachable: the job goes back to the queue instead of a hold.
+    retry: bool = False
 
 
 def _word(ad: Any, name: str, default: str) -> str:
@@ -158,13 +160,17 @@ class TransferStep:
                         f"{process.returncode}: {tail}", int(code))
         if not answer.get("ok"):
             return Held(str(answer.get("reason")), int(answer.get("code") or code),
-                        int(answer.get("subcode") or 0))
+                        int(answer.get("subcode") or 0), bool(answer.get("retry")))
         for name, value in dict(answer.get("attrs") or {}).items():
             self.ad[name] = classad2.ClassAd(value) if isinstance(value, dict) else value
         return None
 
     def hold(self, held: Held) -> str:
-        """Put the hold's attributes into the ad; the word for the exit hook."""
+        """Put the hold's attributes into the ad; the word for the exit hook (evict
+        when the pool was unreachable: the job runs again)."""
+        if held.retry:
+            log.warning("%s; the job goes back to the queue", held.reason)
+            return EVICT
         self.ad["HoldReason"] = held.reason
         self.ad["HoldReasonCode"] = held.code
         self.ad["HoldReasonSubCode"] = held.subcode

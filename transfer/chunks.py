@@ -14,7 +14,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from fetchwork.broker.store import Store, calls
 from fetchwork.errors import TransferError
@@ -98,13 +98,13 @@ class ChunkStore:
             if path is not None:
                 try:
                     with open(str(path), "rb") as handle:
-                        data = handle.read()
-                    if hashlib.sha256(data).hexdigest() == digest:
-                        return data
+                        cached = handle.read()
+                    if hashlib.sha256(cached).hexdigest() == digest:
+                        return cached
                 except OSError:
                     pass
-        data = self.store.client.get(self.store.keys.xfer_chunk(digest))
-        if data is None:
+        data: Any = self.store.client.get(self.store.keys.xfer_chunk(digest))
+        if not isinstance(data, bytes):
             raise TransferError(f"{name}: a chunk of this file is missing from the pool "
                                 f"({digest[:12]})")
         if hashlib.sha256(data).hexdigest() != digest:

@@ -11,6 +11,7 @@ next attempt writes them all again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -62,7 +63,7 @@ def deliver(store: Store, job_id: str, ad: Mapping[str, Any]) -> Delivery | None
         safefiles.make_folder(iwd, folder, code)
     for entry in manifest.files:
         safefiles.write_file(iwd, entry.name, entry.mode,
-                             lambda fd, entry=entry: chunk_store.download(entry, fd), code)
+                             functools.partial(chunk_store.download, entry), code)
     stored.settle(store, ident, job_id, DELIVERED)
     log.info("job %s: delivered %d file(s) into %s", job_id, len(manifest.files), iwd)
     return Delivery(job_id, len(manifest.files), manifest.size)

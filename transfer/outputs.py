@@ -125,19 +125,19 @@ def plan_outputs(ad: Mapping[str, Any], listing: Mapping[str, Found],
     else:
         for item in split_list(listed):
             name = check_name(item)
-            found = listing.get(name)
-            if found is None:
+            hit = listing.get(name)
+            if hit is None:
                 raise TransferError(f"{name}: the job did not make this output file "
                                     "(transfer_output_files)", CODE)
-            if found.kind == "l":
+            if hit.kind == "l":
                 raise TransferError(f"{name}: a symbolic link; links are not transferred",
                                     CODE)
-            if found.kind == "d":
+            if hit.kind == "d":
                 for inner, inner_found in sorted(listing.items()):
                     if inner.startswith(name + "/") and inner_found.kind == "f":
                         chosen[inner] = inner if preserve else posixpath.join(
                             posixpath.basename(name), inner[len(name) + 1:])
-            elif found.kind == "f":
+            elif hit.kind == "f":
                 chosen[name] = name if preserve else posixpath.basename(name)
             else:
                 raise TransferError(f"{name}: not a regular file", CODE)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import logging
 import os
@@ -29,12 +30,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from fetchwork.broker.connections.clients import connect
 from fetchwork.broker.store import Store, calls
 from fetchwork.config.ads import parse_ad, to_dict
 from fetchwork.config.loader import Config, get_config
 from fetchwork.config.protocol import HoldCode
-from fetchwork.errors import FetchworkError, SubmitError, TransferError
+from fetchwork.errors import (
+    FetchworkError,
+    RedisUnavailableError,
+    SubmitError,
+    TransferError,
+)
 
 from . import safefiles, stored
 from .cache import ChunkCache
@@ -141,7 +149,7 @@ class Step:
                 safefiles.make_folder(self.sandbox, name.rpartition("/")[0], code)
         for entry in manifest.files:
             safefiles.write_file(self.sandbox, entry.name, entry.mode,
-                                 lambda fd, entry=entry: chunk_store.download(entry, fd), code)
+                                 functools.partial(chunk_store.download, entry), code)
         url_bytes = self._urls(list(manifest.urls), Direction.DOWNLOAD, code)
         restored = self._restore(chunk_store, code)
         self._snapshot()
@@ -165,7 +173,7 @@ class Step:
             safefiles.make_folder(self.sandbox, folder, code)
         for entry in saved.files:
             safefiles.write_file(self.sandbox, entry.name, entry.mode,
-                                 lambda fd, entry=entry: chunk_store.download(entry, fd), code)
+                                 functools.partial(chunk_store.download, entry), code)
         log.info("job %s: restored %d file(s) of its checkpoint", self.job_id, len(saved.files))
         return len(saved.files)
 
@@ -231,8 +239,10 @@ class Step:
         listing = {name: [found.kind, found.size, found.mtime_ns]
                    for name, found in list_sandbox(self.sandbox).items()}
         text = json.dumps(listing).encode()
-        safefiles.write_file(self.sandbox, SNAPSHOT_FILE, 0o600,
-                             lambda fd: os.write(fd, text) and None,
+        def write(fd: int) -> None:
+            os.write(fd, text)
+
+        safefiles.write_file(self.sandbox, SNAPSHOT_FILE, 0o600, write,
                              HoldCode.TRANSFER_INPUT_ERROR)
 
     def _arrived(self) -> dict[str, Found]:
@@ -387,6 +397,12 @@ def main(argv: list[str] | None = None) -> int:
         result: dict[str, Any] = {"ok": True,
                                   "attrs": run(args.direction, args.sandbox, args.user,
                                                sys.stdin.read(), args.evicted)}
+    except (redis.ConnectionError, redis.TimeoutError, RedisUnavailableError) as exc:
+        # The pool's Redis went away mid-transfer: nothing half-sent is attached; the
+        # job goes back to the queue and runs again, it is not the job's fault.
+        result = {"ok": False, "retry": True, "code": int(default), "subcode": 0,
+                  "reason": f"Transfer {args.direction} files interrupted: the pool's Redis "
+                            f"is unreachable ({exc})"}
     except TransferError as exc:
         result = {"ok": False, "code": int(exc.code), "subcode": exc.subcode,
                   "reason": f"Transfer {args.direction} files failed: {exc}"}

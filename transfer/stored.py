@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from fetchwork.broker.store import Store, calls
 from fetchwork.config.loader import Config
@@ -63,8 +64,8 @@ def attach(store: Store, manifest: Manifest, jobs: int, cap_bytes: int,
 
 def load(store: Store, manifest_id: str) -> Manifest:
     """The manifest `manifest_id`; TransferError when the pool does not hold it."""
-    data = store.client.hget(store.keys.xfer_manifest(manifest_id), "data")
-    if data is None:
+    data: Any = store.client.hget(store.keys.xfer_manifest(manifest_id), "data")
+    if not isinstance(data, bytes):
         raise TransferError(f"the pool no longer holds the files of manifest "
                             f"{manifest_id[:12]}")
     return unpack(data)
@@ -87,7 +88,8 @@ def is_waiting(store: Store, job_id: str, manifest_id: str) -> bool:
 def waiting_outputs(store: Store) -> dict[str, tuple[str, float]]:
     """Job id -> (output manifest id, expiry in s) of outputs not yet delivered."""
     found: dict[str, tuple[str, float]] = {}
-    for member, score in store.client.zrange(store.keys.xfer_outputs, 0, -1, withscores=True):
+    members: Any = store.client.zrange(store.keys.xfer_outputs, 0, -1, withscores=True)
+    for member, score in members:
         text = member.decode() if isinstance(member, bytes) else str(member)
         job, _, ident = text.partition("|")
         found[job] = (ident, float(score))

@@ -104,6 +104,9 @@ def write_configuration(scratch: Path, fits: str) -> str:
     if site:
         lines.append(f"include : {os.path.abspath(site)}")
     lines.append(f"START = ($(START)) && {fits}")
+    # A glide-in shares no file system with anyone: its own FileSystemDomain, so jobs
+    # with should_transfer_files = IF_NEEDED transfer their files (unless the site set one).
+    lines.append(f"FILESYSTEM_DOMAIN = $(FILESYSTEM_DOMAIN:{scratch.name})")
     path = scratch / GLIDEIN_CONF
     path.write_text("\n".join(lines) + "\n")
     return str(path)

@@ -11,7 +11,6 @@ import os
 import pwd
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

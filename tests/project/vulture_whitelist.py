@@ -121,13 +121,10 @@ _.filtered
 # File transfer's execute-side parts (transfer/cache.py, transfer/plugins.py):
 # the API the starter's transfers call, and the typed fields of a plugin's
 # report they read for the job's transfer statistics.
-_.path_of
 _.from_job
-_.total_bytes
 _.transfer_type
 _.start_time
 _.end_time
-_.with_job
-_.plugin_for
-_.plugin_lifetime_s
-_.run_plugin
+
+# File transfer's commands, loaded by name (fetchwork/cli.py COMMANDS).
+_.transfer_data_command
