@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import posixpath
+import signal
 import socket
 import subprocess
 import sys
@@ -147,7 +148,10 @@ class TransferStep:
                 text = None
                 if stop():
                     log.info("a stop request ends the %s transfer", direction)
-                    process.kill()
+                    try:  # the program and whatever it started (its own session)
+                        os.killpg(process.pid, signal.SIGKILL)
+                    except OSError:
+                        process.kill()
                     process.communicate()
                     return Held(f"the {direction} transfer was stopped", int(code))
         for line in err.splitlines()[-20:]:

@@ -70,6 +70,9 @@ from .plugins import (
 log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
+# prctl(PR_SET_PDEATHSIG): a transfer dies with its starter, a plugin with its transfer.
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 # The Lua scripts the transfer steps call.
 SCRIPTS = ("transfer_chunk", "transfer_attach", "transfer_event", "transfer_detach")
 # The job's last checkpoint (ON_EXIT_OR_EVICT): the manifest of its evicted sandbox.
@@ -227,7 +230,8 @@ class Step:
             moved = 0
             for plugin, files in batches.values():
                 run_ = run_plugin(plugin, files, folder=Path(self.sandbox), direction=direction,
-                                  env=env, timeout_s=plugin_lifetime_s(self.config))
+                                  env=env, timeout_s=plugin_lifetime_s(self.config),
+                                  preexec_fn=_plugin_dies_with_us)
                 if not run_.ok:
                     raise TransferError(run_.failure(), code, run_.exit_code)
                 moved += sum(result.total_bytes or 0 for result in run_.results)
@@ -313,12 +317,18 @@ def die_with_parent() -> None:
     """Be killed when the starter dies (a startd killed mid-transfer takes its starters
     with it): nothing half-sent is then attached, and the job runs again elsewhere.
     A change of user clears this, so it is asked again after `become`."""
-    if not sys.platform.startswith("linux"):
+    if _LIBC is None:
         return
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1:  # the starter died before the request took
         os._exit(1)
+
+
+def _plugin_dies_with_us() -> None:
+    """In a plugin's child before its exec: killed when this transfer is (a plugin runs
+    in a session of its own, so a kill of ours would not reach it)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def become(user: str | None) -> None:
