@@ -140,19 +140,11 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
                                  if argv is not None
                                  else _parse_file(file or "-", cluster, commands, max_attrs)),
         owner, lambda warning: click.echo(f"fetchwork: warning: {warning}", err=True))
+                                 else _parse_file(file or "-", cluster, commands)),
+        owner, lambda warning: click.echo(f"fetchwork: warning: {warning}", err=True),
+        spool=options.get("spool", False),
+        say=lambda text: click.echo(f"fetchwork: {text}", err=True))
     cluster, submitted = queued.cluster, queued.submitted
-    cluster = broker.next_cluster()
-    if argv is not None:
-        parsed = command_jobs(argv, cluster, commands, count=options["count"])
-    else:
-        parsed = _parse_file(file or "-", cluster, commands)
-    for warning in parsed.warnings:
-        click.echo(f"fetchwork: warning: {warning}", err=True)
-    if not parsed.ads:
-        raise SubmitFileError("the submit description queues no jobs")
-    user_logs = userlogsync.create_logs(parsed.ads)
-    submitted = transfercli.submit_with_inputs(broker, parsed.ads, owner, cluster,
-                                               options.get("spool", False))
     ids = submitted.job_ids
     click.echo(f"{len(ids)} job(s) submitted to cluster {cluster}.")
     userlogsync.await_logged(broker, queued.user_logs)

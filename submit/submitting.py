@@ -22,7 +22,7 @@ from typing import Any
 from fetchwork.broker.client import Broker
 from fetchwork.broker.submission.submitter import Submitted
 from fetchwork.errors import SubmitFileError
-from fetchwork.submit import userlogsync
+from fetchwork.submit import transferring, userlogsync
 from fetchwork.submit.submitfile import ParsedSubmit
 
 # Longest block on the event stream while waiting for verdicts.
@@ -59,10 +59,13 @@ class Queued:
 
 
 def queue_description(broker: Broker, parse: Callable[[int], ParsedSubmit], owner: str,
-                      warn: Callable[[str], None]) -> Queued:
+                      warn: Callable[[str], None], spool: bool = False,
+                      say: Callable[[str], None] | None = None) -> Queued:
     """Queue the jobs `parse(cluster)` makes of a description as one new cluster owned
     by `owner`; each warning of the description goes to `warn` first. A description
-    that queues no job is refused (SubmitFileError)."""
+    that queues no job is refused (SubmitFileError). Jobs that transfer files send
+    their inputs first (transferring.py; `say` hears how much), and with `spool`
+    keep their outputs in the pool until fetched."""
     cluster = broker.next_cluster()
     parsed = parse(cluster)
     for warning in parsed.warnings:
@@ -70,7 +73,8 @@ def queue_description(broker: Broker, parse: Callable[[int], ParsedSubmit], owne
     if not parsed.ads:
         raise SubmitFileError("the submit description queues no jobs")
     user_logs = userlogsync.create_logs(parsed.ads)
-    submitted = broker.submit_cluster(parsed.ads, owner=owner, cluster_id=cluster)
+    submitted = transferring.submit_with_inputs(broker, parsed.ads, owner, cluster, spool,
+                                                **({"say": say} if say else {}))
     return Queued(cluster, submitted, user_logs, parsed.ads)
 
 

@@ -12,37 +12,15 @@ from typing import Any
 import click
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.submission.submitter import Submitted
 from fetchwork.config.ads import to_dict
-from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import job_id_key, parse_job_id
 from fetchwork.errors import FetchworkError, TransferError
 from fetchwork.submit.options import CondorCommand
 from fetchwork.submit.usercli import connect_broker
 from fetchwork.transfer import delivery, stored
-from fetchwork.transfer.inputs import transfers, upload_inputs
+from fetchwork.transfer.inputs import transfers
 
 log = logging.getLogger(__name__)
-
-
-def submit_with_inputs(broker: Broker, ads: Sequence[dict[str, Any]], owner: str,
-                       cluster: int, spool: bool) -> Submitted:
-    """Send the transferring jobs' inputs, then queue the cluster; a refused submission
-    releases what it attached. The pool's cap is read here and nowhere else."""
-    config = get_config()
-    if any(transfers(ad) for ad in ads):
-        delivery.expire_due(broker.store)  # outputs past TRANSFER_OUTPUT_LIFETIME go first
-    for ad in ads:
-        if spool and transfers(ad):
-            ad[delivery.SPOOL_ATTR] = True
-    uploaded = upload_inputs(broker.store, ads, stored.pool_cap_bytes(config),
-                             stored.pending_ms(config),
-                             say=lambda text: click.echo(f"fetchwork: {text}", err=True))
-    try:
-        return broker.submit_cluster(ads, owner=owner, cluster_id=cluster)
-    except BaseException:
-        uploaded.rollback()
-        raise
 
 
 def _jobs_named(broker: Broker, ids: Sequence[str]) -> list[str]:

@@ -1,4 +1,3 @@
 """File transfer through the pool's Redis: a job's input and output sandboxes as
 content-addressed chunks, their manifests, the submit side's upload, the execute
 side's transfer step and the delivery of outputs into the job's `Iwd`."""
-"""File transfer through the broker: chunks, manifests, the execute machine's cache and URL plugins."""

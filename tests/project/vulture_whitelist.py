@@ -118,6 +118,7 @@ _.filtered
 # File transfer's execute-side parts (transfer/cache.py): the API the
 # starter's transfers call.
 
+
 # File transfer's execute-side parts (transfer/cache.py, transfer/plugins.py):
 # the API the starter's transfers call, and the typed fields of a plugin's
 # report they read for the job's transfer statistics.
@@ -128,3 +129,11 @@ _.end_time
 
 # File transfer's commands, loaded by name (fetchwork/cli.py COMMANDS).
 _.transfer_data_command
+
+# The Python API (fetchwork/schedd.py): htcondor2's methods, which users' scripts
+# call; the package's lazy attribute lookup (PEP 562); `fetchwork qedit`.
+_.act
+_.clusterad
+_.qedit_command
+_.procad
+_.__getattr__
