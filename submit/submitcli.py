@@ -19,10 +19,7 @@ from fetchwork.broker.client import Broker
 from fetchwork.config.ads import format_ad, from_dict
 from fetchwork.config.protocol import JobStatus, job_id_key
 from fetchwork.errors import SubmitFileError
-from fetchwork.submit import poolcheck, reading, submitting, tables, userlogsync
-
-
-from fetchwork.submit import poolcheck, reading, tables, transfercli, userlogsync
+from fetchwork.submit import poolcheck, reading, submitting, tables, transfercli, userlogsync
 from fetchwork.submit.options import CondorCommand
 from fetchwork.submit.rootwarning import warn_if_root
 from fetchwork.submit.submitfile import ParsedSubmit, command_jobs, parse_submit
@@ -139,8 +136,6 @@ def submit_command(ctx: click.Context, file: str | None, wait: bool, no_wait: bo
                                               max_attrs=max_attrs)
                                  if argv is not None
                                  else _parse_file(file or "-", cluster, commands, max_attrs)),
-        owner, lambda warning: click.echo(f"fetchwork: warning: {warning}", err=True))
-                                 else _parse_file(file or "-", cluster, commands)),
         owner, lambda warning: click.echo(f"fetchwork: warning: {warning}", err=True),
         spool=options.get("spool", False),
         say=lambda text: click.echo(f"fetchwork: {text}", err=True))

@@ -53,7 +53,7 @@ TRANSITIONS = ("stage", "submit", "claim", "claim_quiet", "reject", "renew", "fi
                "admit_signed")
 STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_ids",
               "trim_history", "userlog_advance", "read_groups", "bypass", "read_backfill",
-              "publish_rules")
+              "publish_rules",
               # File transfer: chunks, manifests and their references (transferrefs.lua).
               "transfer_chunk", "transfer_attach", "transfer_detach", "transfer_settle",
               "transfer_event")

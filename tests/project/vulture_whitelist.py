@@ -114,11 +114,6 @@ _.__getattr__
 # submit.lua from the published fields only.
 _.filtered
 
-
-# File transfer's execute-side parts (transfer/cache.py): the API the
-# starter's transfers call.
-
-
 # File transfer's execute-side parts (transfer/cache.py, transfer/plugins.py):
 # the API the starter's transfers call, and the typed fields of a plugin's
 # report they read for the job's transfer statistics.
