@@ -29,7 +29,7 @@ def submit_with_inputs(broker: Broker, ads: Sequence[dict[str, Any]], owner: str
     for ad in ads:
         if spool and transfers(ad):
             ad[delivery.SPOOL_ATTR] = True
-    uploaded = upload_inputs(broker.store, ads, stored.pool_cap_bytes(config),
+    uploaded = upload_inputs(broker.store, ads, stored.pool_cap_bytes(broker.store),
                              stored.pending_ms(config), say=say)
     try:
         return broker.submit_cluster(ads, owner=owner, cluster_id=cluster)

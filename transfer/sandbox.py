@@ -201,7 +201,7 @@ class Step:
                     chunk_store.upload(fd, entry.name, entry.mode)
 
         try:
-            ident = stored.attach(self.store, manifest, 1, stored.pool_cap_bytes(self.config),
+            ident = stored.attach(self.store, manifest, 1, stored.pool_cap_bytes(self.store),
                                   resend)
         except SubmitError as exc:
             raise TransferError(f"the checkpoint cannot be kept: {exc}", code) from exc
@@ -285,7 +285,7 @@ class Step:
                         HoldCode.MAX_TRANSFER_OUTPUT_SIZE_EXCEEDED)
                 entries.append(chunk_store.upload(fd, item.target, info.st_mode & 0o777))
         manifest = Manifest(tuple(entries))
-        lifetime_s = self.config.get_duration_s("TRANSFER_OUTPUT_LIFETIME")
+        lifetime_s = stored.pool_seconds(self.store, "TRANSFER_OUTPUT_LIFETIME")
 
         def resend(_missing: list[str]) -> None:
             for item in planned:
@@ -294,7 +294,7 @@ class Step:
 
         try:
             ident = stored.attach(self.store, manifest, 1,
-                                  stored.pool_cap_bytes(self.config), resend,
+                                  stored.pool_cap_bytes(self.store), resend,
                                   output_of=self.job_id,
                                   expires_s=int(time.time() + lifetime_s))
         except SubmitError as exc:

@@ -6,10 +6,11 @@ bytes of transferred files, read in one place (`pool_cap_bytes`).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
-from fetchwork.broker.store import Store, calls
+from fetchwork.broker.store import Store, calls, poolrules
 from fetchwork.config.loader import Config
 from fetchwork.errors import SubmitError, TransferError
 
@@ -23,9 +24,28 @@ CAP_KNOB = "TRANSFER_POOL_MAX_MB"
 _ATTACH_TRIES = 3
 
 
-def pool_cap_bytes(config: Config) -> int:
-    """The pool's cap on the bytes of transferred files (0: none)."""
-    return max(0, config.get_int(CAP_KNOB)) * 1024 * 1024
+def pool_cap_bytes(store: Store) -> int:
+    """The pool's cap on the bytes of transferred files (0: none): the value its broker
+    service published (TRANSFER_POOL_MAX_MB), never a submitting client's own; before
+    any publication, the packaged default."""
+    return max(0, int(float(pool_knob(store, CAP_KNOB)))) * 1024 * 1024
+
+
+def pool_knob(store: Store, name: str) -> str:
+    """A transfer knob as the pool's leader published it, else the packaged default."""
+    published = poolrules.read(store)
+    if published is not None and name in published.knobs:
+        return published.knobs[name]
+    return Config.load(environ={}, config_file=os.devnull).require(name)
+
+
+def pool_seconds(store: Store, name: str) -> float:
+    """A transfer duration knob of the pool (`pool_knob`), in seconds."""
+    text = pool_knob(store, name)
+    try:
+        return float(text)
+    except ValueError:
+        return Config.load(environ={}, config_file=os.devnull).get_duration_s(name)
 
 
 def pending_ms(config: Config) -> int:

@@ -59,7 +59,9 @@ KNOBS: dict[str, tuple[str, ...]] = {
 POOL_KNOBS = frozenset({name for names in KNOBS.values() for name in names} | {
     "ACTIVATION_FILTER_NAMES", "SUBMIT_FILTER_TIMEOUT", "ACTIVATION_FILTER_TIMEOUT",
     "ACTIVATION_FILTER_INTERVAL", "ACTIVATION_RESERVATION_TIMEOUT", "DEFAULT_HOLD_DURATION",
-    "POLICY_INTERVAL", "QOS_NAMES", "FAIRSHARE_WINDOW", "FAIRSHARE_DEPTH"})
+    "POLICY_INTERVAL", "QOS_NAMES", "FAIRSHARE_WINDOW", "FAIRSHARE_DEPTH",
+    # File transfer: the pool's cap on stored files, and how long outputs wait.
+    "TRANSFER_POOL_MAX_MB", "TRANSFER_OUTPUT_LIFETIME"})
 # ... and the families (MAXPS_SOFT_<PROJECT>, a filter's definition, a template's knobs).
 POOL_KNOB_PREFIXES = ("MAXPS_SOFT_", "MAXPS_HARD_", "SUBMIT_FILTER_", "ACTIVATION_FILTER_",
                       "JOB_TEMPLATE_", "PRIORITY_", "QOS_", "FAIRSHARE_TARGET_")

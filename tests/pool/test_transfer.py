@@ -105,7 +105,8 @@ def _chown(path: Path) -> None:
 @pytest.fixture(scope="module")
 def setup() -> Iterator[Setup]:
     with open_folder("fw-xfer-") as root:
-        with pool_up(root, 2, STARTER_ALLOW_RUNAS_OWNER="false") as pool:
+        with pool_up(root, 2, STARTER_ALLOW_RUNAS_OWNER="false",
+                     TRANSFER_POOL_MAX_MB="8") as pool:
             env = {**pool.env, "USER": SUBMITTER, "LOGNAME": SUBMITTER}
             work = root / "work"
             work.mkdir()
@@ -347,14 +348,16 @@ def test_inputs_are_counted_by_the_queued_jobs_that_need_them(setup: Setup) -> N
     assert not client.exists(refs.replace("refs", f"chunk:{digest}"))
 
 
-def test_the_pool_cap_refuses_a_submission_naming_its_knob(setup: Setup) -> None:
+def test_the_pools_own_cap_refuses_a_submission_naming_its_knob(setup: Setup) -> None:
     path = setup.work / "capped.sub"
-    (setup.work / "capped.in").write_bytes(os.urandom(2_100_000))  # new to the pool
+    (setup.work / "capped.in").write_bytes(os.urandom(9_000_000))  # new to the pool
     _chown(setup.work / "capped.in")
     path.write_text("executable = prog.sh\nshould_transfer_files = YES\n"
                     "transfer_input_files = capped.in\nqueue\n")
     before = fw(setup.env, "q", "-totals").stdout
-    done = fw({**setup.env, "_FETCHWORK_TRANSFER_POOL_MAX_MB": "1"}, "submit", path.name,
+    # The pool's cap (8 MB, its broker service's), not the one the client's own
+    # configuration would set.
+    done = fw({**setup.env, "_FETCHWORK_TRANSFER_POOL_MAX_MB": "100000"}, "submit", path.name,
               cwd=setup.work, check=False)
     assert done.returncode == 1
     assert "TRANSFER_POOL_MAX_MB" in done.stderr and "nothing was queued" in done.stderr
