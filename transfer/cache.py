@@ -47,11 +47,6 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
-
-
-from collections.abc import Iterator
-
-
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,8 +187,6 @@ class ChunkCache:
     def _checked(self, path: Path, digest: str, actual: str) -> bool:
         """Whether the chunk at `path` is `digest` (its SHA-256 is `actual`): touched if
         so, removed if not."""
-
-
         if actual != digest:
             log.warning("chunk cache: %s is damaged (its SHA-256 is %s); removing it", path,
                         actual)
@@ -202,10 +195,6 @@ class ChunkCache:
         with contextlib.suppress(OSError):  # a reader that may not write keeps its order
             os.utime(path)
         return True
-            return None
-        with contextlib.suppress(OSError):  # a reader that may not write keeps its order
-            os.utime(path)
-        return path
 
     def __contains__(self, digest: str) -> bool:
         """Whether a chunk is cached (not checked, not touched)."""
@@ -370,14 +359,6 @@ class ChunkCache:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
                 self._write_usage(self._evict(keep=None))
-        """Remove a damaged chunk and take its bytes off the count."""
-        try:
-            with self._locked():
-                size = path.stat().st_size
-                path.unlink()
-                self._write_usage(self._read_usage() - size)
-        except FileNotFoundError:
-            pass
         except OSError as exc:
             log.warning("chunk cache: cannot remove the damaged chunk %s: %s", path,
                         exc.strerror or exc)

@@ -58,6 +58,12 @@ SCRIPTS = {
                 # the checkpoint an evicted job replaces
                 "transfer_detach"),
 }
+# File transfer: the submitter sends inputs and settles outputs it fetched.
+SCRIPTS["submitter"] += ("transfer_chunk", "transfer_attach", "transfer_detach",
+                         "transfer_settle")
+# What the transfer scripts (and a job leaving the queue) do to the transfer keys,
+# and nowhere else (lua/transferrefs.lua).
+TRANSFER_BODIES = ("set", "pexpire", "persist", "hincrby", "incrby", "decrby", "del", "strlen")
 # Plain commands a role sends beyond COMMON (WAIT: FETCHWORK_BROKER_WAIT_REPLICAS,
 # broker/connections/durability.py).
 OWN: dict[str, tuple[str, ...]] = {"submitter": ("wait",), "execute": ()}
@@ -87,17 +93,6 @@ SELECTED: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = {
           "ac:members", "ac:groups", "slots"), ("zadd",)),
     ),
 }
-
-
-# File transfer: the submitter sends inputs and settles outputs it fetched.
-SCRIPTS["submitter"] += ("transfer_chunk", "transfer_attach", "transfer_detach",
-                         "transfer_settle")
-# What the transfer scripts (and a job leaving the queue) do to the transfer keys,
-# and nowhere else (lua/transferrefs.lua).
-TRANSFER_BODIES = ("set", "pexpire", "persist", "hincrby", "incrby", "decrby", "del", "strlen")
-# Plain commands a role sends beyond COMMON (submit allocates cluster and sequence numbers;
-# WAIT: FETCHWORK_BROKER_WAIT_REPLICAS, broker/connections/durability.py).
-OWN = {"submitter": ("incr", "incrby", "sadd", "wait"), "execute": ()}
 # Kept from the admin too: commands whose reach is the whole server, not one pool.
 SERVER_WIDE = ("keys", "scan", "randomkey", "flushall", "flushdb", "swapdb", "config", "debug",
                "shutdown", "monitor", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",
