@@ -90,17 +90,10 @@ _.step_count  # starter/rehearsal.py: only the tests call it
 # File transfer's execute-side parts (transfer/cache.py, transfer/plugins.py):
 # the API the starter's transfers call, and the typed fields of a plugin's
 # report they read for the job's transfer statistics.
-_.path_of
-_.fill
 _.from_job
-_.total_bytes
 _.transfer_type
 _.start_time
 _.end_time
-_.with_job
-_.plugin_for
-_.plugin_lifetime_s
-_.run_plugin
 
 # The Python API (fetchwork/schedd.py): htcondor2's methods, which users' scripts
 # call; the package's lazy attribute lookup (PEP 562); `fetchwork qedit`. (Schedd.act
@@ -127,7 +120,6 @@ _.transfer_data_command
 
 # The Python API (fetchwork/schedd.py): htcondor2's methods, which users' scripts
 # call; the package's lazy attribute lookup (PEP 562); `fetchwork qedit`.
-_.act
 _.clusterad
 _.qedit_command
 _.procad
