@@ -93,9 +93,14 @@ class BackfillLeader:
                    config.get_duration_s("BACKFILL_MIN_INTERVAL"),
                    config.get_duration_s("POLICY_INTERVAL"))
 
-    def is_backfill_start(self, job_id: str) -> bool:
-        """Whether starting `job_id` now starts a lower job ahead of the reserved one."""
+    def is_backfill_start(self, job_id: str, order: float | None = None) -> bool:
+        """Whether starting `job_id` (at idle score `order`, when known) now starts a
+        lower job ahead of the reserved one. A job whose score comes before the
+        reserved job's is never one (plan.decide's rule): a job under evaluation is
+        out of the idle set, so a pass that ran meanwhile did not list it ahead."""
         reservation = self._reservation
+        if order is not None and reservation is not None and order < reservation.order:
+            return False
         return (reservation is not None and job_id != reservation.job_id
                 and job_id not in self._not_bypass)
 

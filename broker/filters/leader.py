@@ -120,7 +120,7 @@ class FilterLeader:
         self._lock = threading.Lock()
         # Whether a job's start would be a backfill start (the leader's backfill pass
         # says; broker/backfill/leader.py): its chain sees FETCHWORK_BACKFILL=1.
-        self.is_backfill_start: Callable[[str], bool] = lambda job: False
+        self.is_backfill_start: Callable[[str, float | None], bool] = lambda job, order: False
         # Events are worth a pass only when submissions or claims may ask for a verdict.
         summary = self.summary()
         self.reads_events = summary.submit or summary.activate or bool(summary.templates)
@@ -350,7 +350,9 @@ class FilterLeader:
         facts, deadline_s = request_facts(request)
         if time.time() >= deadline_s - VERDICT_MARGIN_S:
             return  # too late for the claim; it (or activation_expire) puts the job back
-        facts = replace(facts, backfill=self.is_backfill_start(job))
+        order = data.get("FetchworkOrder")
+        facts = replace(facts, backfill=self.is_backfill_start(
+            job, float(order) if isinstance(order, int | float) else None))
         result = activate(data, self.settings, bounded(self.call, deadline_s), facts, time.time())
         action, reason = result.action, result.verdict.reason
         if facts.backfill and backfill_action(action) is not action:
