@@ -23,7 +23,7 @@ from fetchwork.broker.backfill.leader import BackfillLeader
 from fetchwork.broker.client import Broker
 from fetchwork.broker.filters.leader import FilterLeader
 from fetchwork.broker.filters.settings import load_settings
-from fetchwork.broker.store import codec
+from fetchwork.broker.store import calls, codec
 from fetchwork.config.loader import Config
 from tests.support.filterprogs import write_filter
 from tests.support.rules import publish_rules
@@ -150,3 +150,34 @@ def test_the_reserved_slot_is_kept_whatever_order_the_slots_ask_in(
     a = site.broker.query("Tag == \"A\"")
     assert len(a) == 1 and a[0]["FetchworkReservedSlot"] == reserved
 
+
+@pytest.mark.parametrize("later_answer", ["retry", "block"])
+def test_a_later_answer_neither_moves_nor_drops_the_reservation(
+        redis_client, pool_name, tmp_path, later_answer):
+    """A held slot stays the job's when its next evaluation is a backfill start (which
+    may neither reserve nor block) or answers 1: only a start, a failure, a hold or the
+    reservation's timeout ends it."""
+    site = Site(redis_client, pool_name, tmp_path)
+    broker = site.broker
+    try:
+        (a_id,) = broker.submit([job("A")])
+
+        def answer(action: str) -> Callable[[str], None]:
+            def decide(job_id: str) -> None:
+                token = broker.get(job_id)["FetchworkClaim"]
+                assert calls.activate_defer(broker.store, job_id=job_id, token=token,
+                                            action=action, reason=action, interval_ms=0,
+                                            reply_ttl_ms=60_000)
+            return decide
+
+        assert site.ask("slot2@m", answer("reserve")) is None
+        assert site.ask("slot2@m", answer(later_answer)) is None
+        assert site.reservations() == {"slot2@m": a_id}
+        assert broker.get(a_id)["FetchworkReservedSlot"] == "slot2@m"
+        (b_id,) = broker.submit([job("B")])
+        assert site.ask("slot2@m", answer("reserve")) is None  # A again, not B
+        assert broker.get(b_id)["FetchworkState"] == "IDLE"
+        assert site.ask("slot1@m")["Tag"] == "B"
+        assert site.reservations() == {"slot2@m": a_id}
+    finally:
+        site.close()
