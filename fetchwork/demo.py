@@ -4,7 +4,9 @@ On a temporary state directory it brings a pool up (embedded Redis, broker
 service, a 2-slot startd with the reference hooks), submits a mixed cluster
 from an HTCondor submit description (short and longer jobs, one that fails,
 one urgent, one held and later released), shows the queue live until it
-drains, prints the history and a summary, and takes everything down again.
+drains and the slots have let their last claims go (a slot keeps its claim
+until its next fetch finds no work), prints the history and a summary, and
+takes everything down again.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console, Group
@@ -67,8 +71,25 @@ DEMO_KNOBS = {
 }
 
 
+# Seconds the demo waits, once the queue is empty, for every slot to report that it
+# has let its last job go (a slot keeps its claim until its next fetch finds no work).
+SETTLE_S = 20.0
+
+
 class DemoError(FetchworkError):
     """The demo could not finish its tour."""
+
+
+def unsettled(slot_ads: Sequence[Any], slots: int) -> list[str]:
+    """What keeps the slot table from being the pool's picture after its last job: the
+    slots missing, and those still claimed or naming a job (none: it is settled)."""
+    found = [f"{slots - len(slot_ads)} slot(s) not reported"] if len(slot_ads) < slots else []
+    for ad in slot_ads:
+        state, job = ad.get("State"), ad.get("JobId")
+        if state in ("Claimed", "Preempting") or job:
+            found.append(f"{ad.get('Name')} {state} {ad.get('Activity')}"
+                         + (f" with job {job}" if job else ""))
+    return found
 
 
 def _view(broker: Broker, note: str, jobs: list) -> Group:
@@ -125,6 +146,7 @@ def run_demo(console: Console, slots: int = 2, timeout_s: float = 120.0) -> int:
                 if time.monotonic() > deadline:
                     raise DemoError(f"the jobs did not finish within {timeout_s:.0f}s")
                 time.sleep(0.25)
+            _settle(broker, live, slots)
         history = sorted(broker.history(f"ClusterId == {cluster}"),
                          key=lambda ad: ad.get("ProcId", 0))
         console.line(2)
@@ -141,6 +163,24 @@ def run_demo(console: Console, slots: int = 2, timeout_s: float = 120.0) -> int:
     finally:
         pool.stop()
         shutil.rmtree(state, ignore_errors=True)
+
+
+def _settle(broker: Broker, live: Live, slots: int) -> None:
+    """Once the queue is empty, show the slots as they are after the last job: wait (at
+    most SETTLE_S) until each has reported letting its claim go, then draw the view
+    a last time, saying so when some slot has not."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        slot_ads = broker.slots()
+        left = unsettled(slot_ads, slots)
+        if not left or time.monotonic() > deadline:
+            break
+        live.update(_view(broker, "the queue is empty; waiting for the slots to report", []))
+        time.sleep(0.25)
+    note = "the queue is empty and every slot is free" if not left else (
+        f"the queue is empty; not yet reported after {SETTLE_S:.0f}s: {'; '.join(left)}")
+    live.update(Group(Text(note, style="bold"), tables.queue_table([], time.time()),
+                      Text(tables.queue_summary([])), tables.slot_table(slot_ads)))
 
 
 def _summary(console: Console, history: list, work: Path, elapsed_s: float) -> None:
