@@ -27,7 +27,8 @@ def glidein_command(lifetime: str, name: str | None) -> None:
     It takes no job whose AllowedJobDuration ends after its drain time;
     GLIDEIN_DRAIN_TIME seconds before its lifetime ends it evicts running
     jobs back to the queue and exits; it exits after STARTD_NOCLAIM_SHUTDOWN
-    seconds without a claim; SIGTERM drains it at once.
+    seconds without a claim; SIGTERM drains it at once. A lifetime no longer
+    than GLIDEIN_DRAIN_TIME is refused (exit 1): it would run nothing.
 
     It prints one summary line (jobs run, time busy, why it stopped) and
     exits 0 after a clean stop.

@@ -5,7 +5,8 @@ folders), removed at exit; writes there the packaged pool.conf (the
 reference hooks) and a configuration file that includes the site's and adds
 to START that a job's AllowedJobDuration must end before the drain; sizes
 the slots from the cgroup limits the batch system set; then runs a startd
-whose loop also applies the pilot's plan (glidein/pilot.py): a graceful shutdown,
+whose loop also applies the pilot's plan (glidein/pilot.py; a lifetime no longer
+than the drain time is refused before anything starts): a graceful shutdown,
 which evicts running jobs back to the queue, when the drain time comes or
 after STARTD_NOCLAIM_SHUTDOWN seconds without a claim. Every connection is
 the hooks' outbound one to the pool's Redis.

@@ -148,3 +148,20 @@ def test_the_slurm_script_runs_a_glidein_outside_slurm_too(redis_url: str, pool_
     assert "-4242" in done.stderr  # the slot names carry the batch job's id
     assert [ad["JobStatus"] for ad in jobs(env).values()] == [4]
     assert scratch_folders(job_tmp) == []
+
+
+def test_a_lifetime_within_the_drain_time_is_refused_before_any_job(
+        redis_url: str, pool_name: str, job_tmp: Path) -> None:
+    """GLIDEIN_LIFETIME = 90 with the default GLIDEIN_DRAIN_TIME would drain at once and
+    run nothing: the glide-in says so, naming both knobs, and takes no job."""
+    env = env_for(redis_url, pool_name, job_tmp, GLIDEIN_LIFETIME="90", NUM_SLOTS="1")
+    fw(env, "submit", "--", "/bin/true", cwd=job_tmp)
+    done = subprocess.run([sys.executable, "-m", "fetchwork", "glidein"], env=env,
+                          cwd=job_tmp, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "GLIDEIN_LIFETIME = 90 s" in done.stderr and "GLIDEIN_DRAIN_TIME = 90 s" in done.stderr
+    assert "run nothing" in done.stderr and done.stdout == ""
+    job = jobs(env)["1.0"]
+    assert job["JobStatus"] == 1 and not job.get("NumJobMatches"), job
+    assert scratch_folders(job_tmp) == []
+    fw(env, "rm", "-all")
