@@ -72,7 +72,8 @@ class GlideinStartd(Startd):
         if any(slot.claim or slot.starter or slot.pending for slot in self.slots):
             self.last_claim_at = now
         if self.shutdown_plan is None:
-            action = pilot.next_action(self.plan, now, self.last_claim_at)
+            fetching = any(slot.clock.outstanding for slot in self.slots)
+            action = pilot.next_action(self.plan, now, self.last_claim_at, fetching)
             if action is not None:
                 self.stopped_why = WHY[action]
                 if action == pilot.NOCLAIM:

@@ -91,13 +91,18 @@ class PilotPlan:
         return self.started_at + max(0.0, self.lifetime_s - self.drain_s)
 
 
-def next_action(plan: PilotPlan, now: float, last_claim_at: float) -> str | None:
+def next_action(plan: PilotPlan, now: float, last_claim_at: float,
+                fetching: bool = False) -> str | None:
     """DRAIN once the drain time has come, NOCLAIM after STARTD_NOCLAIM_SHUTDOWN seconds
-    without any claim, else None."""
+    without any claim, else None. While a fetch is `fetching` (outstanding), NOCLAIM
+    waits for its answer, which may be a claim: a fetch slow to answer (the first one,
+    on a loaded machine) must not end a glide-in that was about to get work. An
+    answer without work leaves the clock as it was, so back-to-back fetches do not
+    keep an idle glide-in alive."""
     drain_at = plan.drain_at
     if drain_at is not None and now >= drain_at:
         return DRAIN
-    if plan.noclaim_s is not None and now - last_claim_at >= plan.noclaim_s:
+    if plan.noclaim_s is not None and now - last_claim_at >= plan.noclaim_s and not fetching:
         return NOCLAIM
     return None
 

@@ -42,6 +42,13 @@ def test_drain_comes_before_the_end_and_no_claim_after_idle_time() -> None:
     assert pilot.next_action(plan, now=610, last_claim_at=609) == pilot.DRAIN
 
 
+def test_no_claim_waits_for_an_outstanding_fetch_but_drain_does_not() -> None:
+    plan = pilot.PilotPlan(started_at=100, lifetime_s=600, drain_s=90, noclaim_s=60)
+    assert pilot.next_action(plan, now=170, last_claim_at=100, fetching=True) is None
+    assert pilot.next_action(plan, now=170, last_claim_at=100) == pilot.NOCLAIM
+    assert pilot.next_action(plan, now=610, last_claim_at=100, fetching=True) == pilot.DRAIN
+
+
 def test_no_lifetime_and_no_noclaim_never_stop() -> None:
     plan = pilot.PilotPlan(started_at=0, lifetime_s=None, drain_s=90, noclaim_s=None)
     assert pilot.next_action(plan, now=1e9, last_claim_at=0) is None
