@@ -133,8 +133,9 @@ def run_demo(console: Console, slots: int = 2, timeout_s: float = 120.0) -> int:
                   refresh_per_second=4, transient=False) as live:
             while True:
                 if not released and time.monotonic() - started > 4:
-                    broker.release(held)
-                    released = True
+                    # Released once it is held: until the leader has admitted it (on a
+                    # loaded machine, seconds after the submission) it is not held yet.
+                    released = bool(broker.release(held))
                 note = "the queue" + ("" if released else f" (job {held[0]} is held)")
                 jobs = broker.query()
                 live.update(_view(broker, note, jobs))
