@@ -124,10 +124,6 @@ class SubmissionFilteredError(SubmitError):
         self.failed = dict(failed)  # job id -> the reason it failed
 
 
-class SpoolError(SubmitError):
-    """spool=True asked for input files to travel with the jobs, which this pool cannot do."""
-
-
 class TransferError(FetchworkError):
     """A file transfer failed; `code` is HTCondor's HoldReasonCode for it (13 an
     input, 12 an output, 32/33 a size limit) and `subcode` a plugin's exit code."""

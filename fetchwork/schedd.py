@@ -31,7 +31,7 @@ import htcondor2
 import redis
 
 from fetchwork.broker.client import Broker
-from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr
+from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr, to_dict
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import JobStatus, job_id_key
 from fetchwork.description import DEFAULT_ITEMDATA, Description, ItemData, submit_text
@@ -41,8 +41,8 @@ from fetchwork.errors import (
     JobActionError,
     NoMatchingJobsError,
     RedisUnavailableError,
-    SpoolError,
     SubmissionFilteredError,
+    TransferError,
 )
 from fetchwork.jobspec import Constraint, JobSpec, JobSpecLike, constraint_text, job_spec
 from fetchwork.submit import reading
@@ -54,7 +54,9 @@ from fetchwork.submit.submitting import (
     queue_description,
     waits_for_verdict,
 )
+from fetchwork.submit.transfercli import jobs_named
 from fetchwork.submit.userlogsync import await_logged
+from fetchwork.transfer import delivery
 
 log = logging.getLogger(__name__)
 
@@ -197,11 +199,10 @@ class Schedd:
         SubmissionFilteredError (the others stay queued). A pool whose broker
         service never published its rules keeps the jobs waiting for it (a
         logged warning says so); the pool's rules refuse a job with SubmitError.
+        The inputs of jobs that transfer files are sent with them; `spool=True`
+        (`fetchwork submit -spool`) keeps their outputs in the pool until
+        `retrieve` fetches them.
         """
-        if spool:
-            raise SpoolError("spool=True is not available: this pool cannot carry input "
-                             "files to the execute machines (fetchwork submit has no "
-                             "-spool); jobs read their files where they run")
         text = submit_text(description, count, itemdata, queue)
         submit_dir, owner = os.getcwd(), getpass.getuser()
         broker = self._broker
@@ -212,7 +213,7 @@ class Schedd:
                 broker, lambda cluster: parse_submit(text, cluster, submit_dir=submit_dir,
                                                      source="<submit description>",
                                                      max_attrs=max_attrs),
-                owner, _warn)
+                owner, _warn, spool=spool)
             await_logged(broker, queued.user_logs)
             ids = queued.submitted.job_ids
             failed = (await_verdicts(broker, ids, since_event)
@@ -229,6 +230,42 @@ class Schedd:
         if failed:
             raise _filtered(result, failed)
         return result
+
+    def spool(self, result: SubmitResult) -> None:
+        """Nothing left to do: unlike HTCondor's schedd, fetchwork sends a job's input
+        files with `submit` itself (all or nothing), so a spooled submission's inputs
+        are already in the pool. Kept so that htcondor2 scripts run unchanged."""
+        if not isinstance(result, SubmitResult):
+            raise TypeError(f"result must be the SubmitResult of submit(), not "
+                            f"{type(result).__name__}")
+
+    def retrieve(self, job_spec: JobSpecLike) -> None:
+        """Write the outputs kept in the pool for the jobs of `job_spec` (ids, a
+        cluster, or a constraint over queued and finished jobs) into each job's Iwd,
+        as `fetchwork transfer-data` does. A job whose outputs were already
+        delivered, or that has none, is passed over; a failed delivery raises
+        TransferError naming the jobs."""
+        spec = _spec(job_spec)
+        failures: list[str] = []
+        with _translated():
+            for job in self._ended_and_queued(spec):
+                ad = self._broker.get(job)
+                if ad is None:
+                    continue
+                try:
+                    delivery.deliver(self._broker.store, job, to_dict(ad))
+                except TransferError as exc:
+                    failures.append(f"job {job}: {exc}")
+        if failures:
+            raise TransferError("outputs not delivered: " + "; ".join(failures))
+
+    def _ended_and_queued(self, spec: JobSpec) -> list[str]:
+        if spec.ids:
+            return jobs_named(self._broker, list(spec.ids))
+        ids = ["ClusterId", "ProcId"]
+        ads = self.query(spec.constraint or "true", ids) + \
+            self.history(spec.constraint, ids)
+        return sorted({f"{ad['ClusterId']}.{ad['ProcId']}" for ad in ads}, key=job_id_key)
 
     # -- reading -------------------------------------------------------------------------
 

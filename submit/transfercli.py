@@ -23,7 +23,7 @@ from fetchwork.transfer.inputs import transfers
 log = logging.getLogger(__name__)
 
 
-def _jobs_named(broker: Broker, ids: Sequence[str]) -> list[str]:
+def jobs_named(broker: Broker, ids: Sequence[str]) -> list[str]:
     """Queued and finished jobs named by `ids` (C.P, or C for a whole cluster)."""
     found: list[str] = []
     for text in ids:
@@ -104,7 +104,7 @@ def transfer_data_command(ids: tuple[str, ...], all_jobs: bool) -> None:
             click.echo("No job of yours has outputs waiting in the pool.")
             return
     else:
-        chosen = _jobs_named(broker, ids)
+        chosen = jobs_named(broker, ids)
         if not chosen:
             raise FetchworkError("no matching jobs")
     if fetch_outputs(broker, chosen):

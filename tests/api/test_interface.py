@@ -24,6 +24,8 @@ METHODS = {
     "act": ["action", "job_spec", "reason"],
     "history": ["constraint", "projection", "match", "since"],
     "edit": ["job_spec", "attr", "value", "flags"],
+    "spool": ["result"],
+    "retrieve": ["job_spec"],
 }
 
 

@@ -23,7 +23,6 @@ from fetchwork.errors import (
     JobIdError,
     NoMatchingJobsError,
     RedisUnavailableError,
-    SpoolError,
     SubmitFileError,
 )
 
@@ -149,10 +148,27 @@ def test_description_warnings_are_python_warnings(schedd: fetchwork.Schedd) -> N
     assert result.num_procs() == 1
 
 
-def test_spooling_is_refused_clearly(schedd: fetchwork.Schedd) -> None:
-    with pytest.raises(SpoolError, match="spool=True is not available"):
-        schedd.submit({"executable": "/bin/true"}, spool=True)
-    assert schedd.query() == []
+def test_spool_keeps_the_outputs_in_the_pool_and_sends_the_inputs_now(
+        schedd: fetchwork.Schedd, tmp_path: Path) -> None:
+    (tmp_path / "data.in").write_text("sent with the submission\n")
+    result = schedd.submit({"executable": "/bin/cat", "arguments": "data.in",
+                            "should_transfer_files": "YES",
+                            "transfer_input_files": "data.in", "output": "cat.out"},
+                           spool=True)
+    (tmp_path / "data.in").unlink()  # the pool holds its own copy now
+    assert schedd.spool(result) is None  # inputs already went with submit()
+    [ad] = schedd.query(f"ClusterId == {result.cluster()}",
+                        ["FetchworkSpool", "TransferInput"])
+    assert ad["FetchworkSpool"] is True and ad["TransferInput"] == "data.in"
+    with pytest.raises(TypeError):
+        schedd.spool("12.0")  # type: ignore[arg-type]
+
+
+def test_retrieve_passes_over_jobs_with_nothing_to_fetch(schedd: fetchwork.Schedd) -> None:
+    result = schedd.submit({"executable": "/bin/true"})
+    assert schedd.retrieve(f"{result.cluster()}.0") is None
+    assert schedd.retrieve(f"ClusterId == {result.cluster()}") is None
+    assert schedd.query(f"ClusterId == {result.cluster()}", ["ProcId"]) != []
 
 
 # -- query and history ------------------------------------------------------------------

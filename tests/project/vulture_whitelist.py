@@ -101,6 +101,7 @@ _.end_time
 _.clusterad
 _.qedit_command
 _.procad
+_.retrieve
 _.__getattr__
 
 # The pool's rules (broker/store/poolrules.py): `filtered` is read by stage.lua and
@@ -117,10 +118,3 @@ _.end_time
 
 # File transfer's commands, loaded by name (fetchwork/cli.py COMMANDS).
 _.transfer_data_command
-
-# The Python API (fetchwork/schedd.py): htcondor2's methods, which users' scripts
-# call; the package's lazy attribute lookup (PEP 562); `fetchwork qedit`.
-_.clusterad
-_.qedit_command
-_.procad
-_.__getattr__
