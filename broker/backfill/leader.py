@@ -6,7 +6,11 @@ first, in growing batches until the job to reserve for is found (at most
 plan.DEPTH jobs). A job's machines are those with a slot whose ideal ad (as
 configured, nothing running) its Requirements and the slot's START accept.
 The reservation goes into the pool's `backfill` key (msgpack), where claims
-read it in their first round trip; no reservation, no key.
+read it in their first round trip; no reservation, no key. A pass first
+asks whether any idle job waits behind a busy pool at all (waiting.py: the
+head of the idle set stayed the head for BACKFILL_MIN_INTERVAL, or a claim
+passed a job over); while none does (a queue that flows) it reads nothing
+more and no reservation stands.
 
 Bypasses: the transition events since the previous pass are read first;
 every job that started meanwhile and was neither the reserved job nor one of
@@ -39,6 +43,7 @@ from fetchwork.errors import AdError
 
 from .plan import DEPTH, Machine, Plan, Reservation, Running, Waiting, plan, to_record
 from .pool import ideal_slots_by_machine, machines_of, running_of, waiting_of
+from .waiting import WINDOW, Look, look
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +91,13 @@ class BackfillLeader:
         self._reservation: Reservation | None = None
         self._not_bypass: frozenset[str] = frozenset()
         self.last_plan: Plan | None = None
+        # The cheap question (waiting.py): the last look at the idle head, the jobs
+        # started and those named by any transition since, and when a head seen
+        # without a reservation has waited long enough for one (monotonic; None: none).
+        self._look = Look()
+        self._seen_started: set[str] = set()
+        self._named: set[str] = set()
+        self._settle_at: float | None = None
 
     @classmethod
     def from_config(cls, store: Store, config: Any) -> BackfillLeader:
@@ -115,6 +127,8 @@ class BackfillLeader:
         self._idle_known, self._idle_read_at = {}, -IDLE_REFRESH_S
         self._stored_at = -RESTORE_S
         self._passed_at = None
+        self._look, self._seen_started, self._named = Look(), set(), set()
+        self._settle_at = None
 
     def on_lose(self) -> None:
         self._started = []
@@ -132,13 +146,15 @@ class BackfillLeader:
         if self._passed_at is None or self._urgent:
             return 0.0
         interval_s = max(MIN_PERIOD_S, self.interval_s)
-        return max(0.0, next_pass_at(self._passed_at, interval_s, self.min_interval_s,
-                                     self._pending) - now_s)
+        due_at = next_pass_at(self._passed_at, interval_s, self.min_interval_s, self._pending)
+        if self._settle_at is not None:
+            due_at = min(due_at, self._settle_at)
+        return max(0.0, due_at - now_s)
 
     def run_due(self, now_s: float) -> Plan:
         """A pass over the events taken since the last one (the reader handed them);
         the next is timed from this one's end (`next_pass_at`)."""
-        result = self._pass()
+        result = self._pass(ask=True)
         self._passed_at, self._pending, self._urgent = time.monotonic(), False, False
         return result
 
@@ -151,12 +167,13 @@ class BackfillLeader:
         self._read_events()
         return self._pass(now)
 
-    def _pass(self, now: float | None = None) -> Plan:
+    def _pass(self, now: float | None = None, ask: bool = False) -> Plan:
         """Count the bypasses among the events taken, then compute and store the
-        reservation."""
+        reservation; with `ask` (the served passes), only when an idle job waits
+        behind a busy pool (`_waits`), else whenever a job is idle."""
         now = time.time() if now is None else now
         self._count_bypasses()
-        if self.store.client.zcard(self.store.keys.idle):
+        if self._waits() if ask else self.store.client.zcard(self.store.keys.idle):
             slots = self._slot_ads()
             machines = machines_of(slots)
             ideal = {machine: [ad for ad in (_ad(one) for one in ads) if ad is not None]
@@ -164,7 +181,7 @@ class BackfillLeader:
             running = self._running(now)
             result = self._plan(machines, ideal, running, now, _MachineMemo(ideal))
         else:
-            result = Plan(None)  # no job waits: nothing to reserve, nothing to read
+            result = Plan(None)  # no job waits behind a busy pool: nothing to reserve
         # What claims see: the plan, or a reservation kept while its job has yet to start.
         standing = self._sticky(result, time.monotonic())
         self._store(standing.reservation)
@@ -172,6 +189,20 @@ class BackfillLeader:
         self._not_bypass = frozenset(standing.ahead) | frozenset(standing.unplaceable)
         self.last_plan = result
         return result
+
+    def _waits(self) -> bool:
+        """Whether an idle job waits behind a busy pool (waiting.py), from one read
+        of the idle head; when the head is not yet known to wait, the pass after
+        BACKFILL_MIN_INTERVAL is due even without an event."""
+        ids = self.store.ids(self.store.client.zrange(self.store.keys.idle, 0, WINDOW - 1))
+        mono = time.monotonic()
+        self._look, waits = look(self._look, ids, self._seen_started, self._named, mono,
+                                 self.min_interval_s)
+        self._seen_started, self._named = set(), set()
+        self._settle_at = None
+        if ids and not waits:
+            self._settle_at = self._look.head_since + self.min_interval_s
+        return waits
 
     def _sticky(self, result: Plan, now_mono: float) -> Plan:
         """A reserved job the new plan would start at once keeps its reservation until
@@ -277,8 +308,10 @@ class BackfillLeader:
             job = fields.get("job", "")
             about_reserved = about_reserved or job == reserved
             self._idle_known.pop(job, None)  # it changed: read it again
+            self._named.add(job)
             if fields.get("state") != "RUNNING":
                 continue
+            self._seen_started.add(job)
             self._running_known.pop(job, None)  # a job that started again is read again
             if self._reservation is not None and fields.get("type") == "claim":
                 self._started.append(job)

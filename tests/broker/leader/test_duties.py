@@ -147,7 +147,7 @@ def test_policy_passes_on_taking_the_lead(runner):
 def backfill(store, monkeypatch):
     """A backfill leader that just took the lead and passed (its pass reads nothing)."""
     leader = BackfillLeader(store, 900, min_interval_s=0.5, interval_s=5.0)
-    monkeypatch.setattr(leader, "_pass", lambda now=None: Plan(None))
+    monkeypatch.setattr(leader, "_pass", lambda now=None, ask=False: Plan(None))
     leader.on_lead("5-0")
     assert leader.due_in_s(time.monotonic()) == 0.0, "a pass on taking the lead"
     leader.run_due(time.monotonic())
