@@ -8,8 +8,8 @@ configured, nothing running) its Requirements and the slot's START accept.
 The reservation goes into the pool's `backfill` key (msgpack), where claims
 read it in their first round trip; no reservation, no key. A pass first
 asks whether any idle job waits behind a busy pool at all (waiting.py: the
-head of the idle set stayed the head for BACKFILL_MIN_INTERVAL, or a claim
-passed a job over); while none does (a queue that flows) it reads nothing
+head of the idle set stayed the head for a second, or a claim passed a job
+over); while none does (a queue that flows) it reads nothing
 more and no reservation stands.
 
 Bypasses: the transition events since the previous pass are read first;
@@ -43,7 +43,7 @@ from fetchwork.errors import AdError
 
 from .plan import DEPTH, Machine, Plan, Reservation, Running, Waiting, plan, to_record
 from .pool import ideal_slots_by_machine, machines_of, running_of, waiting_of
-from .waiting import WINDOW, Look, look
+from .waiting import SETTLE_S, WINDOW, Look, look
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +70,14 @@ class BackfillLeader:
     reads_events = True
 
     def __init__(self, store: Store, default_walltime_s: float, min_interval_s: float = 0.0,
-                 interval_s: float = 5.0):
+                 interval_s: float = 5.0, settle_s: float | None = None):
         self.store = store
         self.default_walltime_s = default_walltime_s
         self.min_interval_s = min_interval_s
         self.interval_s = interval_s
+        # How long the head of the idle set stays the head before it is known to wait
+        # (waiting.py): SETTLE_S, or BACKFILL_MIN_INTERVAL when that is longer.
+        self.settle_s = max(min_interval_s, SETTLE_S) if settle_s is None else settle_s
         # Served: when the last pass ended (monotonic; None: one is due), whether a
         # transition came since, and whether one was about the reserved job.
         self._passed_at: float | None = None
@@ -104,6 +107,13 @@ class BackfillLeader:
         return cls(store, config.get_duration_s("DEFAULT_JOB_WALLTIME"),
                    config.get_duration_s("BACKFILL_MIN_INTERVAL"),
                    config.get_duration_s("POLICY_INTERVAL"))
+
+    @property
+    def events_batch_s(self) -> float:
+        """How long the leader's reader may let events gather for this duty: while no
+        reservation stands, up to BACKFILL_MIN_INTERVAL (the passes come no oftener);
+        while one stands, none (an event about its job brings a pass at once)."""
+        return 0.0 if self._reservation is not None else self.min_interval_s
 
     def is_backfill_start(self, job_id: str, order: float | None = None) -> bool:
         """Whether starting `job_id` (at idle score `order`, when known) now starts a
@@ -197,11 +207,11 @@ class BackfillLeader:
         ids = self.store.ids(self.store.client.zrange(self.store.keys.idle, 0, WINDOW - 1))
         mono = time.monotonic()
         self._look, waits = look(self._look, ids, self._seen_started, self._named, mono,
-                                 self.min_interval_s)
+                                 self.settle_s)
         self._seen_started, self._named = set(), set()
         self._settle_at = None
         if ids and not waits:
-            self._settle_at = self._look.head_since + self.min_interval_s
+            self._settle_at = self._look.head_since + self.settle_s
         return waits
 
     def _sticky(self, result: Plan, now_mono: float) -> Plan:

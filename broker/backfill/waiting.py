@@ -9,17 +9,16 @@ reading the slots, the running jobs and the idle head every pass. The leader
 therefore looks first at the first `WINDOW` members of the idle set (one
 ZRANGE), and computes the reservation only when some job is seen waiting:
 
-- the head of the idle set has stayed the head for `settle_s` (a job no
-  claim took for that long: the one a reservation is for, when it is alone
-  in the queue too);
+- the head of the idle set has stayed the head for `settle_s` (SETTLE_S: a
+  job no claim took for that long, the one a reservation is for, when it is
+  alone in the queue too);
 - or a claim passed a job over: one of the jobs behind it in the previous
   look started while it was named by no transition (neither started,
   removed nor held) since.
 
 Otherwise no reservation stands (a job that starts ahead of none bypasses
 none). A job of a pool that flows is thus reserved for `settle_s` after it
-stops flowing (BACKFILL_MIN_INTERVAL: the shortest time between two passes
-anyway). HTCondor's negotiator likewise computes reservations only for the
+stops flowing. HTCondor's negotiator likewise computes reservations only for the
 jobs its cycle could not match, once a cycle.
 
 `look` is a pure function of what the two looks saw, the transitions between
@@ -33,6 +32,11 @@ from dataclasses import dataclass
 
 # Idle jobs read, best first, by the cheap question.
 WINDOW = 16
+# Seconds the head of the idle set stays the head before it is known to wait (the
+# leader takes BACKFILL_MIN_INTERVAL when that is longer): long enough that the
+# jobs of a busy pool that flows, one claim a slot's job apart, are never taken
+# for waiting ones on a loaded machine; short beside HTCondor's negotiation cycle.
+SETTLE_S = 1.0
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,13 @@ events at the time, hands a duty that starts reading over as on taking the
 lead (from the last entry read, or the newest one), and reads nothing while
 no duty reads events.
 
+A duty paced anyway may let the reader gather events (`events_batch_s`, an
+optional attribute of a duty; 0 when absent): after a batch the reader waits
+the least such time of the duties reading events before its next XREAD, so
+a stream of transitions costs one XREAD (and one hand-over) per that time,
+not one per transition or two. The backfill pass, at most every
+BACKFILL_MIN_INTERVAL anyway, asks for it while no reservation stands.
+
 The reader starts at the newest entry rather than at the oldest one any
 duty still needs: only the user log writer needs older ones (from its
 stored position), and starting there would hand every other duty a replay
@@ -157,6 +164,16 @@ class LeaderDuties:
                 for index in fed:
                     self._inboxes[index].put(events)
             position = events[-1][0]
+            self._gather(epoch, fed)
+
+    def _gather(self, epoch: int, fed: set[int]) -> None:
+        """Let events gather for the least `events_batch_s` of the duties fed (none
+        when any of them wants each batch at once); a stop or a change of lead ends
+        the wait."""
+        pause_s = min((batch_s(self.duties[index]) for index in fed), default=0.0)
+        if pause_s > 0:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping or epoch != self._epoch, pause_s)
 
     def _await_reader(self, epoch: int) -> None:
         """Until a duty wants events (`_wake`), the lead changes or the reader stops
@@ -196,3 +213,9 @@ class LeaderDuties:
             for inbox in self._inboxes:
                 inbox.lead(since)
         return since, epoch
+
+
+def batch_s(duty: Duty) -> float:
+    """How long the duty lets events gather between two reads (0: it wants each
+    batch at once); an optional attribute of a duty."""
+    return max(0.0, float(getattr(duty, "events_batch_s", 0.0)))

@@ -66,10 +66,13 @@ def served(redis_client, pool_name):
     broker.publish_slot(slot("big", 0, 16), 60)
     broker.publish_slot(slot("small", 1, 1), 60)
     (head,) = broker.submit([job("head", 16, 3600)])
-    leader = CountingLeader(broker.store, 900, MIN_INTERVAL_S, interval_s=30.0)
+    leader = CountingLeader(broker.store, 900, MIN_INTERVAL_S, interval_s=30.0,
+                            settle_s=MIN_INTERVAL_S)
     with LeaderDuties(broker.store, [leader]) as served:
         served.set_leading(True)
-        wait_until(lambda: leader.passes, 10, what="the first pass")
+        # The head is reserved for once it has been the head for the settle time.
+        wait_until(lambda: leader.last_plan is not None and leader.last_plan.reservation
+                   is not None, 10, what="the reservation of the head")
         yield broker, leader, head
 
 

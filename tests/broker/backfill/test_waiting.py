@@ -65,6 +65,11 @@ def test_with_no_settle_time_every_head_waits():
     assert look(Look(), ["1.0"], set(), set(), 10.0, 0.0)[1]
 
 
+def test_the_leader_settles_for_a_second_or_its_minimum_interval():
+    assert BackfillLeader(None, 900, 0.1).settle_s == 1.0  # type: ignore[arg-type]
+    assert BackfillLeader(None, 900, 3.0).settle_s == 3.0  # type: ignore[arg-type]
+
+
 # -- served -------------------------------------------------------------------------------
 
 SETTLE_S = 0.5
@@ -85,14 +90,14 @@ class Counting(BackfillLeader):
 @pytest.fixture
 def served(redis_client, pool_name):
     """Machine `big` (16 CPUs) runs a 16-CPU job; machine `small` has one free CPU."""
-    config = Config.load(environ={}).with_values(BACKFILL_MIN_INTERVAL=SETTLE_S)
+    config = Config.load(environ={}).with_values(BACKFILL_MIN_INTERVAL=0.1)
     broker = Broker(redis_client, pool_name, config)
     broker.publish_slot(slot("big", 16, 16), 60)
     broker.submit([job("busy", 16, 900)])
     assert broker.claim(slot("big", 16, 16)) is not None
     broker.publish_slot(slot("big", 0, 16), 60)
     broker.publish_slot(slot("small", 1, 1), 60)
-    leader = Counting(broker.store, 900, SETTLE_S, interval_s=30.0)
+    leader = Counting(broker.store, 900, 0.1, interval_s=30.0, settle_s=SETTLE_S)
     with LeaderDuties(broker.store, [leader]) as duties:
         duties.set_leading(True)
         wait_until(lambda: leader.last_plan is not None, 10, what="the first pass")
@@ -118,7 +123,7 @@ def test_a_job_no_claim_takes_is_reserved_for_once_it_settled(served):
     broker, leader = served
     submitted_at = time.monotonic()
     (head,) = broker.submit([job("head", 16, 3600)])
-    wait_until(lambda: broker.client.get(broker.keys.backfill) is not None, 10,
+    wait_until(lambda: broker.client.get(broker.keys.backfill) is not None, 30,
                what="a reservation for the job no slot has room for")
     assert leader.last_plan is not None and leader.last_plan.reservation is not None
     assert leader.last_plan.reservation.job_id == head

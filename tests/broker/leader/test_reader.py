@@ -115,6 +115,36 @@ def test_every_reading_duty_gets_every_event_after_the_lead_once(broker, reads):
     assert len(batches) <= 4
 
 
+def test_events_gather_for_the_duties_that_let_them(broker, reads):
+    paced = Recorder("paced")
+    paced.events_batch_s = 0.4  # type: ignore[attr-defined]
+    with LeaderDuties(broker.store, [paced]) as served:
+        since = broker.last_event_id()
+        served.set_leading(True)
+        wait_until(lambda: paced.leads, 10, what="the duty told")
+        ends_at = time.monotonic() + 1.2
+        while time.monotonic() < ends_at:  # a transition every 10 ms
+            broker.submit([{"Cmd": "x"}])
+            time.sleep(0.01)
+        expected = stream_ids(broker, since)
+        wait_until(lambda: paced.ids == expected, 10, what="every event handed over")
+    batches = [found for _thread, found in reads if found]
+    # Some hundred transitions in 1.2 s, read in batches 0.4 s apart.
+    assert len(expected) >= 20 and len(batches) <= 6, (len(expected), batches)
+
+
+def test_a_duty_that_wants_each_batch_at_once_is_not_held_back(broker, reads):
+    paced, eager = Recorder("paced"), Recorder("eager")
+    paced.events_batch_s = 5.0  # type: ignore[attr-defined]
+    with LeaderDuties(broker.store, [paced, eager]) as served:
+        served.set_leading(True)
+        wait_until(lambda: paced.leads and eager.leads, 10, what="the duties told")
+        for _ in range(3):
+            broker.submit([{"Cmd": "x"}])
+            count = len(eager.ids) + 1
+            wait_until(lambda: len(eager.ids) >= count, 2, what="the event at once")
+
+
 def test_nothing_is_handed_over_while_the_lead_is_lost(broker, reads):
     duty = Recorder("one")
     with LeaderDuties(broker.store, [duty]) as served:
