@@ -235,7 +235,9 @@ class Startd:
             self.metrics.hook_done(result)
             if kind == _ADVISORY:
                 self._advisory -= 1
-                log.log(logging.INFO if result.ok else logging.WARNING,
+                # A reply or evict hook that did its work is a debug line (one a job
+                # otherwise; HTCondor logs hook runs at D_FULLDEBUG); a failure warns.
+                log.log(logging.DEBUG if result.ok else logging.WARNING,
                         "slot%d: %s hook [%s] for job %s took %.3fs: %s", slot_id,
                         result.spec.hook, " ".join(result.argv[1:]), job_id, result.duration_s,
                         result.outcome())

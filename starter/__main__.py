@@ -85,12 +85,26 @@ def log_to_stderr(name: str) -> None:
         handler.setFormatter(logging.Formatter(f"%(asctime)s {name} %(levelname)s %(message)s"))
 
 
+# The StarterLog handler of the last job: a starter that runs the slot's next job
+# (zygote.py) keeps writing to it rather than opening the file again per job.
+_file_log: logging.FileHandler | None = None
+
+
 def _log_to_file(config: Config, slot: int) -> logging.Handler | None:
-    """Also log to LOG/StarterLog.slotN, as HTCondor's starter does; the handler added."""
+    """Also log to LOG/StarterLog.slotN, as HTCondor's starter does; the handler added
+    (the last job's, when it writes to the same file and the file is still there)."""
+    global _file_log
     log_dir = (config.get("LOG") or "").strip()
     if not log_dir:
         return None
     path = os.path.join(log_dir, f"StarterLog.slot{slot}")
+    kept, _file_log = _file_log, None
+    if kept is not None:
+        if kept.baseFilename == os.path.abspath(path) and _same_file(kept):
+            kept.setFormatter(logging.getLogger().handlers[0].formatter)
+            logging.getLogger().addHandler(kept)
+            return kept
+        kept.close()
     try:
         os.makedirs(log_dir, exist_ok=True)
         handler = logging.FileHandler(path, encoding="utf-8")
@@ -100,6 +114,31 @@ def _log_to_file(config: Config, slot: int) -> logging.Handler | None:
     handler.setFormatter(logging.getLogger().handlers[0].formatter)
     logging.getLogger().addHandler(handler)
     return handler
+
+
+def _same_file(handler: logging.FileHandler) -> bool:
+    """Whether the handler's open file is still the one its path names (not rotated
+    or removed meanwhile)."""
+    stream = handler.stream
+    try:
+        opened, named = os.fstat(stream.fileno()), os.stat(handler.baseFilename)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
+
+
+def keep_file_log(handler: logging.Handler | None) -> None:
+    """After a job: take its StarterLog handler off the root logger and keep it for
+    the next job of this starter (`_log_to_file`)."""
+    global _file_log
+    if handler is None:
+        return
+    logging.getLogger().removeHandler(handler)
+    handler.flush()
+    if isinstance(handler, logging.FileHandler):
+        _file_log = handler
+    else:  # pragma: no cover - only FileHandlers are made here
+        handler.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,10 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         # A starter that runs another job next (zygote.py) starts it from a clean
-        # slate: this job's event stream closed, its log file let go.
-        if file_log is not None:
-            logging.getLogger().removeHandler(file_log)
-            file_log.close()
+        # slate: this job's event stream closed, its log file off the root logger
+        # (kept open for the next job's, and closed by the exit of the process).
+        keep_file_log(file_log)
         try:
             events.close()
         except OSError:
