@@ -1,7 +1,8 @@
 """`python -m fetchwork.starter --job-ad FILE --slot-ad FILE --slot N --sandbox DIR [--keyword KW]`.
 
-Run by the startd, one per job (a fork of the starter zygote, which calls
-`main` with these arguments): control words on stdin, JSON events on
+Run by the startd for each job (in a fork of the starter zygote, which calls
+`main` with these arguments, one job after another in a starter kept across
+STARTER_JOBS_PER_PROCESS jobs): control words on stdin, JSON events on
 stdout, logs on stderr. Exit status 0 when the job ran its course (whatever
 the job itself did), non-zero when the starter could not do its work.
 """

@@ -1,4 +1,4 @@
-"""The starter zygote: a warm parent that forks one starter per job, some ahead.
+"""The starter zygote: a warm parent that forks the starters, some ahead of their jobs.
 
 `python -P -m fetchwork.starter.zygote` runs with a unix SOCK_SEQPACKET
 socket on fd 0, the other end held by the startd. It imports the starter and
