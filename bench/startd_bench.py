@@ -1,7 +1,7 @@
 """Trivial-job throughput, start latency and footprint of one 2-slot startd, beside rq.
 
     python bench/startd_bench.py [--jobs 2000] [--latency-jobs 40] [--slots 2]
-                                 [--program-jobs 100]
+                                 [--program-jobs 100] [--reuse 1000] [--rss-jobs 10000]
 
 One private pool (embedded Redis, broker, a startd with the reference
 `python:` hooks) in a temporary state directory; rq runs on the same Redis.
@@ -11,7 +11,9 @@ One private pool (embedded Redis, broker, a startd with the reference
   and its `SimpleWorker` (as many workers as slots, `--burst`) run a
   function that runs `/bin/true` the same way; the ratios on their own line;
   the CPU a job of each of the pool's processes (the starters' is their
-  zygote's, with its reaped children and their jobs);
+  zygote's, with its children, reaped or still running, and their jobs); then the same with a
+  starter kept across `--reuse` jobs (a second pool, after the first, with
+  STARTER_JOBS_PER_PROCESS set so; 0 skips it);
 - the floor of a fork per job: the CPU of a child forked from an
   interpreter preloaded as the starter zygote is, which only spawns
   `/bin/true`, waits and exits (the least of three batches), and the rate
@@ -19,15 +21,17 @@ One private pool (embedded Redis, broker, a startd with the reference
 - latency, one job at a time onto idle slots: fetch-to-start (the fetch hook
   handed the job out -> the job's program runs, `/bin/date +%s%N` writes it)
   and submit-to-start, median and p99;
-- footprint: the startd's resident memory, a starter's private memory (USS)
-  while its job runs, and the CPU an idle startd (and its zygote) uses;
+- footprint: the startd's resident memory after the throughput run and again
+  after `--rss-jobs` more jobs (10,000; 0 skips them), a starter's private
+  memory (USS) while its job runs, and the CPU an idle startd (and its
+  zygote) uses;
 - the program form of the hooks: a `/bin/sh` fetch hook handing out job
   files from a folder, jobs/s (the cost of HTCondor-style program hooks);
 - reference: fork+exec+wait of `/bin/true` from Python.
 
-`--jobs-per-process N` sets STARTER_JOBS_PER_PROCESS for the pool (a starter
-runs N jobs of its slot in turn); the line before the figures names the
-value used.
+`--jobs-per-process N` sets STARTER_JOBS_PER_PROCESS for the first pool
+(default: the configuration's default); the line before its figures names
+the value used.
 
 Prints figures only; the pool's logs go to a file in the temporary folder.
 """
@@ -127,6 +131,7 @@ class StartdRun:
     """A private pool with `slots` slots and the recording fetch hook."""
 
     def __init__(self, root: Path, slots: int, jobs_per_process: int | None = None):
+        root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.fetch_log = root / "fetched.log"
         (root / "fwbench_hooks.py").write_text(FETCH_RECORDER.format(log=str(self.fetch_log)))
@@ -137,11 +142,14 @@ class StartdRun:
                                                                os.environ.get("PYTHONPATH")])),
                    "_FETCHWORK_FETCHWORK_HOOK_FETCH_WORK": "python:fwbench_hooks:fetch",
                    "_FETCHWORK_STARTER_INITIAL_UPDATE_INTERVAL": "3600"}
-        if jobs_per_process is not None:
-            environ["_FETCHWORK_STARTER_JOBS_PER_PROCESS"] = str(jobs_per_process)
+        environ.pop("_FETCHWORK_STARTER_JOBS_PER_PROCESS", None)
         os.environ.update(environ)
-        self.config = Config.load(environ=environ)
-        self.pool = Pool(self.config, slots=slots, log_path=root / "pool.log")
+        extra = {}
+        if jobs_per_process is not None:
+            extra["_FETCHWORK_STARTER_JOBS_PER_PROCESS"] = str(jobs_per_process)
+        self.config = Config.load(environ={**environ, **extra})
+        self.jobs_per_process = self.config.get_int("STARTER_JOBS_PER_PROCESS")
+        self.pool = Pool(self.config, slots=slots, extra_env=extra, log_path=root / "pool.log")
 
     def start(self) -> Broker:
         self.pool.start()
@@ -183,26 +191,58 @@ class StartdRun:
         return found
 
 
+def _total_s(proc: psutil.Process) -> float | None:
+    """CPU seconds of `proc` with its reaped children's (None once it is gone)."""
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return None
+    return times.user + times.system + times.children_user + times.children_system
+
+
 def cpu_seconds(procs: dict[str, psutil.Process]) -> dict[str, float]:
     spent = {}
     for role, proc in procs.items():
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue
-        spent[role] = times.user + times.system + times.children_user + times.children_system
+        total = _total_s(proc)
+        if total is not None:
+            spent[role] = total
     return spent
+
+
+def live_children_s(proc: psutil.Process) -> dict[int, float]:
+    """CPU seconds of each live child of `proc` (kept starters not yet reaped, whose
+    time is not yet in their parent's `children_*`)."""
+    found = {}
+    try:
+        children = proc.children()
+    except psutil.Error:
+        return {}
+    for child in children:
+        total = _total_s(child)
+        if total is not None:
+            found[child.pid] = total
+    return found
+
+
+def children_delta_s(before: dict[int, float], after: dict[int, float]) -> float:
+    """What live children spent between two looks: a child gone meanwhile has its
+    whole time in its parent's `children_*` now, so its part before is taken off."""
+    return sum(after.values()) - sum(before.values())
 
 
 def throughput(run: StartdRun, jobs: int) -> tuple[float, dict[str, float]]:
     """Jobs/s, and the milliseconds of CPU a job each of the pool's processes spent."""
     procs = run.processes()
     before, spent_before = run.ended(), cpu_seconds(procs)
+    live_before = live_children_s(procs["starters"]) if "starters" in procs else {}
     job_ids = run.broker.submit([{"Cmd": "/bin/true", "Iwd": "/tmp"}] * jobs, owner="bench")
     rate = rate_between_ends(lambda: run.ended() - before, jobs)
     done, spent = run.ended() - before, cpu_seconds(procs)
+    live_after = live_children_s(procs["starters"]) if "starters" in procs else {}
     per_job_ms = {role: (spent[role] - spent_before[role]) * 1000 / max(done, 1)
                   for role in spent if role in spent_before}
+    if "starters" in per_job_ms:  # kept starters still running count too
+        per_job_ms["starters"] += children_delta_s(live_before, live_after) * 1000 / max(done, 1)
     run.broker.remove(job_ids)  # those left when the run stopped
     deadline = time.monotonic() + 30
     while run.client.zcard(run.broker.keys.running) and time.monotonic() < deadline:
@@ -339,6 +379,32 @@ def report_latency(name: str, values: list[float]) -> None:
               f"p99 {percentile(values, 0.99):7.1f} ms   (n={len(values)})")
 
 
+def run_jobs(run: StartdRun, jobs: int, timeout_s: float) -> int:
+    """Queue `jobs` `/bin/true` jobs and wait for them to end; how many ended."""
+    before = run.ended()
+    run.broker.submit([{"Cmd": "/bin/true", "Iwd": "/tmp"}] * jobs, owner="bench")
+    deadline = time.monotonic() + timeout_s
+    while run.ended() - before < jobs and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return run.ended() - before
+
+
+def report_throughput(name: str, rate: float, per_job_ms: dict[str, float]) -> None:
+    print(f"  {name:<34} {rate:8.1f} jobs/s")
+    print(f"    CPU a job {sum(per_job_ms.values()):.1f} ms: " + ", ".join(
+        f"{role} {ms:.1f}" for role, ms in sorted(per_job_ms.items(), key=lambda kv: -kv[1])))
+
+
+def kept_starters(root: Path, slots: int, jobs: int, reuse: int) -> tuple[float, dict[str, float]]:
+    """Throughput and CPU a job of a second pool whose starters run `reuse` jobs each."""
+    run = StartdRun(root, slots, reuse)
+    try:
+        run.start()
+        return throughput(run, jobs)
+    finally:
+        run.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000,
@@ -348,8 +414,13 @@ def main() -> None:
     parser.add_argument("--program-jobs", type=int, default=50,
                         help="jobs for the program-hook run (0: skip it)")
     parser.add_argument("--jobs-per-process", type=int, default=None,
-                        help="STARTER_JOBS_PER_PROCESS of the pool (default: the "
+                        help="STARTER_JOBS_PER_PROCESS of the first pool (default: the "
                              "configuration's)")
+    parser.add_argument("--reuse", type=int, default=1000,
+                        help="STARTER_JOBS_PER_PROCESS of the second pool, a starter kept "
+                             "across jobs (0: no second pool)")
+    parser.add_argument("--rss-jobs", type=int, default=10000,
+                        help="jobs run before the startd's memory is read again (0: none)")
     args = parser.parse_args()
     per_exec_ms = fork_exec_ms(200)
     print(f"reference: fork+exec+wait of /bin/true {per_exec_ms:.2f} ms "
@@ -357,37 +428,50 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f}")
     root = Path(tempfile.mkdtemp(prefix="fw-startd-bench-"))
     root.chmod(0o755)
-    run = StartdRun(root, args.slots, args.jobs_per_process)
-    print(f"STARTER_JOBS_PER_PROCESS = {run.config.get_int('STARTER_JOBS_PER_PROCESS')}")
+    run = StartdRun(root / "first", args.slots, args.jobs_per_process)
+    ours: dict[str, float] = {}
     try:
         run.start()
         print(f"/bin/true throughput, {args.jobs} jobs (or 30 s), {args.slots} slots / "
               "workers:")
-        ours, per_job_ms = throughput(run, args.jobs)
-        print(f"  {'fetchwork startd (python: hooks)':<34} {ours:8.1f} jobs/s")
-        print(f"    CPU a job {sum(per_job_ms.values()):.1f} ms: " + ", ".join(
-            f"{role} {ms:.1f}" for role, ms in sorted(per_job_ms.items(), key=lambda kv: -kv[1])))
+        name = f"fetchwork, STARTER_JOBS_PER_PROCESS = {run.jobs_per_process}"
+        ours[name], per_job_ms = throughput(run, args.jobs)
+        report_throughput(name, ours[name], per_job_ms)
         theirs = {}
         for worker_class in ("Worker", "SimpleWorker"):
             theirs[worker_class] = rq_rate(run.pool.url, worker_class, args.jobs, args.slots)
             print(f"  {'rq ' + worker_class:<34} {theirs[worker_class]:8.1f} jobs/s")
-        print("ratio fetchwork/rq: " + ", ".join(f"{ours / rate:.2f} x {name}"
-                                                 for name, rate in theirs.items()))
+        if args.reuse > 0:
+            name = f"fetchwork, STARTER_JOBS_PER_PROCESS = {args.reuse}"
+            ours[name], per_job_ms = kept_starters(root / "kept", args.slots, args.jobs,
+                                                   args.reuse)
+            report_throughput(name, ours[name], per_job_ms)
+        for name, rate in ours.items():
+            print(f"ratio {name}: " + ", ".join(
+                f"{rate / theirs_rate:.2f} x rq {worker_class}"
+                for worker_class, theirs_rate in theirs.items()))
         floor_ms = fork_floor_ms()
         cores = os.cpu_count() or 1
         print(f"floor of a fork per job: {floor_ms:.1f} ms of CPU (a fork of an interpreter "
               f"preloaded as the zygote is, spawning /bin/true and exiting): at most "
               f"{cores * 1000 / floor_ms:.0f} jobs/s on {cores} cores with nothing else")
-        work = root / "work"
+        work = run.root / "work"
         work.mkdir()
         work.chmod(0o777)  # jobs run as nobody under a root startd
         fetch_ms, submit_ms = latencies(run, args.latency_jobs, work)
-        print("start latency, one job at a time onto idle slots:")
+        print(f"start latency, one job at a time onto idle slots "
+              f"(STARTER_JOBS_PER_PROCESS = {run.jobs_per_process}):")
         report_latency("fetch-to-start", fetch_ms)
         report_latency("submit-to-start", submit_ms)
         print("footprint:")
+        startd = run.startd()
         print(f"  {'startd resident memory (RSS)':<34} "
-              f"{run.startd().memory_info().rss / 2**20:7.1f} MB")
+              f"{startd.memory_info().rss / 2**20:7.1f} MB after {run.ended()} jobs")
+        if args.rss_jobs > 0:
+            ended = run_jobs(run, args.rss_jobs, timeout_s=1800)
+            print(f"  {'startd resident memory (RSS)':<34} "
+                  f"{startd.memory_info().rss / 2**20:7.1f} MB after {run.ended()} jobs "
+                  f"({ended} more)")
         uss = starter_uss_mb(run)
         if uss is not None:
             print(f"  {'starter private memory (USS)':<34} {uss:7.1f} MB")
