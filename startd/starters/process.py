@@ -43,6 +43,9 @@ class StarterProcess:
         self._partial = b""
         # The zygote's pidfd of the starter (no race with pid reuse).
         self.pidfd = proc.pidfd
+        # A starter that may run another job says `done` on this socket instead of
+        # exiting (None: this job is its last).
+        self.done_fd = proc.sock.fileno() if proc.sock is not None else None
         os.set_blocking(proc.stdout.fileno(), False)
 
     @classmethod

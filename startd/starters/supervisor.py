@@ -101,6 +101,8 @@ class StarterSupervisor:
         self.selector.register(starter.fileno(), selectors.EVENT_READ, ("stdout", slot, starter))
         if starter.pidfd is not None:
             self.selector.register(starter.pidfd, selectors.EVENT_READ, ("exit", slot, starter))
+        if starter.done_fd is not None:  # its `done` wakes the loop as an exit would
+            self.selector.register(starter.done_fd, selectors.EVENT_READ, ("exit", slot, starter))
         slot.move(State.CLAIMED, Activity.BUSY, time.time(),
                   f"starter {starter.pid} runs job {claim.job_id}")
         accepted()
@@ -245,6 +247,9 @@ class StarterSupervisor:
         unregister(self.selector, starter.fileno())
         if starter.pidfd is not None:
             unregister(self.selector, starter.pidfd)
+        if starter.done_fd is not None:  # before its socket is kept or closed
+            unregister(self.selector, starter.done_fd)
+            starter.done_fd = None
         # A starter that finished its job and may run another waits for the slot's
         # next one (STARTER_JOBS_PER_PROCESS), unless the slot goes away with its claim.
         kept = (starter.between_jobs and slot.carve is None and self.host.shutdown_plan is None
