@@ -121,6 +121,8 @@ def _same_file(handler: logging.FileHandler) -> bool:
     """Whether the handler's open file is still the one its path names (not rotated
     or removed meanwhile)."""
     stream = handler.stream
+    if stream is None:
+        return False
     try:
         opened, named = os.fstat(stream.fileno()), os.stat(handler.baseFilename)
     except (OSError, ValueError, AttributeError):

@@ -142,7 +142,7 @@ def test_a_duty_that_wants_each_batch_at_once_is_not_held_back(broker, reads):
         for _ in range(3):
             broker.submit([{"Cmd": "x"}])
             count = len(eager.ids) + 1
-            wait_until(lambda: len(eager.ids) >= count, 2, what="the event at once")
+            wait_until(lambda n=count: len(eager.ids) >= n, 2, what="the event at once")
 
 
 def test_nothing_is_handed_over_while_the_lead_is_lost(broker, reads):
