@@ -26,10 +26,12 @@ The questions (`dependencies_in_use`, `UserLogQuestion`):
   transaction itself, before any event of its jobs).
 
 The backfill pass is not wrapped: whether an idle job waits for a
-reservation is what its pass computes (a job of the only idle shape may
-still wait behind a running job of another), so it reads every transition
-while BACKFILL_MIN_INTERVAL paces its passes; its cost per job is given in
-docs/benchmarks.md.
+reservation cannot be told from the pool's features (a job of the only idle
+shape may still wait behind a running job of another). It asks its own
+cheap question instead (backfill/waiting.py: a pass reads the head of the
+idle set, and computes a reservation only when a job waits behind a busy
+pool), and lets the reader gather events for BACKFILL_MIN_INTERVAL while no
+reservation stands (reader.py); its cost per job is in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ leader/interest.py):
 - backfill (broker/backfill/leader.py): the reservation of the best idle job
   that cannot start, and its BypassCount, after transitions (at most every
   BACKFILL_MIN_INTERVAL, at once on an event of the reserved job) and at
-  least every POLICY_INTERVAL.
+  least every POLICY_INTERVAL; while the queue flows, a pass is one read of
+  the idle head (broker/backfill/waiting.py).
 - the job policy's periodic expressions (broker/jobpolicy/periodic.py), every
   PERIODIC_EXPR_INTERVAL.
 
