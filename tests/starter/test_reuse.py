@@ -302,8 +302,10 @@ def test_a_jobs_crash_does_not_reach_the_next_job(slot: Slot, job_tmp: Path) -> 
     assert status == 0 and _exit_ad(events)["ExitCode"] == 0
     facts = _seen(out)
     assert int(facts["SigIgn"], 16) & (1 << (signal.SIGPIPE - 1)) == 0
-    # What the crashed job left running was killed with it.
-    assert not any(_cmdline(pid) == "sleep 30" for pid in _pids())
+    # What the crashed job left running (in its session: other tests may run a
+    # `sleep 30` of their own meanwhile) was killed with it.
+    session = int(_exit_ad(crashed)["JobPid"])
+    assert not any(_cmdline(pid) == "sleep 30" and _session(pid) == session for pid in _pids())
 
 
 def test_a_control_word_reaches_only_the_job_it_was_sent_for(slot: Slot, job_tmp: Path) -> None:
@@ -380,6 +382,13 @@ def _gone(pid: int) -> bool:
 
 def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def _cmdline(pid: int) -> str:
