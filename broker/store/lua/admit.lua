@@ -17,15 +17,5 @@ redis.call('ZREM', K_VALIDATING, id)
 local deleted = tonumber(ARGV[5])
 for i = 6, 5 + deleted do hdel(key, ARGV[i]) end
 store_attrs(key, 6 + deleted, #ARGV)
-local seq = tonumber(redis.call('ZSCORE', K_QUEUE, id)) or 0
-setv(key, 'FetchworkOrder', -tonumber(ARGV[4]) * PRIO_SCALE + seq)
-if getv(key, 'HoldReasonCode') == HOLD_SUBMITTED_ON_HOLD then
-  to_held(key, id, 'admit', nil, nil)
-elseif getv(key, 'BlockedReason') then
-  -- Scheduling policy limits are set: the leader's policy pass places it.
-  set_state(key, 'BLOCKED', STATUS_IDLE)
-  event('admit', id, 'BLOCKED', STATUS_IDLE)
-else
-  to_idle(key, id, 'admit')
-end
+place_admitted(key, id, ARGV[4])
 return 1

@@ -15,16 +15,7 @@ for j = 0, (#ARGV - 2) / 3 - 1 do
   if getv(key, 'FetchworkState') == 'VALIDATING' then
     redis.call('ZREM', K_VALIDATING, id)
     setv(key, 'FetchworkSignature', signature)
-    local seq = tonumber(redis.call('ZSCORE', K_QUEUE, id)) or 0
-    setv(key, 'FetchworkOrder', -tonumber(prio) * PRIO_SCALE + seq)
-    if getv(key, 'HoldReasonCode') == HOLD_SUBMITTED_ON_HOLD then
-      to_held(key, id, 'admit', nil, nil)
-    elseif getv(key, 'BlockedReason') then
-      set_state(key, 'BLOCKED', STATUS_IDLE)
-      event('admit', id, 'BLOCKED', STATUS_IDLE)
-    else
-      to_idle(key, id, 'admit')
-    end
+    place_admitted(key, id, prio)
     admitted = admitted + 1
   end
 end

@@ -286,3 +286,20 @@ local function awaits_admission(key, id)
   return (state == 'IDLE' or state == 'BLOCKED' or state == 'HELD')
     and redis.call('ZSCORE', K_VALIDATING, id) ~= false
 end
+
+-- An admitted job takes its place: FetchworkOrder becomes -prio * PRIO_SCALE + its
+-- sequence; a job submitted on hold is HELD; with scheduling policy limits, a job
+-- placed with a BlockedReason is BLOCKED (the leader's policy pass places it);
+-- any other is IDLE. One 'admit' event.
+local function place_admitted(key, id, prio)
+  local seq = tonumber(redis.call('ZSCORE', K_QUEUE, id)) or 0
+  setv(key, 'FetchworkOrder', -tonumber(prio) * PRIO_SCALE + seq)
+  if getv(key, 'HoldReasonCode') == HOLD_SUBMITTED_ON_HOLD then
+    to_held(key, id, 'admit', nil, nil)
+  elseif getv(key, 'BlockedReason') then
+    set_state(key, 'BLOCKED', STATUS_IDLE)
+    event('admit', id, 'BLOCKED', STATUS_IDLE)
+  else
+    to_idle(key, id, 'admit')
+  end
+end
