@@ -543,17 +543,24 @@ def _ended(starter: ForkedStarter) -> bool:
 
 
 def _gone(pid: int, pidfd: int | None) -> bool:
-    """Whether process `pid` has ended (its pidfd is readable then)."""
-    if pidfd is not None:
-        readable, _w, _x = select.select([pidfd], [], [], 0)
-        return bool(readable)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    """Whether process `pid` has ended: its pidfd is readable then, and its entry in
+    /proc is gone or a zombie (its parent, the zygote, reaps it). Both are asked: a
+    starter killed between two jobs must never be handed the next."""
+    if pidfd is not None and select.select([pidfd], [], [], 0)[0]:
         return True
-    except PermissionError:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[-1].split()[0] == b"Z"
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc here: ask the kernel whether the pid is taken
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
         return False
-    return False
 
 
 def _how(proc: subprocess.Popen[bytes]) -> str:

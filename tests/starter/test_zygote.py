@@ -59,10 +59,14 @@ class Client(ZygoteClient):
 
     def close(self) -> None:
         for starter in self.spawned:
-            try:
-                os.killpg(starter.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            # Only while it lives: once the zygote reaped it, its pid (and group id)
+            # may be another test's starter's.
+            alive = starter.pidfd is not None and not select.select([starter.pidfd], [], [], 0)[0]
+            if alive:
+                try:
+                    os.killpg(starter.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             starter.close()
         self.spawned = []
         super().close()

@@ -222,7 +222,8 @@ class BridgeStartd:
     def write_config(self, text: str) -> None:
         (self.folder / "fetchwork.conf").write_text(text)
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self, debug: bool = False) -> subprocess.Popen[bytes]:
+        """Start it; with `debug`, its log has the debug lines (each hook run)."""
         env = {name: value for name, value in os.environ.items()
                if not name.startswith(("FETCHWORK_", "_FETCHWORK_", "PYTHON"))}
         env.update(HOME=str(self.folder), PYTHONPATH=str(self.folder),
@@ -233,7 +234,8 @@ class BridgeStartd:
                 os.chown(path, *user)
         with open(self.folder / "startd.err", "wb") as log:
             self.proc = subprocess.Popen(
-                [self.runtime.python, "-m", "fetchwork.startd"], cwd=self.folder, env=env,
+                [self.runtime.python, "-m", "fetchwork", "-vv", "startd"] if debug
+                else [self.runtime.python, "-m", "fetchwork.startd"], cwd=self.folder, env=env,
                 stdout=subprocess.DEVNULL, stderr=log,
                 user=user[0] if user else None, group=user[1] if user else None,
                 extra_groups=[] if user else None)

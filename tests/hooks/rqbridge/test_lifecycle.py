@@ -173,7 +173,7 @@ def test_the_hooks_work_as_programs(world: World) -> None:
     queue = Queue(QUEUE, connection=connection)
     added = queue.enqueue("rqtestjobs.add", 2, 3)
     failed = queue.enqueue("rqtestjobs.boom", "as a program")
-    pool.start()
+    pool.start(debug=True)  # a reply hook that did its work is a debug line
     try:
         rqbridge.wait_jobs_done(connection, [added.id, failed.id], 120, fail_if=pool.exited)
         wait_until(lambda: not Worker.all(connection=connection), 30, fail_if=pool.exited,
