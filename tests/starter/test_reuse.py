@@ -16,7 +16,6 @@ import json
 import os
 import select
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -323,7 +322,7 @@ def test_a_control_word_reaches_only_the_job_it_was_sent_for(slot: Slot, job_tmp
                                  str(sandbox / ".machine.ad"), "--slot", "1", "--sandbox",
                                  str(sandbox)], 1)
     slot.starters.append(starter.pid)
-    time.sleep(0)  # the word may come before the job runs: it is obeyed either way
+    # The word may come before the job runs: it is obeyed either way.
     starter.stdin.write(b"vacate\n")
     starter.stdin.flush()
     events = _events(starter)
