@@ -259,7 +259,8 @@ def test_a_starter_forked_ahead_waits_for_its_job_and_runs_it(client: Client,
                                                              job_tmp: Path) -> None:
     client.keep_ahead(1)
     [waiting] = _waiting(client, 1)
-    assert os.getsid(waiting) == waiting  # its own session, before it has a job
+    # Its own session, before it has a job (made just after the fork: wait for it).
+    wait_until(lambda: os.getsid(waiting) == waiting, 10, what="the waiting starter's setsid")
     out = _out(job_tmp, "ahead")
     starter = client.spawn(_args(job_tmp, "ahead", {"Cmd": "/bin/sh",
                                                     "Arguments": f"-c 'echo s > {out}'"}))

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,12 +24,13 @@ import pytest
 import redis
 from rq import Callback, Queue, Retry, Worker
 from rq.command import PUBSUB_CHANNEL_TEMPLATE, send_stop_job_command
+from rq.exceptions import InvalidJobOperation
 from rq.job import Dependency, Job
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.results import Result
 
 from tests.support import rqbridge
-from tests.support.waiting import wait_until
+from tests.support.waiting import WaitTimeout, wait_until
 
 RUNNERS = ["rq worker", "fetchwork startd"]
 QUEUE = "bridged"
@@ -93,6 +94,14 @@ def enqueue_all(connection: redis.Redis) -> dict[str, str]:
     jobs["stoppable"] = queue.enqueue("rqtestjobs.sleepy", 60, job_timeout=600,
                                       on_stopped=Callback("rqtestjobs.on_stopped"))
     return {name: job.id for name, job in jobs.items()}
+
+
+def wait_until_or_none(condition: Callable[[], object], timeout_s: float) -> object:
+    """`condition`'s value once truthy within `timeout_s`, else None."""
+    try:
+        return wait_until(condition, timeout_s)
+    except WaitTimeout:
+        return None
 
 
 def _busy_workers(connection: redis.Redis) -> list[tuple[str, str, str | None]]:
@@ -159,7 +168,15 @@ def run(request: pytest.FixtureRequest, world: World) -> Iterator[Run]:
                        PUBSUB_CHANNEL_TEMPLATE % stoppable.worker_name)).get(
                        (PUBSUB_CHANNEL_TEMPLATE % stoppable.worker_name).encode()),
                    90, fail_if=failed, what="the stoppable job running, its worker listening")
-        send_stop_job_command(connection, stoppable.id)
+        # A stop word is not kept by Redis: one sent while a slot's listener for this
+        # job is only being set up is lost (docs/rq-bridge.md), so send it until taken.
+        def stopped() -> bool:
+            with suppress(InvalidJobOperation):  # it has just stopped: no worker now
+                send_stop_job_command(connection, stoppable.id)
+            return bool(wait_until_or_none(
+                lambda: stoppable.get_status() in ("stopped", "failed", "finished"), 3))
+
+        wait_until(stopped, 90, fail_if=failed, what="the stop word taken")
         rqbridge.wait_jobs_done(connection, ending, 120, fail_if=failed)
         wait_until(lambda: not Worker.all(connection=connection), 30, fail_if=failed,
                    what="no rq worker left")
