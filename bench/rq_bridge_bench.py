@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,29 +35,10 @@ import redis
 BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR.parent) not in sys.path:  # run as a script: bench/ is not a package then
     sys.path.insert(0, str(BENCH_DIR.parent))
+from bench.startd_bench import rate_between_ends, stop_workers  # noqa: E402
 from tests.support import rqbridge  # noqa: E402
 
 QUEUE = "bench"
-
-
-def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 300) -> float:
-    """Jobs/s from the first job's end to the last one's (`count()`: jobs ended so far)."""
-    deadline = time.monotonic() + timeout_s
-    first_at, first_count = None, 0
-    while True:
-        done = count()
-        now = time.perf_counter()
-        if first_at is None and done > 0:
-            first_at, first_count = now, done
-        if done >= total:
-            break
-        if time.monotonic() > deadline:
-            if first_at is None:
-                raise SystemExit(f"no job ended within {timeout_s:g}s")
-            break
-        time.sleep(0.01)
-    assert first_at is not None
-    return (done - first_count) / max(now - first_at, 1e-9)
 
 
 def enqueue(url: str, jobs: int) -> Callable[[], int]:
@@ -86,15 +65,9 @@ def rq_rate(root: Path, url: str, worker_class: str, jobs: int, workers: int) ->
                               stderr=subprocess.DEVNULL)
              for n in range(workers)]
     try:
-        return rate_between_ends(finished, jobs)
+        return rate_between_ends(finished, jobs, timeout_s=300)
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_workers(procs)
 
 
 def bridge_rate(root: Path, url: str, runtime: rqbridge.Runtime, jobs: int,
@@ -108,7 +81,7 @@ def bridge_rate(root: Path, url: str, runtime: rqbridge.Runtime, jobs: int,
                         """))
     startd.start()
     try:
-        return rate_between_ends(finished, jobs)
+        return rate_between_ends(finished, jobs, timeout_s=300)
     finally:
         startd.stop()
 

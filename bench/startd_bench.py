@@ -105,6 +105,17 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
 
 
+def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every worker, then wait for each (SIGKILL after 30 s)."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 30) -> float:
     """Jobs/s from the first job's end to the last one's (`count()` jobs ended so far);
     after `timeout_s`, the rate over the jobs that ended by then."""
@@ -333,13 +344,7 @@ def rq_rate(url: str, worker_class: str, jobs: int, workers: int) -> float:
     try:
         return rate_between_ends(lambda: int(registry.count), min(jobs, queue_length))
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_workers(procs)
         queue.delete(delete_jobs=True)
 
 

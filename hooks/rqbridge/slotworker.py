@@ -152,11 +152,8 @@ def maintain(worker: SlotWorker, at: float | None = None) -> None:
     or retry (StartedJobRegistry.cleanup), stuck intermediate jobs fail, expired
     entries go. The worker is registered meanwhile: rq counts failures on it."""
     key = tuple(worker.queue_names())
-    at = time.monotonic() if at is None else at
-    last = _maintained_at.get(key)
-    if last is not None and at - last < DEFAULT_MAINTENANCE_TASK_INTERVAL:
+    if not _due(_maintained_at, key, at, DEFAULT_MAINTENANCE_TASK_INTERVAL):
         return
-    _maintained_at[key] = at
     # A name of its own: the slot's own worker may be registered with a running job.
     maintainer = new_worker(worker.connection, key, f"{worker.name}.maintenance")
     register(maintainer)
@@ -167,16 +164,25 @@ def maintain(worker: SlotWorker, at: float | None = None) -> None:
         maintainer.register_death()
 
 
+def _due(last_at: dict[tuple[str, ...], float], key: tuple[str, ...], at: float | None,
+         interval_s: float) -> bool:
+    """Whether `interval_s` has passed since the last run for `key` (noted in `last_at`,
+    at monotonic time `at`, now when None); if so, this run is noted."""
+    at = time.monotonic() if at is None else at
+    last = last_at.get(key)
+    if last is not None and at - last < interval_s:
+        return False
+    last_at[key] = at
+    return True
+
+
 def enqueue_scheduled(worker: SlotWorker, at: float | None = None) -> None:
     """What `rq worker --with-scheduler` does, at most once a second per startd: under
     rq's scheduler lock of each queue, move the jobs now due (enqueue_at, enqueue_in,
     a Retry with an interval) from the scheduled-job registry into their queues."""
     key = tuple(worker.queue_names())
-    at = time.monotonic() if at is None else at
-    last = _scheduled_at.get(key)
-    if last is not None and at - last < SCHEDULER_INTERVAL_S:
+    if not _due(_scheduled_at, key, at, SCHEDULER_INTERVAL_S):
         return
-    _scheduled_at[key] = at
     scheduler = RQScheduler(list(key), connection=worker.connection,
                             serializer=worker.serializer)
     scheduler.acquire_locks()
