@@ -55,7 +55,6 @@ class Status:
     phase: Phase = Phase.PREPARING
     how: str | None = None
     kill_at: float | None = None
-    soft_kill_sent: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ def handle(status: Status, request: str, now: float, vacate_time_s: float) -> St
     # RUNNING|SUSPENDED -> VACATING. As HTCondor, a suspended job is continued
     # after its KillSig so that it can act on it.
     effects = (SOFT_KILL, CONT) if phase is Phase.SUSPENDED else (SOFT_KILL,)
-    return Step(Status(Phase.VACATING, how, now + vacate_time_s, True), effects)
+    return Step(Status(Phase.VACATING, how, now + vacate_time_s), effects)
 
 
 def tick(status: Status, now: float) -> Step:

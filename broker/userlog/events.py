@@ -39,7 +39,7 @@ from fetchwork.config.protocol import HoldCode, parse_job_id
 from .text import (
     EventCode,
     Exit,
-    Resources,
+    ResourceTable,
     TransferType,
     Usage,
     aborted_body,
@@ -103,9 +103,9 @@ def exit_of(job: Mapping[str, Any]) -> Exit:
     return Exit(code=_whole(job, "ExitCode") or 0)
 
 
-def resources_of(job: Mapping[str, Any]) -> Resources:
+def resources_of(job: Mapping[str, Any]) -> ResourceTable:
     size_kb = _whole(job, "ImageSize")
-    return Resources(memory_usage_mb=None if size_kb is None else math.ceil(size_kb / 1024),
+    return ResourceTable(memory_usage_mb=None if size_kb is None else math.ceil(size_kb / 1024),
                      request_memory_mb=_whole(job, "RequestMemory"),
                      request_cpus=_whole(job, "RequestCpus"),
                      request_disk_kb=_whole(job, "RequestDisk"))

@@ -77,7 +77,7 @@ class Exit:
 
 
 @dataclass(frozen=True)
-class Resources:
+class ResourceTable:
     """The terminated event's table: what the job used and requested."""
 
     memory_usage_mb: int | None = None
@@ -134,8 +134,8 @@ def evicted_body(usage: Usage, reason: str = "") -> str:
     return body
 
 
-def _resource_table(resources: Resources) -> str:
-    """The `Partitionable Resources` table (Usage, Request, Allocated columns)."""
+def _resource_table(resources: ResourceTable) -> str:
+    """The `Partitionable ResourceTable` table (Usage, Request, Allocated columns)."""
     rows = []
     for label, used, requested in (
             ("Cpus", None, resources.request_cpus),
@@ -153,7 +153,7 @@ def _resource_table(resources: Resources) -> str:
     return "".join(lines)
 
 
-def terminated_body(end: Exit, usage: Usage, resources: Resources | None = None) -> str:
+def terminated_body(end: Exit, usage: Usage, resources: ResourceTable | None = None) -> str:
     """005: the job's program ended and the job left the queue."""
     if end.signal is None:
         body = f"Job terminated.\n\t(1) Normal termination (return value {end.code})\n"

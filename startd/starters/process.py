@@ -38,7 +38,6 @@ class StarterProcess:
         self.slot_id = slot_id
         self.pid = proc.pid
         self.exit_how: str | None = None
-        self.final_ad: dict[str, Any] | None = None
         self.stdout_closed = False
         self._partial = b""
         # The zygote's pidfd of the starter (no race with pid reuse).
@@ -101,8 +100,6 @@ class StarterProcess:
                 continue
             if event.get("event") == "exited":
                 self.exit_how = str(event.get("how") or "")
-                ad = event.get("ad")
-                self.final_ad = ad if isinstance(ad, dict) else None
             events.append(event)
         return events
 

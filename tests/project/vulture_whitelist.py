@@ -60,6 +60,9 @@ _.start_refusal
 _.blocked_ids
 _.from_text
 
+# The rehearsal's length, which its tests compare with the steps it ran.
+_.step_count
+
 # What a result or a client records for the tests to read: the filter that
 # decided an activation, the jobs a periodic pass looked at, the times a
 # cluster client followed its slot, the backfill leader's last plan; and the
@@ -82,10 +85,6 @@ _.redis_server_version
 _.ended_at
 _._job
 
-# Dead, in modules being reworked at the moment: remove with that work.
-_.final_ad  # startd/starters/process.py: set, never read
-_.soft_kill_sent  # starter/lifecycle.py: never set nor read
-_.step_count  # starter/rehearsal.py: only the tests call it
 
 # File transfer's execute-side parts (transfer/cache.py, transfer/plugins.py):
 # the API the starter's transfers call, and the typed fields of a plugin's
@@ -108,13 +107,6 @@ _.__getattr__
 # submit.lua from the published fields only.
 _.filtered
 
-# File transfer's execute-side parts (transfer/cache.py, transfer/plugins.py):
-# the API the starter's transfers call, and the typed fields of a plugin's
-# report they read for the job's transfer statistics.
-_.from_job
-_.transfer_type
-_.start_time
-_.end_time
 
 # File transfer's commands, loaded by name (fetchwork/cli.py COMMANDS).
 _.transfer_data_command

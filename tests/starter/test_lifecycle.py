@@ -27,7 +27,7 @@ def test_suspend_and_continue():
     (lc.VACATE, "evict"), (lc.REMOVE, "remove"), (lc.HOLD, "hold")])
 def test_stop_requests_soft_kill_then_deadline(request_, how):
     step = lc.handle(running(), request_, 100.0, VACATE_S)
-    assert step.status == Status(Phase.VACATING, how, 110.0, True)
+    assert step.status == Status(Phase.VACATING, how, 110.0)
     assert step.effects == (lc.SOFT_KILL,)
     assert lc.next_deadline(step.status) == 110.0
     assert lc.tick(step.status, 109.9).effects == ()

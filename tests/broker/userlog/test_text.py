@@ -11,7 +11,7 @@ import pytest
 
 from fetchwork.broker.userlog import text
 from fetchwork.broker.userlog.events import bodies, event_time_s, render
-from fetchwork.broker.userlog.text import EventCode, Exit, Resources, Usage
+from fetchwork.broker.userlog.text import EventCode, Exit, ResourceTable, Usage
 
 AT_S = 1_700_000_000.0
 T = htcondor2.JobEventType
@@ -45,7 +45,7 @@ def test_submit_and_execute(tmp_path):
 
 def test_terminated_with_a_return_value_usage_and_resources(tmp_path):
     body = text.terminated_body(Exit(code=3), Usage(61.7, 90061.0),
-                                Resources(memory_usage_mb=5, request_memory_mb=128,
+                                ResourceTable(memory_usage_mb=5, request_memory_mb=128,
                                           request_cpus=1, request_disk_kb=1000))
     assert "\t\tUsr 0 00:01:01, Sys 1 01:01:01  -  Run Remote Usage\n" in body
     event = one(tmp_path, EventCode.JOB_TERMINATED, body)
