@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 
 import psutil
 
@@ -22,3 +23,17 @@ def kill_now(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def terminate(proc: subprocess.Popen | None, timeout_s: float) -> int | None:
+    """SIGTERM `proc` and wait for its exit status; past `timeout_s`, SIGKILL it and
+    raise TimeoutExpired (a daemon that ignores SIGTERM is a failure of its own)."""
+    if proc is None or proc.poll() is not None:
+        return proc.returncode if proc else None
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise

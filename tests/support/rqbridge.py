@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -35,6 +34,7 @@ import pytest
 import redis
 
 from tests.support.ports import HOST, reserve_port
+from tests.support.processes import terminate
 from tests.support.tlsredis import redis7_binary
 from tests.support.waiting import wait_until
 
@@ -256,15 +256,7 @@ class BridgeStartd:
                           fail_if=self.exited, what=f"log line {text!r}")
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise
+        return terminate(self.proc, timeout_s)
 
 
 def rq_worker_argv(rq_url: str, queues: list[str], *options: str) -> list[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.processes import terminate
 from tests.support.waiting import wait_until
 
 HOOKS = ("fetch", "reply", "evict", "prepare", "exit")
@@ -261,15 +261,7 @@ class Pool:
         return None
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise
+        return terminate(self.proc, timeout_s)
 
     # -- what the hooks saw ----------------------------------------------------
 
