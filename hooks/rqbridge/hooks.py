@@ -45,7 +45,7 @@ from fetchwork.config.protocol import ACCEPT, EXIT, EXIT_HOWS, REJECT
 from fetchwork.errors import FetchworkError
 from fetchwork.hooks import slotadtext
 from fetchwork.hooks.inprocess import current_call
-from fetchwork.hooks.rqbridge import keeper, outcome, redisconn, settings, slotworker
+from fetchwork.hooks.rqbridge import keeper, listener, outcome, redisconn, settings, slotworker
 from fetchwork.hooks.rqbridge.needrq import (
     DEFAULT_JOB_MONITORING_INTERVAL,
     Job,
@@ -170,6 +170,8 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     if taken is None:
         return None
     job, queue = taken
+    if _mode["in_process"]:  # a program cannot listen past its call
+        listener.follow(connection, worker.name)
     execution = slotworker.start(worker, job, queue)
     rq_ids = {"RQ_WORKER_ID": worker.name, "RQ_JOB_ID": job.id,
               "RQ_EXECUTION_ID": execution.id}

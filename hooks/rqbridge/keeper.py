@@ -7,8 +7,10 @@ still running 60 s past the job's timeout (the horse's own death penalty
 should have ended it at the timeout); and listens on its pubsub channel for
 rq's commands (`rq.command.send_stop_job_command`, ...). The prepare hook
 starts one `Keeper` per job in the starter's process (in-process hooks only:
-a program cannot outlive its call), and the exit hook stops it; a job killed
-here is then recorded as rq records a horse its worker killed.
+a program cannot outlive its call), which listens before the job starts and
+takes the commands the startd heard since the job's fetch (listener.py); the
+exit hook stops it. A job killed here is then recorded as rq records a horse
+its worker killed.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import redis
 from fetchwork.config.protocol import KILL
 from fetchwork.errors import FetchworkError
 from fetchwork.hooks import control
-from fetchwork.hooks.rqbridge import slotworker
+from fetchwork.hooks.rqbridge import listener, slotworker
 from fetchwork.hooks.rqbridge.needrq import PUBSUB_CHANNEL_TEMPLATE, Execution, Job
 from fetchwork.hooks.workers import WORKERS
 
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 KILL_GRACE_S = 60.0
 # Longest wait for a command before the keeper looks at its clock and its stop flag.
 COMMAND_POLL_S = 0.5
+# Longest wait for Redis to confirm the keeper's subscription before the job starts.
+SUBSCRIBE_S = 5.0
 
 _lock = threading.Lock()
 _keepers: dict[str, Keeper] = {}
@@ -53,6 +57,8 @@ class Keeper:
         self.started = time.monotonic()
         self.killed_for_timeout = False
         self._stop_event = threading.Event()
+        self._pubsub: Any = None
+        self._early: list[dict[str, Any]] = []
         worker.serve_commands()
 
     @property
@@ -60,8 +66,17 @@ class Keeper:
         """The job was killed as rq's worker kills a horse (its timeout, `kill-horse`)."""
         return self.killed_for_timeout or self.worker.horse_killed
 
+    def listen(self) -> None:
+        """Subscribe to the worker's channel (confirmed by Redis), then take what the
+        startd heard for this job before (listener.py): from here on no command to
+        the job's worker is lost. Called before the job starts."""
+        self._pubsub = self._listen()
+        self._early = listener.kept_for(self.worker.connection, self.worker.name, self.job.id)
+
     def run(self) -> None:
-        pubsub = self._listen()
+        pubsub = self._pubsub
+        for message in self._early:
+            self._handle(message)
         next_beat = time.monotonic() + self.interval_s
         try:
             while not self._stop_event.is_set():
@@ -80,8 +95,15 @@ class Keeper:
     def _listen(self) -> Any:
         """A subscription to the worker's command channel, or None when Redis refuses."""
         try:
-            pubsub = self.worker.connection.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.worker.connection.pubsub()
             pubsub.subscribe(PUBSUB_CHANNEL_TEMPLATE % self.worker.name)
+            deadline = time.monotonic() + SUBSCRIBE_S
+            while (left := deadline - time.monotonic()) > 0:
+                message = pubsub.get_message(timeout=left)
+                if message is not None and message.get("type") == "subscribe":
+                    return pubsub
+            log.warning("rq job %s: Redis did not confirm the subscription to rq's commands "
+                        "within %.0f s; listening all the same", self.job.id, SUBSCRIBE_S)
             return pubsub
         except redis.RedisError as exc:
             log.warning("rq job %s: not listening for rq's commands: %s", self.job.id, exc)
@@ -99,11 +121,14 @@ class Keeper:
             pubsub.close()
             return None
         if message is not None and message.get("type") == "message":
-            try:
-                self.worker.handle_payload(message)
-            except Exception:  # a bad command must not stop the heartbeats
-                log.exception("rq job %s: an rq command failed", self.job.id)
+            self._handle(message)
         return pubsub
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        try:
+            self.worker.handle_payload(message)
+        except Exception:  # a bad command must not stop the heartbeats
+            log.exception("rq job %s: an rq command failed", self.job.id)
 
     def _heartbeat(self) -> None:
         try:
@@ -133,7 +158,9 @@ class Keeper:
 
 
 def start(keeper: Keeper) -> None:
-    """Run `keeper` in a hook thread, replacing any keeper of the same job."""
+    """Run `keeper` in a hook thread, replacing any keeper of the same job; it listens
+    for rq's commands before this returns."""
+    keeper.listen()
     with _lock:
         old = _keepers.pop(keeper.job.id, None)
         _keepers[keeper.job.id] = keeper

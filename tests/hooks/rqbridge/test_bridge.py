@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,14 +23,13 @@ from typing import Any
 import pytest
 import redis
 from rq import Callback, Queue, Retry, Worker
-from rq.command import PUBSUB_CHANNEL_TEMPLATE, send_stop_job_command
-from rq.exceptions import InvalidJobOperation
+from rq.command import send_stop_job_command
 from rq.job import Dependency, Job
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.results import Result
 
 from tests.support import rqbridge
-from tests.support.waiting import WaitTimeout, wait_until
+from tests.support.waiting import wait_until
 
 RUNNERS = ["rq worker", "fetchwork startd"]
 QUEUE = "bridged"
@@ -96,14 +95,6 @@ def enqueue_all(connection: redis.Redis) -> dict[str, str]:
     return {name: job.id for name, job in jobs.items()}
 
 
-def wait_until_or_none(condition: Callable[[], object], timeout_s: float) -> object:
-    """`condition`'s value once truthy within `timeout_s`, else None."""
-    try:
-        return wait_until(condition, timeout_s)
-    except WaitTimeout:
-        return None
-
-
 def _busy_workers(connection: redis.Redis) -> list[tuple[str, str, str | None]]:
     return [(worker.name, worker.get_state(), worker.get_current_job_id())
             for worker in Worker.all(connection=connection)]
@@ -162,21 +153,15 @@ def run(request: pytest.FixtureRequest, world: World) -> Iterator[Run]:
             [str(Path(sys.executable).parent / "rq"), "info", "--only-workers", "--url", rq_url],
             capture_output=True, text=True, timeout=60, check=True).stdout
         stoppable = Job.fetch(ids["stoppable"], connection=connection)
-        # Once its worker listens (rq's own from its start, a slot's from its job's start).
+        # rq's own worker listens from its start; a slot's startd from before the job is
+        # marked started, and its starter takes over what the startd heard. So one word,
+        # sent as soon as rq names the job's worker, is enough.
         wait_until(lambda: stoppable.get_status() == "started" and stoppable.refresh() is None
-                   and dict(connection.pubsub_numsub(
-                       PUBSUB_CHANNEL_TEMPLATE % stoppable.worker_name)).get(
-                       (PUBSUB_CHANNEL_TEMPLATE % stoppable.worker_name).encode()),
-                   90, fail_if=failed, what="the stoppable job running, its worker listening")
-        # A stop word is not kept by Redis: one sent while a slot's listener for this
-        # job is only being set up is lost (docs/rq-bridge.md), so send it until taken.
-        def stopped() -> bool:
-            with suppress(InvalidJobOperation):  # it has just stopped: no worker now
-                send_stop_job_command(connection, stoppable.id)
-            return bool(wait_until_or_none(
-                lambda: stoppable.get_status() in ("stopped", "failed", "finished"), 3))
-
-        wait_until(stopped, 90, fail_if=failed, what="the stop word taken")
+                   and stoppable.worker_name, 90, fail_if=failed,
+                   what="the stoppable job started, its worker named")
+        send_stop_job_command(connection, stoppable.id)
+        wait_until(lambda: stoppable.get_status() in ("stopped", "failed", "finished"), 60,
+                   fail_if=failed, what="the stop word taken")
         rqbridge.wait_jobs_done(connection, ending, 120, fail_if=failed)
         wait_until(lambda: not Worker.all(connection=connection), 30, fail_if=failed,
                    what="no rq worker left")

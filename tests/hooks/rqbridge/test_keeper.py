@@ -16,7 +16,7 @@ from rq import Queue
 from rq.command import PUBSUB_CHANNEL_TEMPLATE, send_kill_horse_command, send_stop_job_command
 
 from fetchwork.hooks import control
-from fetchwork.hooks.rqbridge import keeper, slotworker
+from fetchwork.hooks.rqbridge import keeper, listener, slotworker
 from tests.support import rqbridge
 from tests.support.waiting import wait_until
 
@@ -46,13 +46,18 @@ def _read(fd: int) -> list[str]:
         return []
 
 
-def _running(rq_url: str, name: str) -> tuple[slotworker.SlotWorker, keeper.Keeper]:
-    """A job taken by a slot's worker (as the fetch hook takes it), and its keeper."""
+def _running(rq_url: str, name: str, followed: bool = False
+             ) -> tuple[slotworker.SlotWorker, keeper.Keeper]:
+    """A job taken by a slot's worker (as the fetch hook takes it; `followed`: with the
+    startd listening on the worker's channel first, as the in-process hook does), and
+    its keeper."""
     connection = redis.Redis.from_url(rq_url)
     Queue(name, connection=connection).enqueue("builtins.len", "abc")
     worker = slotworker.new_worker(connection, [name], f"{name}.1")
     taken = slotworker.dequeue(worker, None)
     assert taken is not None
+    if followed:
+        assert listener.follow(connection, worker.name)
     execution = slotworker.start(worker, *taken)
     return worker, keeper.Keeper(worker, taken[0], execution, interval_s=0.1, walltime_s=0.2)
 
@@ -110,6 +115,65 @@ def test_rqs_kill_horse_command_kills_the_job(rq_url: str, requests: int) -> Non
         assert kept.killed
     finally:
         keeper.stop(kept.job.id)
+
+
+def _kept(worker: slotworker.SlotWorker) -> list[bytes]:
+    return worker.connection.lrange(listener.key(worker.name), 0, -1)
+
+
+def test_a_stop_sent_before_the_starter_listens_reaches_the_job(rq_url: str,
+                                                                requests: int) -> None:
+    # Between the fetch (the job is `started`, its worker named) and the keeper's
+    # subscription, only the startd listens: what it heard reaches the keeper.
+    worker, kept = _running(rq_url, "early-stop", followed=True)
+    kept.kill_after_s = None
+    send_stop_job_command(worker.connection, kept.job.id)
+    wait_until(lambda: _kept(worker), 10, what="the startd keeping the stop")
+    assert _read(requests) == []  # nobody acted on it yet
+    keeper.start(kept)
+    try:
+        assert wait_until(lambda: _read(requests), 10) == ["remove", "kill"]
+        assert not kept.killed
+    finally:
+        keeper.stop(kept.job.id)
+
+
+def test_a_kill_sent_before_the_starter_listens_kills_the_job(rq_url: str,
+                                                              requests: int) -> None:
+    worker, kept = _running(rq_url, "early-kill", followed=True)
+    kept.kill_after_s = None
+    send_kill_horse_command(worker.connection, worker.name)
+    wait_until(lambda: _kept(worker), 10, what="the startd keeping the kill")
+    keeper.start(kept)
+    try:
+        assert wait_until(lambda: _read(requests), 10) == ["kill"]
+        assert kept.killed
+    finally:
+        keeper.stop(kept.job.id)
+
+
+def test_a_command_kept_for_an_earlier_job_does_not_reach_the_next(rq_url: str,
+                                                                   requests: int) -> None:
+    worker, first = _running(rq_url, "next-job", followed=True)
+    send_kill_horse_command(worker.connection, worker.name)
+    wait_until(lambda: _kept(worker), 10, what="the startd keeping the kill")
+    # The first job ends (its starter gone before it listened); the same slot's worker
+    # takes its next job. The kill was the first job's.
+    queue = Queue("next-job", connection=worker.connection)
+    slotworker.fail(worker, first.job, queue, first.execution, "its starter died")
+    queue.enqueue("builtins.len", "de")
+    taken = slotworker.dequeue(worker, None)
+    assert taken is not None and taken[0].id != first.job.id
+    execution = slotworker.start(worker, *taken)
+    second = keeper.Keeper(worker, taken[0], execution, interval_s=0.1, walltime_s=None)
+    keeper.start(second)
+    try:
+        # Something it does hear, sent now, shows that the kept kill was passed over.
+        send_stop_job_command(worker.connection, taken[0].id)
+        assert wait_until(lambda: _read(requests), 10) == ["remove", "kill"]
+        assert not second.killed
+    finally:
+        keeper.stop(taken[0].id)
 
 
 def test_a_busy_slots_name_is_not_taken_twice(rq_url: str) -> None:
