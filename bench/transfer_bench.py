@@ -54,12 +54,12 @@ from fetchwork.broker.client import Broker
 from fetchwork.config.loader import Config
 from fetchwork.pool import Pool
 from fetchwork.startd.starters.zygoteclient import ZYGOTE_MODULE
+from fetchwork.transfer.chunks import CHUNK_BYTES
 
 MB = 1 << 20
 ROOT = os.geteuid() == 0
 # Under root the jobs' submitter (whose outputs come back as it) and the folders it owns.
 SUBMITTER = "daemon" if ROOT else pwd.getpwuid(os.geteuid()).pw_name
-TRANSFER_PROGRAM = "fetchwork.transfer.sandbox"
 
 
 def vm_hwm_kb(pid: int) -> int:
@@ -228,24 +228,26 @@ def sampling(every_s: float, sample: Callable[[], None]) -> Iterator[None]:
 
 
 def tree_peaks(run: TransferRun, peaks: Peaks) -> Callable[[], None]:
-    """A sampler of the startd's tree: startd, zygote, starters, transfer programs."""
+    """A sampler of the startd's tree: startd, zygote, starters and the transfer
+    children a starter forks (a fork of a starter: the same command line)."""
     startd = run.startd()
 
     def sample() -> None:
         peaks.note("startd", vm_hwm_kb(startd.pid))
+        parents: dict[int, int] = {}
         for child in startd.children(recursive=True):
             try:
-                cmdline = " ".join(child.cmdline())
-                parent = child.ppid()
+                if ZYGOTE_MODULE in " ".join(child.cmdline()):
+                    parents[child.pid] = child.ppid()
             except psutil.Error:
                 continue
-            if TRANSFER_PROGRAM in cmdline:
-                role = "transfer program"
-            elif ZYGOTE_MODULE in cmdline:
-                role = "zygote" if parent == startd.pid else "starter"
-            else:
-                continue
-            peaks.note(role, vm_hwm_kb(child.pid))
+        for pid, parent in parents.items():
+            depth = 1
+            while parent in parents:
+                parent, depth = parents[parent], depth + 1
+            if parent == startd.pid:
+                role = {1: "zygote", 2: "starter"}.get(depth, "transfer child")
+                peaks.note(role, vm_hwm_kb(pid))
     return sample
 
 
@@ -269,6 +271,7 @@ def big_input(run: TransferRun, root: Path, size_mb: int) -> None:
     (work / "job.sh").chmod(0o755)
     own(work)
     peaks = Peaks()
+    cpu_before = cpu_now(run)
     started_wall = time.time()
     with sampling(0.005, tree_peaks(run, peaks)):
         submitted = run.submit(work, "executable = job.sh\nshould_transfer_files = YES\n"
@@ -285,8 +288,42 @@ def big_input(run: TransferRun, root: Path, size_mb: int) -> None:
           f"{to_sandbox_s - submitted.seconds:.2f} s)")
     print(f"  peak resident memory (VmHWM): submit client {submitted.max_rss_kb / 1024:.0f} MB, "
           + ", ".join(f"{role} {kb / 1024:.0f} MB" for role, kb in peaks.by_role.items()))
+    cpu_after = cpu_now(run)
+    spent = {"submit client": submitted.cpu_s,
+             **{role: cpu_after[role] - cpu_before[role] for role in ("starters", "Redis")}}
+    # The machine is shared: CPU seconds a GiB say what the wall clock cannot.
+    print("  CPU seconds spent on it: " + ", ".join(
+        f"{role} {seconds:.2f} s ({size_mb / seconds:.0f} MB a CPU-second)"
+        for role, seconds in spent.items() if seconds > 0))
     run.remove_history(submitted.cluster, 1)
     shutil.rmtree(work, ignore_errors=True)
+    redis_rates(run, min(size_mb, 256))
+
+
+def redis_rates(run: TransferRun, size_mb: int) -> None:
+    """The same Redis's own rate for values of a chunk's size, through redis-py from
+    this process: SET (two a round trip, as the upload sends them) and GET, and what
+    an upload then a download at those rates would give: the bound of ours."""
+    value = os.urandom(CHUNK_BYTES)
+    count = max(2, size_mb * MB // CHUNK_BYTES)
+    keys = [f"bench-raw:{n}" for n in range(count)]
+    started = time.perf_counter()
+    for first in range(0, count, 2):
+        with run.client.pipeline(transaction=False) as pipe:
+            for key in keys[first:first + 2]:
+                pipe.set(key, value)
+            pipe.execute()
+    set_s = time.perf_counter() - started
+    started = time.perf_counter()
+    for key in keys:
+        run.client.get(key)
+    get_s = time.perf_counter() - started
+    run.client.delete(*keys)
+    total_mb = count * CHUNK_BYTES / MB
+    set_rate, get_rate = total_mb / set_s, total_mb / get_s
+    print(f"  Redis itself, {total_mb:.0f} MB in values of {CHUNK_BYTES} bytes: SET "
+          f"{set_rate:.0f} MB/s, GET {get_rate:.0f} MB/s; an upload then a download at "
+          f"those rates alone: {1 / (1 / set_rate + 1 / get_rate):.0f} MB/s")
 
 
 SHARED_JOB = """#!/bin/sh
@@ -356,19 +393,31 @@ cat a.txt b.txt > out_$1.txt
 """
 
 
+def _cpu_s(proc: psutil.Process) -> float:
+    """A process's CPU seconds with those of the children it has reaped."""
+    times = proc.cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 def cpu_now(run: TransferRun) -> dict[str, float]:
     """CPU seconds so far by role: the pool's processes (a process's reaped children
-    count with it: the zygote's are the starters, their transfer programs and jobs)
-    and this process's children (the submit clients, the delivery programs)."""
+    count with it) and this process's children (the submit clients, the delivery
+    children). The starters are the zygote's children: a starter keeps running
+    jobs, so its CPU (with its reaped transfer children and jobs) is counted while it
+    lives, and with the zygote's once it is reaped."""
     found = {"startd": run.startd(), "broker": psutil.Process(run.pool.children["broker"].pid),
              "Redis": run.redis_process()}
+    spent = {role: _cpu_s(proc) for role, proc in found.items()}
+    spent["starters"] = 0.0
     for child in run.startd().children():
-        if ZYGOTE_MODULE in " ".join(child.cmdline()):
-            found["starters"] = child
-    spent = {}
-    for role, proc in found.items():
-        times = proc.cpu_times()
-        spent[role] = times.user + times.system + times.children_user + times.children_system
+        if ZYGOTE_MODULE not in " ".join(child.cmdline()):
+            continue
+        spent["starters"] += _cpu_s(child)
+        for starter in child.children():
+            try:
+                spent["starters"] += _cpu_s(starter)
+            except psutil.Error:
+                pass
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     spent["submit and delivery programs"] = children.ru_utime + children.ru_stime
     this = resource.getrusage(resource.RUSAGE_SELF)

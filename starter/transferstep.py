@@ -1,28 +1,31 @@
 """The starter's file transfer steps: the job's inputs after the prepare hook, its
 outputs after it ran and before the exit hook (HTCondor's order).
 
-The transfer itself is a program (`python -m fetchwork.transfer.sandbox`, which
-speaks to the pool's Redis): the starter runs it, as root only until it has
-connected, then as the job's user; it never imports the broker, so any site's
-own hooks keep working without one. Control words still count while a transfer
-runs: a stop request kills it. The decisions here are pure (`applies`,
-`sends_outputs`, `run_ad`); `TransferStep` runs the program and turns its answer
-into job ad attributes or a hold.
+The transfer itself (transfer/sandbox.py, which speaks to the pool's Redis)
+runs in a child the starter forks, in a session of its own: as root only until
+it has connected, then as the job's user (the account `runas` chose for the
+job, its groups set, never root). A starter is a fork of the zygote, which has
+loaded the transfer code ahead (`preload`), so the child costs a fork, not the
+start of an interpreter. It sends its answer back as JSON on a pipe and exits.
+Control words still count while a transfer runs: a stop request kills the
+child's session. The decisions here are pure (`applies`, `sends_outputs`,
+`run_ad`); `TransferStep` runs the child and turns its answer into job ad
+attributes or a hold.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
 import posixpath
+import select
 import signal
 import socket
-import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import classad2
 
@@ -32,10 +35,17 @@ from fetchwork.config.protocol import EVICT, EXIT, HOLD, HoldCode
 
 log = logging.getLogger(__name__)
 
-PROGRAM = "fetchwork.transfer.sandbox"
 # The original Iwd of a job that runs in its sandbox (transfer/outputs.py reads it).
 SUBMIT_IWD_ATTR = "FetchworkSubmitIwd"
 _POLL_S = 0.2
+# Signals the starter handles itself: the child takes them at their defaults.
+_STARTER_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+
+
+def preload() -> None:
+    """Import the transfer code (the starter zygote calls this before its forks, so
+    neither a starter nor its transfer children import it for their jobs)."""
+    from fetchwork.transfer import sandbox  # noqa: F401 - imported ahead on purpose
 
 
 @dataclass(frozen=True)
@@ -104,6 +114,7 @@ class TransferStep:
 
     def __init__(self, config: Config, ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
                  sandbox: str, user: tuple[int, int] | None, env: Mapping[str, str]):
+        self.config = config
         self.ad = ad
         self.sandbox = sandbox
         self.user = user
@@ -128,40 +139,34 @@ class TransferStep:
 
     def _run(self, direction: str, stop: Callable[[], bool],
              evicted: bool = False) -> Held | None:
-        argv = [sys.executable, "-P", "-m", PROGRAM, direction, self.sandbox]
-        if evicted:  # ON_EXIT_OR_EVICT: the sandbox is saved as a checkpoint
-            argv.append("--evicted")
-        if self.user is not None:
-            argv += ["--user", f"{self.user[0]}:{self.user[1]}"]
         code = (HoldCode.TRANSFER_INPUT_ERROR if direction == "input"
                 else HoldCode.TRANSFER_OUTPUT_ERROR)
         log.info("transferring the job's %s files", direction)
-        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, env=self.env, cwd="/",
-                                   text=True, start_new_session=True)
-        text: str | None = format_ad(self.ad)
-        while True:
-            try:
-                out, err = process.communicate(text, timeout=_POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                text = None
-                if stop():
-                    log.info("a stop request ends the %s transfer", direction)
-                    try:  # the program and whatever it started (its own session)
-                        os.killpg(process.pid, signal.SIGKILL)
-                    except OSError:
-                        process.kill()
-                    process.communicate()
-                    return Held(f"the {direction} transfer was stopped", int(code))
-        for line in err.splitlines()[-20:]:
-            log.info("transfer: %s", line)
+        user = f"{self.user[0]}:{self.user[1]}" if self.user is not None else None
+        ad_text = format_ad(self.ad)
+        preload()  # once per starter, ahead in the zygote: not in each child
+        from fetchwork.transfer import sandbox as transfer
+
+        transfer.prepare(self.config)  # the pool's client, once per starter
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child ends in os._exit
+            os.close(read_fd)
+            _child(write_fd, self.env, direction, self.sandbox, user, ad_text, evicted)
+        os.close(write_fd)
         try:
-            answer = json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            tail = " ".join(err.strip().splitlines()[-2:])
-            return Held(f"Transfer {direction} files failed: the transfer program exited "
-                        f"{process.returncode}: {tail}", int(code))
+            out, status = _collect(pid, read_fd, stop)
+        finally:
+            os.close(read_fd)
+        if status is None:
+            log.info("a stop request ended the %s transfer", direction)
+            return Held(f"the {direction} transfer was stopped", int(code))
+        try:
+            answer = json.loads(out)
+        except ValueError:
+            return Held(f"Transfer {direction} files failed: the transfer ended with "
+                        f"{_ended(status)} before it answered (see the starter's log)",
+                        int(code))
         if not answer.get("ok"):
             return Held(str(answer.get("reason")), int(answer.get("code") or code),
                         int(answer.get("subcode") or 0), bool(answer.get("retry")))
@@ -180,3 +185,65 @@ class TransferStep:
         self.ad["HoldReasonSubCode"] = held.subcode
         log.warning("job held: %s (code %s)", held.reason, held.code)
         return HOLD
+
+
+def _collect(pid: int, read_fd: int, stop: Callable[[], bool]) -> tuple[bytes, int | None]:
+    """The child's answer and its wait status; (b"", None) when `stop()` asked for
+    the transfer to end (the child's session is then killed)."""
+    parts: list[bytes] = []
+    while True:
+        if select.select([read_fd], [], [], _POLL_S)[0]:
+            piece = os.read(read_fd, 65536)
+            if not piece:
+                break
+            parts.append(piece)
+        elif stop():
+            try:  # the child and whatever it started (its own session)
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return b"", None
+    _pid, status, usage = os.wait4(pid, 0)
+    log.debug("the transfer child used %.1f ms of CPU",
+              (usage.ru_utime + usage.ru_stime) * 1000)
+    return b"".join(parts), status
+
+
+def _ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def _child(write_fd: int, env: Mapping[str, str], direction: str, sandbox: str,
+           user: str | None, ad_text: str, evicted: bool) -> NoReturn:
+    """In the forked child: run the transfer (transfer/sandbox.py, which becomes the
+    job's user) and write its answer to `write_fd`; never returns."""
+    status = 1
+    try:
+        os.setsid()  # a stop kills the transfer and the plugins it runs, not the starter
+        gc.disable()  # a short life: a collection would only copy the starter's pages
+        for number in _STARTER_SIGNALS:
+            signal.signal(number, signal.SIG_DFL)
+        # fd 0 and 1 are the starter's control and event pipes: not the child's to use.
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.close(null)
+        os.environ.clear()
+        os.environ.update(env)
+        from fetchwork.transfer import sandbox as transfer
+
+        data = json.dumps(transfer.answer(direction, sandbox, user, ad_text,
+                                          evicted)).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_fd, view):]
+        status = 0
+    except BaseException:  # noqa: BLE001 - a child must never return into the starter
+        try:
+            log.exception("the %s transfer failed", direction)
+        finally:
+            os._exit(status)
+    os._exit(status)

@@ -475,8 +475,10 @@ def preload() -> None:
     from fetchwork.starter import __main__ as entry
     from fetchwork.starter import starter  # noqa: F401 - imported ahead on purpose
     from fetchwork.starter.launch import c_library, thread_id_calls
+    from fetchwork.starter.transferstep import preload as preload_transfer
 
     entry.argument_parser()
+    preload_transfer()  # a transfer child is a fork: it imports nothing per job
     c_library()
     thread_id_calls()
     _warm_up()

@@ -22,14 +22,18 @@ chunk another job will trust, nor swap one after it was checked. A `put` by an
 account that cannot write the folder fails with a CacheError naming the folder.
 Chunks hold only pool data already sent to this machine's jobs; readable by
 every local user is the same exposure as HTCondor's world-readable execute
-directory. Whatever the permissions, `path_of` checks a chunk's SHA-256 before
+directory. Whatever the permissions, `read` checks a chunk's SHA-256 before
 handing it out: a chunk damaged on disk (a full disk, a crash before the data
 reached it, a hand edit) is removed and reported missing, so it is fetched again.
+The one exception is a chunk this same object has just put (checked on its way
+in, written whole by this process's account, which no job's user can change):
+`read` hands it out without hashing it a second time when it has the size it
+was put with; its reader checks the digest of the whole file it belongs to.
 
 Concurrency: chunks are written under a unique name in `tmp/` and renamed into
 place (readers see a whole chunk or none). The bytes held and eviction change
 under an exclusive `flock` on `.lock`, which is released when the holder dies.
-Recency is the chunk's mtime: `path_of` touches it (an account that may not
+Recency is the chunk's mtime: `read` touches it (an account that may not
 write, such as a job's user, reads without touching). A chunk is not written
 with fsync: a chunk lost or torn by a crash fails its digest and is fetched
 again, so the cost buys nothing.
@@ -46,8 +50,11 @@ import os
 import re
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 from fetchwork.config.loader import Config
@@ -64,7 +71,6 @@ CHUNK_MODE = 0o444
 # A chunk being written is kept this long (seconds) before an eviction takes it as
 # left by a writer that died.
 STALE_TMP_S = 3600.0
-READ_BYTES = 1 << 20
 MB = 1 << 20
 
 
@@ -106,15 +112,6 @@ def check_digest(digest: str) -> str:
     return digest
 
 
-def file_digest(path: Path) -> str:
-    """The SHA-256 of a file, read in pieces."""
-    hasher = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while piece := handle.read(READ_BYTES):
-            hasher.update(piece)
-    return hasher.hexdigest()
-
-
 @dataclass(frozen=True)
 class Entry:
     """A cached chunk as eviction sees it."""
@@ -147,6 +144,8 @@ class ChunkCache:
             raise CacheError(f"the chunk cache's bound must be at least one byte, not {max_bytes}")
         self.root = Path(root)
         self.max_bytes = max_bytes
+        # Chunks this object put (checked on their way in): `read` need not check them.
+        self._checked_in: dict[str, int] = {}
 
     @classmethod
     def from_config(cls, config: Config) -> ChunkCache:
@@ -155,23 +154,11 @@ class ChunkCache:
 
     # -- reading -------------------------------------------------------------------------
 
-    def path_of(self, digest: str) -> Path | None:
-        """The cached chunk `digest`, checked and touched as just used; None when it is
-        not cached, or was damaged (then it is removed, so it is fetched again)."""
-        path = self._path(check_digest(digest))
-        try:
-            actual = file_digest(path)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
-                        exc.strerror or exc)
-            return None
-        return path if self._checked(path, digest, actual) else None
-
     def read(self, digest: str) -> bytes | None:
         """The bytes of cached chunk `digest`, read and checked in one pass (a chunk is a
-        few MiB), and touched as just used; None as for `path_of`."""
+        few MiB; not checked again when this object put it), and touched as just used;
+        None when it is not cached, or was damaged (then it is removed, so it is fetched
+        again)."""
         path = self._path(check_digest(digest))
         try:
             with open(path, "rb") as handle:
@@ -182,6 +169,10 @@ class ChunkCache:
             log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
                         exc.strerror or exc)
             return None
+        if self._checked_in.get(digest) == len(data):  # put by this object, checked then
+            with contextlib.suppress(OSError):
+                os.utime(path)
+            return data
         return data if self._checked(path, digest, hashlib.sha256(data).hexdigest()) else None
 
     def _checked(self, path: Path, digest: str, actual: str) -> bool:
@@ -236,24 +227,41 @@ class ChunkCache:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise self._write_error(exc) from exc
+        self._checked_in[digest] = len(data)
         return path
 
-    def fill(self, digests: Iterable[str], fetch: Callable[[str], bytes | None]) -> int:
+    def fill(self, digests: Iterable[str], fetch: Callable[[str], bytes | None],
+             ahead: int = 0) -> int:
         """Put each chunk of `digests` not cached yet, fetched by `fetch(digest)` one at a
         time (None: the pool lacks it; the caller reports that when it needs the chunk);
-        the bytes fetched. This is how the execute side's account fills the cache before
+        the bytes fetched. With `ahead` above 0, a helper thread fetches up to that many
+        chunks ahead while the one before is checked and written (the fetch and the
+        hashing let go of the interpreter's lock, so they overlap); `ahead` + 1 chunks
+        are held at most. This is how the execute side's account fills the cache before
         it becomes the job's user, who can then read the chunks but not write the cache.
         A chunk evicted again before it is used (a cache smaller than the input) is
         simply fetched again by its reader."""
+        wanted = iter([digest for digest in dict.fromkeys(digests) if digest not in self])
         fetched = 0
-        for digest in dict.fromkeys(digests):
-            if digest in self:
-                continue
-            data = fetch(digest)
-            if data is None:
-                continue
-            self.put(digest, data)
-            fetched += len(data)
+        if ahead < 1:
+            for digest in wanted:
+                data = fetch(digest)
+                if data is not None:
+                    self.put(digest, data)
+                    fetched += len(data)
+            return fetched
+        with ThreadPoolExecutor(1, thread_name_prefix="cache-fill") as fetcher:
+            queued: deque[tuple[str, Future[bytes | None]]] = deque(
+                (digest, fetcher.submit(fetch, digest)) for digest in islice(wanted, ahead + 1))
+            while queued:
+                digest, future = queued.popleft()
+                data = future.result()
+                following = next(wanted, None)
+                if following is not None:
+                    queued.append((following, fetcher.submit(fetch, following)))
+                if data is not None:
+                    self.put(digest, data)
+                    fetched += len(data)
         return fetched
 
     # -- the parts -----------------------------------------------------------------------

@@ -14,7 +14,10 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
+
+from redis.exceptions import NoScriptError
 
 from fetchwork.broker.store import Store, calls
 from fetchwork.errors import TransferError
@@ -28,13 +31,21 @@ log = logging.getLogger(__name__)
 # chunk with Redis's own header fits its allocator's 4 MiB size class: a value of
 # exactly 4 MiB takes 5 MiB of Redis's memory (MEMORY USAGE says so), this one 4.
 CHUNK_BYTES = 4 * 1024 * 1024 - 64
+# Chunks sent in one round trip; two such batches are held at most while uploading.
+# One: a round trip costs little beside a chunk's bytes, and the client's memory
+# (each chunk is copied once more as the command is packed) stays low.
+SEND_CHUNKS = 1
+# A chunk this small goes through transfer_chunk.lua with its bytes at once (asking
+# first would cost a round trip more than sending it); a bigger one is asked about
+# first, then sent with a plain SET.
+ASK_FIRST_BYTES = 256 * 1024
 
 
 class Cache(Protocol):
     """An execute machine's cache of chunks by digest (transfer/cache.py), read here;
     the execute side's own account fills it before the transfer."""
 
-    def path_of(self, digest: str) -> object | None: ...
+    def read(self, digest: str) -> bytes | None: ...
 
 
 def read_exact(fd: int, size: int) -> bytes:
@@ -70,41 +81,110 @@ class ChunkStore:
     def upload(self, fd: int, name: str, mode: int,
                progress: Callable[[int], None] | None = None) -> FileEntry:
         """Send the file open at `fd` chunk by chunk; its entry as `name`."""
+        first = read_exact(fd, CHUNK_BYTES)
+        if len(first) < CHUNK_BYTES:  # one chunk, as most files: its digest is the file's
+            digest = hashlib.sha256(first).hexdigest()
+            self._send([(digest, first)])
+            if progress is not None:
+                progress(len(first))
+            return FileEntry(name, mode, len(first), digest, (digest,))
+        return self._upload_chunks(first, fd, name, mode, progress)
+
+    def _upload_chunks(self, data: bytes, fd: int, name: str, mode: int,
+                       progress: Callable[[int], None] | None) -> FileEntry:
+        """A file of several chunks: read, hashed and sent in a pipeline. The file's
+        digest is computed in one helper thread, the batches are sent in another, while
+        this one reads and hashes the next chunks (hashlib and the socket let go of the
+        interpreter's lock for big buffers, so the work spreads over the cores). At
+        most two batches of SEND_CHUNKS chunks are held."""
         whole = hashlib.sha256()
         digests: list[str] = []
         size = 0
-        client = self.store.client
-        while True:
-            data = read_exact(fd, CHUNK_BYTES)
-            if not data and digests:
-                break
-            whole.update(data)
-            digest = hashlib.sha256(data).hexdigest()
-            # A chunk the pool has is not sent again (a pending one may still lapse
-            # before its manifest is attached: the attach then names it missing).
-            if not client.exists(self.store.keys.xfer_chunk(digest)) and calls.transfer_chunk(
-                    self.store, digest=digest, data=data, pending_ms=self.pending_ms):
-                self.sent_bytes += len(data)
-            digests.append(digest)
-            size += len(data)
-            if progress is not None:
-                progress(len(data))
-            if len(data) < CHUNK_BYTES:
-                break
+        batch: list[tuple[str, bytes]] = []
+        with ThreadPoolExecutor(2, thread_name_prefix="upload") as helpers:
+            hashing: Future[None] | None = None
+            sending: Future[None] | None = None
+            while True:
+                if hashing is not None:
+                    hashing.result()
+                hashing = helpers.submit(whole.update, data)
+                digest = hashlib.sha256(data).hexdigest()
+                batch.append((digest, data))
+                digests.append(digest)
+                size += len(data)
+                if progress is not None:
+                    progress(len(data))
+                last = len(data) < CHUNK_BYTES
+                if len(batch) == SEND_CHUNKS or last:
+                    if sending is not None:
+                        sending.result()
+                    sending = helpers.submit(self._send, batch)
+                    batch = []
+                if last:
+                    break
+                data = read_exact(fd, CHUNK_BYTES)
+                if not data:
+                    if batch:
+                        if sending is not None:
+                            sending.result()
+                        sending = helpers.submit(self._send, batch)
+                    break
+            hashing.result()
+            if sending is not None:
+                sending.result()
         return FileEntry(name, mode, size, whole.hexdigest(), tuple(digests))
+
+    def _send(self, batch: list[tuple[str, bytes]]) -> None:
+        """Send the chunks of `batch` the pool lacks. A small chunk goes through
+        transfer_chunk.lua at once; for big ones the pool is asked first (one round trip
+        for the batch), then the missing ones are sent with plain SETs in one pipeline."""
+        small = [(digest, data) for digest, data in batch if len(data) <= ASK_FIRST_BYTES]
+        big = [(digest, data) for digest, data in batch if len(data) > ASK_FIRST_BYTES]
+        for digest, data in small:
+            if calls.transfer_chunk(self.store, digest=digest, data=data,
+                                    pending_ms=self.pending_ms):
+                self.sent_bytes += len(data)
+        if not big:
+            return
+        def ask(pipe: Any) -> None:
+            for digest, _data in big:
+                calls.ask_transfer_chunk(self.store, pipe, digest=digest,
+                                         pending_ms=self.pending_ms)
+
+        answers = self._pipelined(ask)
+        missing = [(digest, data) for (digest, data), answer in zip(big, answers, strict=True)
+                   if answer == -1]
+        if not missing:
+            return
+        def put(pipe: Any) -> None:
+            for digest, data in missing:
+                calls.put_transfer_chunk(self.store, pipe, digest=digest, data=data,
+                                         pending_ms=self.pending_ms)
+
+        stored = self._pipelined(put)
+        self.sent_bytes += sum(len(data) for (_, data), done in zip(missing, stored, strict=True)
+                               if done)
+
+    def _pipelined(self, fill: Callable[[Any], None]) -> list[Any]:
+        """The replies of the commands `fill(pipe)` queues, sent in one round trip; once
+        again after a NOSCRIPT (a Redis restarted since the scripts were loaded)."""
+        for attempt in (1, 2):
+            with self.store.client.pipeline(transaction=False) as pipe:
+                fill(pipe)
+                try:
+                    return list(pipe.execute())
+                except NoScriptError:
+                    if attempt == 2:
+                        raise
+                    self.store.scripts.forget()
+        raise AssertionError("unreachable")
 
     def chunk(self, digest: str, name: str) -> bytes:
         """One chunk, verified: from the machine's cache, else from the pool."""
         if self.cache is not None:
-            path = self.cache.path_of(digest)
-            if path is not None:
-                try:
-                    with open(str(path), "rb") as handle:
-                        cached = handle.read()
-                    if hashlib.sha256(cached).hexdigest() == digest:
-                        return cached
-                except OSError:
-                    pass
+            cached = self.cache.read(digest)  # checked by the cache
+            if cached is not None:
+                return cached
         data: Any = self.store.client.get(self.store.keys.xfer_chunk(digest))
         if not isinstance(data, bytes):
             raise TransferError(f"{name}: a chunk of this file is missing from the pool "
@@ -116,14 +196,31 @@ class ChunkStore:
         return data
 
     def download(self, entry: FileEntry, fd: int) -> None:
-        """Write `entry`'s bytes to `fd`, each chunk and the whole checked."""
+        """Write `entry`'s bytes to `fd`, each chunk and the whole checked (for a file of
+        several chunks, the file's digest is computed in a helper thread while the next
+        chunk is read and written)."""
+        if len(entry.chunks) == 1:
+            data = self.chunk(entry.chunks[0], entry.name)
+            _write_all(fd, data)
+            self._check_file(entry, len(data), hashlib.sha256(data).hexdigest())
+            return
         whole = hashlib.sha256()
         size = 0
-        for digest in entry.chunks:
-            data = self.chunk(digest, entry.name)
-            whole.update(data)
-            size += len(data)
-            _write_all(fd, data)
-        if size != entry.size or whole.hexdigest() != entry.sha256:
+        with ThreadPoolExecutor(1, thread_name_prefix="download") as hasher:
+            hashing: Future[None] | None = None
+            for digest in entry.chunks:
+                data = self.chunk(digest, entry.name)
+                if hashing is not None:
+                    hashing.result()
+                hashing = hasher.submit(whole.update, data)
+                size += len(data)
+                _write_all(fd, data)
+            if hashing is not None:
+                hashing.result()
+        self._check_file(entry, size, whole.hexdigest())
+
+    @staticmethod
+    def _check_file(entry: FileEntry, size: int, digest: str) -> None:
+        if size != entry.size or digest != entry.sha256:
             raise TransferError(f"{entry.name}: the file arrived with another size or "
                                 "digest than it was sent with")

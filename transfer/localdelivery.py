@@ -4,32 +4,42 @@ job completes, as HTCondor's schedd does, with nothing for the user to run.
 `fetchwork up` runs a `LocalDelivery` beside its broker and startd. It follows
 the pool's event stream; for a job that completed with outputs waiting, that was
 submitted on this machine (its FileSystemDomain is this machine's) and not with
-`-spool`, it writes them as the job's Owner: when `up` runs as root through a
-short program that becomes the Owner before touching a file
-(`python -m fetchwork.transfer.localdelivery JOB --user UID:GID`); otherwise in
+`-spool`, it writes them as the job's Owner: when `up` runs as root in a child
+it forks for that Owner's jobs of the moment (those whose completions came
+together), which connects to the pool and then becomes the Owner (its uid,
+its gid as its only group; never root) before it touches a file; otherwise in
 this process, and only for jobs of the user running `up` (others wait for
-`fetchwork transfer-data`). Every so often it also looks for outputs it may have
-missed (a restart) and settles outputs whose time ran out.
+`fetchwork transfer-data`). Every so often it also looks for outputs it may
+have missed (a restart) and settles outputs whose time ran out.
+
+Why a fork for each Owner's burst of jobs: this process has the code loaded
+and the pool's client made (its scripts loaded), so a child costs a fork, not
+the start of an interpreter, and one connection; the child gives up root for
+good before it writes (set*id in a child cannot be taken back, and a process
+that left root cannot be traced by the user it became), the files are written
+with exactly the Owner's rights, and nothing long-lived runs as a user while
+holding the pool's connection, as one process kept per Owner would.
 """
 
 from __future__ import annotations
 
-import argparse
+import gc
 import getpass
+import json
 import logging
 import os
 import pwd
+import select
+import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from fetchwork.broker.connections.clients import connect
 from fetchwork.broker.store import Store
-from fetchwork.config.loader import Config, get_config
+from fetchwork.config.loader import Config
 from fetchwork.config.protocol import job_id_key
 from fetchwork.errors import FetchworkError
 
@@ -41,6 +51,9 @@ log = logging.getLogger(__name__)
 # Seconds between looks at every waiting output (missed events, expiry).
 SWEEP_S = 30.0
 _BLOCK_MS = 1000
+# The longest a delivery child may take before it is killed (its outputs then wait
+# for the next sweep).
+DELIVERY_TIMEOUT_S = 600.0
 
 
 def local_job(ad: Mapping[str, Any], domain: str) -> bool:
@@ -98,6 +111,9 @@ class LocalDelivery:
                 self.stopping.wait(1.0)
 
     def _deliver(self, store: Store, jobs: Mapping[str, object]) -> None:
+        """Deliver the waiting outputs of `jobs` (those this machine delivers); under root
+        the jobs of one Owner are written by one child."""
+        by_owner: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
         for job_id in sorted(jobs, key=job_id_key):
             data = store.hashes([job_id])
             ad = next((fields for _job, fields in data), None)
@@ -105,36 +121,44 @@ class LocalDelivery:
                 continue
             if not stored.is_waiting(store, job_id, str(delivery.output_manifest(ad))):
                 continue
-            self._deliver_one(store, job_id, ad)
+            by_owner.setdefault(str(ad.get("Owner")), []).append((job_id, ad))
+        for owner, owned in by_owner.items():
+            if os.geteuid() == 0:
+                self._deliver_as_owner(store, owner, owned)
+                continue
+            for job_id, job_ad in owned:
+                self._deliver_here(store, owner, job_id, job_ad)
 
-    def _deliver_one(self, store: Store, job_id: str, ad: Mapping[str, Any]) -> None:
-        owner = ad.get("Owner")
-        if os.geteuid() != 0:
-            if owner != self.me:
-                if job_id not in self._tried:
-                    log.info("job %s: outputs wait for %s to run `fetchwork transfer-data`",
-                             job_id, owner)
-                    self._tried.add(job_id)
-                return
-            try:
-                delivery.deliver(store, job_id, ad)
-            except FetchworkError as exc:
-                self._failed(job_id, str(exc))
+    def _deliver_here(self, store: Store, owner: str, job_id: str,
+                      ad: Mapping[str, Any]) -> None:
+        """Not root: in this process, and only the outputs of the user running `up`."""
+        if owner != self.me:
+            if job_id not in self._tried:
+                log.info("job %s: outputs wait for %s to run `fetchwork transfer-data`",
+                         job_id, owner)
+                self._tried.add(job_id)
             return
         try:
-            entry = pwd.getpwnam(str(owner))
+            delivery.deliver(store, job_id, ad)
+        except FetchworkError as exc:
+            self._failed(job_id, str(exc))
+
+    def _deliver_as_owner(self, store: Store, owner: str,
+                          owned: list[tuple[str, Mapping[str, Any]]]) -> None:
+        """Root: the jobs of `owner` in one child that becomes the Owner."""
+        try:
+            entry = pwd.getpwnam(owner)
         except KeyError:
-            self._failed(job_id, f"its Owner {owner!r} is not a user of this machine")
+            for job_id, _ad in owned:
+                self._failed(job_id, f"its Owner {owner!r} is not a user of this machine")
             return
         if entry.pw_uid == 0:
-            self._failed(job_id, "outputs are never written as root")
+            for job_id, _ad in owned:
+                self._failed(job_id, "outputs are never written as root")
             return
-        argv = [sys.executable, "-P", "-m", __name__, job_id,
-                "--user", f"{entry.pw_uid}:{entry.pw_gid}"]
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd="/")
-        if done.returncode != 0:
-            self._failed(job_id, done.stderr.strip().splitlines()[-1:] and
-                         done.stderr.strip().splitlines()[-1] or f"exit {done.returncode}")
+        store.scripts.ensure_loaded(["transfer_settle"])  # once here, known to the child
+        for job_id, why in deliver_as(store, owned, (entry.pw_uid, entry.pw_gid)).items():
+            self._failed(job_id, why)
 
     def _failed(self, job_id: str, why: str) -> None:
         if job_id not in self._tried:
@@ -142,27 +166,67 @@ class LocalDelivery:
             self._tried.add(job_id)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Deliver one job's outputs as `--user` (started as root by LocalDelivery)."""
-    parser = argparse.ArgumentParser(prog="fetchwork.transfer.localdelivery")
-    parser.add_argument("job")
-    parser.add_argument("--user")
-    args = parser.parse_args(argv)
-    store = store_from(get_config())
-    store.client.ping()
-    store.scripts.ensure_loaded(["transfer_settle"])  # before the switch (see sandbox.py)
-    become(args.user)
-    data = next((fields for _job, fields in store.hashes([args.job])), None)
-    if not data:
-        print(f"job {args.job} is not in the pool", file=sys.stderr)
-        return 1
+def deliver_as(store: Store, jobs: list[tuple[str, Mapping[str, Any]]],
+               user: tuple[int, int], timeout_s: float = DELIVERY_TIMEOUT_S) -> dict[str, str]:
+    """Deliver the outputs of `jobs` (job id, ad) in a forked child that connects and
+    then becomes `user` (uid, gid); the jobs not delivered, with why (the child's own
+    words). The child uses `store`'s settings and loaded scripts, with a connection of
+    its own (redis-py opens a new one in a new process)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child ends in os._exit
+        os.close(read_fd)
+        _deliver_child(store, jobs, user, write_fd)
+    os.close(write_fd)
+    parts: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    stopped = ""
     try:
-        delivery.deliver(store, args.job, data)
-    except FetchworkError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
-    return 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_fd], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                stopped = f"the delivery took more than {timeout_s:.0f} s and was stopped"
+                break
+            piece = os.read(read_fd, 65536)
+            if not piece:
+                break
+            parts.append(piece)
+    finally:
+        os.close(read_fd)
+    _pid, status = os.waitpid(pid, 0)
+    try:
+        failed = {str(job): str(why) for job, why in json.loads(b"".join(parts)).items()}
+    except (ValueError, AttributeError):
+        why = stopped or f"the delivery ended with wait status {status} before it answered"
+        failed = {job_id: why for job_id, _ad in jobs}
+    return failed
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _deliver_child(store: Store, jobs: list[tuple[str, Mapping[str, Any]]],
+                   user: tuple[int, int], write_fd: int) -> NoReturn:
+    """In the forked child: connect, become `user`, deliver each job; never returns.
+    Writes a JSON object of the jobs not delivered and why to `write_fd`."""
+    failed: dict[str, str] = {}
+    try:
+        gc.disable()  # a short life: a collection would only copy the parent's pages
+        for number in (signal.SIGTERM, signal.SIGINT):  # not the parent's handlers
+            signal.signal(number, signal.SIG_DFL)
+        store.client.ping()  # connected before the switch (see sandbox.py)
+        become(f"{user[0]}:{user[1]}")
+        for job_id, ad in jobs:
+            try:
+                delivery.deliver(store, job_id, ad)
+            except FetchworkError as exc:
+                failed[job_id] = str(exc)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which logs it
+        why = str(exc) or type(exc).__name__
+        failed.update({job_id: why for job_id, _ad in jobs if job_id not in failed})
+    finally:
+        try:
+            data = json.dumps(failed).encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_fd, view):]
+        finally:
+            os._exit(0)

@@ -1,22 +1,22 @@
-"""The execute side's transfer step, run by the starter as a program:
+"""The execute side's transfer step, run by the starter in a child it forks
+(starter/transferstep.py) with the job ad's text:
 
-    python -m fetchwork.transfer.sandbox input|output SANDBOX [--user UID:GID]
+    answer("input" | "output", SANDBOX, "UID:GID" | None, AD_TEXT)
 
-with the job ad on stdin. It connects to the pool as the configuration says
-(as the reference hooks do), then, when started as root, becomes the job's user
-before it touches a file: every file of the sandbox is read and written as that
-user, never as root. `input` writes the job's input sandbox into SANDBOX (each
+It connects to the pool as the configuration says (as the reference hooks
+do), then, when it runs as root, becomes the job's user before it touches a
+file: every file of the sandbox is read and written as that user, never as
+root. `input` writes the job's input sandbox into SANDBOX (each
 chunk and file checked) and records what arrived; `output` sends back what the
 job made (transfer/outputs.py decides which) and attaches it as the job's
-output manifest. It prints one JSON object: `{"ok": true, "attrs": {...}}` with
-the attributes for the job ad, or `{"ok": false, "code": 12|13|32|33,
-"subcode": N, "reason": "..."}` for the hold; and appends the user log's
+output manifest. Its answer is `{"ok": true, "attrs": {...}}` with the
+attributes for the job ad, or `{"ok": false, "code": 12|13|32|33,
+"subcode": N, "reason": "..."}` for the hold; it appends the user log's
 transfer events to the pool's stream.
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import functools
 import json
@@ -75,6 +75,8 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 # The Lua scripts the transfer steps call.
 SCRIPTS = ("transfer_chunk", "transfer_attach", "transfer_event", "transfer_detach")
+# Chunks fetched ahead into the machine's cache while the one before is checked.
+FETCH_AHEAD = 2
 # The job's last checkpoint (ON_EXIT_OR_EVICT): the manifest of its evicted sandbox.
 CHECKPOINT_ATTR = "FetchworkCheckpointManifest"
 
@@ -96,7 +98,7 @@ def _fill(cache: ChunkCache, store: Store, manifest: Manifest) -> int:
         return data if isinstance(data, bytes) else None
 
     try:
-        return cache.fill(manifest.digests(), fetch)
+        return cache.fill(manifest.digests(), fetch, ahead=FETCH_AHEAD)
     except (OSError, FetchworkError) as exc:
         log.warning("cannot fill the machine's chunk cache: %s; reading from the pool", exc)
         return 0
@@ -346,17 +348,49 @@ def become(user: str | None) -> None:
     die_with_parent()
 
 
+# The pool's client a starter made for its transfers (`prepare`), inherited by the
+# children it forks for them.
+_prepared: tuple[Config, Store] | None = None
+
+
+def _new_store(config: Config) -> Store:
+    pool = config.require("FETCHWORK_POOL").strip()
+    return Store(connect(config, start=False, pool=pool), pool,
+                 config.get_int("BROKER_EVENTS_MAXLEN"))
+
+
+def prepare(config: Config) -> None:
+    """In the starter, before it forks a transfer: make the pool's client once (its
+    credentials read, the transfer scripts loaded) and let go of its connection. A
+    forked child then only connects (redis-py opens a connection of its own in a new
+    process) instead of reading the configuration and credentials and loading the
+    scripts again. Best effort: when the pool cannot be reached now, the child tries
+    on its own and answers for it."""
+    global _prepared
+    if _prepared is not None and _prepared[0] is config:
+        return
+    try:
+        store = _new_store(config)
+        store.scripts.ensure_loaded(SCRIPTS)
+        store.client.connection_pool.disconnect()
+    except (redis.RedisError, FetchworkError, OSError) as exc:
+        log.debug("the transfer's pool client is made in its child: %s", exc)
+        return
+    _prepared = (config, store)
+
+
 def run(direction: str, sandbox: str, user: str | None, ad_text: str,
         evicted: bool = False) -> dict[str, Any]:
     die_with_parent()
-    config = get_config()
     ad = to_dict(parse_ad(ad_text, "job ad"))
-    pool = config.require("FETCHWORK_POOL").strip()
-    store = Store(connect(config, start=False, pool=pool), pool,
-                  config.get_int("BROKER_EVENTS_MAXLEN"))
+    if _prepared is not None:  # made by the starter this child was forked from
+        config, store = _prepared
+        store.client.ping()
+    else:
+        config = get_config()
+        store = _new_store(config)
     # Credentials are read, the connection made and the scripts loaded before the
     # switch: the job's user may not read the files they come from.
-    store.client.ping()
     store.scripts.ensure_loaded(SCRIPTS)
     step = Step(config, store, ad, sandbox)
     manifest, cache, cached_bytes = Manifest(), None, 0
@@ -389,40 +423,24 @@ def run(direction: str, sandbox: str, user: str | None, ad_text: str,
     return attrs
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fetchwork.transfer.sandbox",
-                                     description="A job's input or output transfer (run by "
-                                                 "the starter; the job ad on stdin).")
-    parser.add_argument("direction", choices=("input", "output"))
-    parser.add_argument("sandbox")
-    parser.add_argument("--user", help="UID:GID to become when started as root")
-    parser.add_argument("--evicted", action="store_true",
-                        help="output: the job was evicted; save its sandbox as a checkpoint")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    default = (HoldCode.TRANSFER_INPUT_ERROR if args.direction == "input"
+def answer(direction: str, sandbox: str, user: str | None, ad_text: str,
+           evicted: bool = False) -> dict[str, Any]:
+    """Run one transfer (`run`) and turn how it ended into the starter's answer:
+    `{"ok": true, "attrs": {...}}`, or `{"ok": false, "code", "subcode", "reason"}`
+    for the hold (`"retry": true` when the pool was unreachable)."""
+    default = (HoldCode.TRANSFER_INPUT_ERROR if direction == "input"
                else HoldCode.TRANSFER_OUTPUT_ERROR)
     try:
-        result: dict[str, Any] = {"ok": True,
-                                  "attrs": run(args.direction, args.sandbox, args.user,
-                                               sys.stdin.read(), args.evicted)}
+        return {"ok": True, "attrs": run(direction, sandbox, user, ad_text, evicted)}
     except (redis.ConnectionError, redis.TimeoutError, RedisUnavailableError) as exc:
         # The pool's Redis went away mid-transfer: nothing half-sent is attached; the
         # job goes back to the queue and runs again, it is not the job's fault.
-        result = {"ok": False, "retry": True, "code": int(default), "subcode": 0,
-                  "reason": f"Transfer {args.direction} files interrupted: the pool's Redis "
-                            f"is unreachable ({exc})"}
+        return {"ok": False, "retry": True, "code": int(default), "subcode": 0,
+                "reason": f"Transfer {direction} files interrupted: the pool's Redis "
+                          f"is unreachable ({exc})"}
     except TransferError as exc:
-        result = {"ok": False, "code": int(exc.code), "subcode": exc.subcode,
-                  "reason": f"Transfer {args.direction} files failed: {exc}"}
+        return {"ok": False, "code": int(exc.code), "subcode": exc.subcode,
+                "reason": f"Transfer {direction} files failed: {exc}"}
     except (FetchworkError, OSError) as exc:
-        result = {"ok": False, "code": int(default), "subcode": getattr(exc, "errno", 0) or 0,
-                  "reason": f"Transfer {args.direction} files failed: {exc}"}
-    json.dump(result, sys.stdout)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return {"ok": False, "code": int(default), "subcode": getattr(exc, "errno", 0) or 0,
+                "reason": f"Transfer {direction} files failed: {exc}"}

@@ -26,11 +26,12 @@ ALLOWED = {
     "config": set(),
     "broker": {"config"},
     "hooks": {"config"},
-    "starter": {"config", "hooks"},
+    # The starter runs a job's file transfer in a child it forks (transferstep.py).
+    "starter": {"config", "hooks", "transfer"},
     "startd": {"config", "hooks", "starter"},
     "submit": {"config", "broker", "transfer"},
     # File transfer: the chunk store and manifests over the broker's store, used by
-    # the submit side and run by the starter as a program (never imported by it).
+    # the submit side and run by the starter in a forked child.
     "transfer": {"config", "broker"},
 }
 HOOKS_THAT_SPEAK_TO_THE_BROKER = {"fetchwork.hooks.reference", "fetchwork.hooks.brokerconn",

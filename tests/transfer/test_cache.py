@@ -40,14 +40,13 @@ def test_a_put_chunk_is_found_checked(tmp_path):
     digest, data = chunk(1)
     path = cache.put(digest, data)
     assert path.read_bytes() == data
-    assert cache.path_of(digest) == path
+    assert ChunkCache(tmp_path / "cache", 10_000).read(digest) == data
     assert path == tmp_path / "cache" / digest[:2] / digest
     assert cache.held_bytes() == len(data)
 
 
 def test_a_chunk_not_cached_is_none(tmp_path):
     cache = ChunkCache(tmp_path / "cache", 10_000)
-    assert cache.path_of(chunk(2)[0]) is None
     assert cache.read(chunk(2)[0]) is None
 
 
@@ -66,14 +65,14 @@ def test_data_that_is_not_its_digest_is_refused_and_nothing_is_kept(tmp_path):
     digest, _ = chunk(3)
     with pytest.raises(CacheError, match="refused"):
         cache.put(digest, b"something else")
-    assert cache.path_of(digest) is None
+    assert cache.read(digest) is None
 
 
 @pytest.mark.parametrize("digest", ["../../etc/passwd", "ABC", "0" * 63, "G" * 64, "A" * 64])
 def test_only_a_lower_case_sha256_names_a_chunk(tmp_path, digest):
     cache = ChunkCache(tmp_path / "cache", 10_000)
     with pytest.raises(CacheError, match="SHA-256"):
-        cache.path_of(digest)
+        cache.read(digest)
     with pytest.raises(CacheError, match="SHA-256"):
         cache.put(digest, b"")
 
@@ -111,6 +110,63 @@ def test_fill_fetches_only_what_is_missing(tmp_path):
     assert all(digest in cache for digest in digests[:3]) and digests[3] not in cache
 
 
+@pytest.mark.parametrize("ahead", [1, 3])
+def test_fill_fetching_ahead_fetches_the_same_and_holds_few(tmp_path, ahead):
+    cache = ChunkCache(tmp_path / "cache", 1_000_000)
+    chunks = dict(chunk(n) for n in range(60, 70))
+    digests = list(chunks)
+    cache.put(digests[4], chunks[digests[4]])
+    asked: list[str] = []
+    put: list[str] = []
+    original_put = cache.put
+
+    def fetch(digest: str) -> bytes | None:
+        asked.append(digest)
+        # never more than `ahead` + 1 chunks fetched and not yet put
+        assert len(asked) - len(put) <= ahead + 1
+        return None if digest == digests[7] else chunks[digest]
+
+    def counted_put(digest: str, data: bytes) -> Path:
+        put.append(digest)
+        return original_put(digest, data)
+
+    cache.put = counted_put  # type: ignore[method-assign]
+    fetched = cache.fill([*digests, digests[0]], fetch, ahead=ahead)
+    wanted = [d for d in digests if d != digests[4]]
+    assert asked == wanted
+    assert put == [d for d in wanted if d != digests[7]]
+    assert fetched == 1000 * len(put)
+    assert all((d in cache) == (d != digests[7]) for d in digests)
+
+
+def test_a_fetch_ahead_that_fails_fails_the_fill(tmp_path):
+    cache = ChunkCache(tmp_path / "cache", 100_000)
+    digests = [chunk(n)[0] for n in range(71, 75)]
+
+    def fetch(digest: str) -> bytes | None:
+        raise OSError("the pool went away")
+
+    with pytest.raises(OSError, match="went away"):
+        cache.fill(digests, fetch, ahead=2)
+
+
+def test_a_chunk_this_cache_put_is_read_back_without_hashing_again(tmp_path, monkeypatch):
+    cache = ChunkCache(tmp_path / "cache", 100_000)
+    digest, data = chunk(76)
+    cache.put(digest, data)
+    other = ChunkCache(tmp_path / "cache", 100_000)  # another process's view
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counting(data: bytes = b"") -> object:
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(hashlib, "sha256", counting)
+    assert cache.read(digest) == data and hashed == []
+    assert other.read(digest) == data and hashed == [len(data)]
+
+
 def test_fill_refuses_data_that_is_not_its_digest(tmp_path):
     cache = ChunkCache(tmp_path / "cache", 100_000)
     digest, _ = chunk(55)
@@ -145,7 +201,7 @@ def test_a_put_past_the_bound_evicts_in_lru_order(tmp_path):
     for seconds_ago, (digest, data) in zip((300, 200, 100), ((a, data_a), (b, data_b),
                                                             (c, data_c)), strict=True):
         age(cache.put(digest, data), seconds_ago)
-    assert cache.path_of(a) is not None  # a is now the most recently used
+    assert cache.read(a) is not None  # a is now the most recently used
     cache.put(d, data_d)
     assert b not in cache
     assert {a, c, d} <= {digest for digest in (a, c, d) if digest in cache}
@@ -177,12 +233,13 @@ def test_a_damaged_chunk_is_removed_and_fetched_again(tmp_path, caplog):
     with open(path, "r+b") as handle:
         handle.seek(10)
         handle.write(b"X")
-    assert cache.path_of(digest) is None
+    reader = ChunkCache(tmp_path / "cache", 10_000)  # a later transfer's
+    assert reader.read(digest) is None
     assert not path.exists()
     assert "damaged" in caplog.text and digest in caplog.text
     assert cache.held_bytes() == 0
     assert cache.put(digest, data) == path
-    assert cache.path_of(digest) == path
+    assert reader.read(digest) == data
 
 
 def test_a_truncated_chunk_is_damaged_too(tmp_path):
@@ -207,9 +264,9 @@ RACER = textwrap.dedent("""
         for n in range(first, first + count):
             data = (f"chunk {n} ".encode() * 4000)[:4000 + n]
             digest = hashlib.sha256(data).hexdigest()
-            found = cache.path_of(digest)
-            if found is not None and found.exists():
-                assert hashlib.sha256(found.read_bytes()).hexdigest() == digest
+            found = cache.read(digest)
+            if found is not None:
+                assert hashlib.sha256(found).hexdigest() == digest
             else:
                 path = cache.put(digest, data)
     print("done")
@@ -252,14 +309,14 @@ def as_job_user(cache: ChunkCache, digest: str, uid: int, gid: int) -> list[str]
             os.setgid(gid)
             os.setuid(uid)
             lines = []
-            found = cache.path_of(digest)
-            lines.append(f"read {found is not None and found.read_bytes()[:5] == b'chunk'}")
+            data = cache.read(digest)
+            lines.append(f"read {data is not None and data[:5] == b'chunk'}")
+            found = cache.root / digest[:2] / digest
             try:
                 cache.put(hashlib.sha256(b"forged").hexdigest(), b"forged")
                 lines.append("put a chunk")
             except CacheError as exc:
                 lines.append(f"put refused: {exc}")
-            assert found is not None
             for attempt in (lambda: open(found, "r+b"), lambda: os.unlink(found),
                             lambda: os.rename(found, f"{found}.x"),
                             lambda: open(found.parent / ("0" * 64), "wb")):
@@ -291,7 +348,7 @@ def test_a_jobs_user_reads_chunks_but_cannot_forge_them(job_tmp):
     assert lines[1].startswith("put refused: cannot write the chunk cache")
     assert "as uid" in lines[1] and "TRANSFER_CACHE_DIR" in lines[1]
     assert lines[2:] == ["refused"] * 4
-    assert cache.path_of(digest) is not None
+    assert ChunkCache(job_tmp / "cache", 10_000).read(digest) == data
 
 
 # -- the knobs -------------------------------------------------------------------------------

@@ -84,6 +84,33 @@ def test_a_chunk_the_pool_has_is_not_sent_again(store: Store, tmp_path: Path) ->
     assert first.sent_bytes == CHUNK_BYTES + 10 and again.sent_bytes == 0
 
 
+def test_a_big_file_goes_up_in_batches_and_only_what_is_missing(store: Store,
+                                                               tmp_path: Path) -> None:
+    size = 5 * CHUNK_BYTES + 7
+    source = _file(tmp_path / "f", size, seed=3)
+    first = ChunkStore(store, HOUR_MS)
+    entry = _upload(first, source, "f")
+    assert first.sent_bytes == size and len(entry.chunks) == 6  # type: ignore[attr-defined]
+    assert entry.sha256 == hashlib.sha256(source.read_bytes()).hexdigest()  # type: ignore[attr-defined]
+    # a resumed upload: two chunks lapsed, another is about to; only the two go again
+    keys = [store.keys.xfer_chunk(d) for d in entry.chunks]  # type: ignore[attr-defined]
+    store.client.delete(keys[1], keys[4])
+    store.client.pexpire(keys[2], 5000)
+    again = ChunkStore(store, HOUR_MS)
+    assert _upload(again, source, "f") == entry
+    assert again.sent_bytes == 2 * CHUNK_BYTES
+    assert store.client.pttl(keys[2]) > 5000  # a pending chunk met again is kept longer
+    assert _roundtrip(again, entry, tmp_path / "back") == source.read_bytes()
+
+
+def test_a_file_of_exactly_one_chunk_is_one_chunk(store: Store, tmp_path: Path) -> None:
+    source = _file(tmp_path / "f", CHUNK_BYTES, seed=4)
+    chunk_store = ChunkStore(store, HOUR_MS)
+    entry = _upload(chunk_store, source, "f")
+    assert entry.chunks == (entry.sha256,)  # type: ignore[attr-defined]
+    assert _roundtrip(chunk_store, entry, tmp_path / "back") == source.read_bytes()
+
+
 def test_pending_chunks_carry_a_ttl_until_attached(store: Store, tmp_path: Path) -> None:
     chunk_store = ChunkStore(store, HOUR_MS)
     entry = _upload(chunk_store, _file(tmp_path / "f", 100), "f")

@@ -8,12 +8,20 @@
 -- ARGV[1] the chunk's sha256 (hex), verified by the caller against ARGV[2]
 -- ARGV[2] the chunk's bytes
 -- ARGV[3] how long a pending chunk is kept (ms)
--- Returns 1 when the bytes were stored, 0 when the pool had the chunk.
+-- ARGV[4] 'ask' (optional): store nothing; the caller sends a chunk the pool lacks
+--         itself, with SET <key> <bytes> PX <ARGV[3]> NX (a chunk of a few MiB
+--         passed through a script is copied twice more and costs Redis twice the
+--         time of a plain SET; ARGV[2] is then empty)
+-- Returns 1 when the bytes were stored, 0 when the pool had the chunk, -1 when it
+-- lacks the chunk and ARGV[4] is 'ask'.
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if not redis.call('HGET', KEYS[2], ARGV[1]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
   return 0
+end
+if ARGV[4] == 'ask' then
+  return -1
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
