@@ -14,10 +14,10 @@ import click
 from fetchwork.broker.client import Broker
 from fetchwork.config.ads import to_dict
 from fetchwork.config.protocol import job_id_key, parse_job_id
-from fetchwork.errors import FetchworkError, TransferError
+from fetchwork.errors import BrokerError, FetchworkError, TransferError
 from fetchwork.submit.options import CondorCommand
 from fetchwork.submit.usercli import connect_broker
-from fetchwork.transfer import delivery, stored
+from fetchwork.transfer import delivery, personupload, stored
 from fetchwork.transfer.inputs import transfers
 
 log = logging.getLogger(__name__)
@@ -47,9 +47,13 @@ def fetch_outputs(broker: Broker, job_ids: Iterable[str], quiet: bool = False) -
                 failed += 1
             continue
         data = to_dict(ad)
+        person = broker.person()
         try:
-            done = delivery.deliver(broker.store, job_id, data)
-        except TransferError as exc:
+            if person is not None:  # through the leader, for the person's own jobs only
+                done = personupload.deliver(broker, person, job_id, data)
+            else:
+                done = delivery.deliver(broker.store, job_id, data)
+        except (TransferError, BrokerError) as exc:
             click.echo(f"Job {job_id}: outputs not delivered: {exc}", err=True)
             failed += 1
             continue
@@ -95,9 +99,11 @@ def transfer_data_command(ids: tuple[str, ...], all_jobs: bool) -> None:
     if bool(ids) == all_jobs:
         raise click.UsageError("name jobs (C.P), clusters (C), or -all")
     broker = connect_broker()
-    delivery.expire_due(broker.store)
+    person = broker.person()
+    if person is None:  # a person may not settle outputs itself
+        delivery.expire_due(broker.store)
     if all_jobs:
-        me = getpass.getuser()
+        me = person.name if person is not None else getpass.getuser()
         chosen = [job for job in sorted(stored.waiting_outputs(broker.store), key=job_id_key)
                   if (broker.job_fields([job], ["Owner"]) or [{}])[0].get("Owner") == me]
         if not chosen:

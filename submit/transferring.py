@@ -12,7 +12,7 @@ from typing import Any
 from fetchwork.broker.client import Broker
 from fetchwork.broker.submission.submitter import Submitted
 from fetchwork.config.loader import get_config
-from fetchwork.transfer import delivery, stored
+from fetchwork.transfer import delivery, personupload, stored
 from fetchwork.transfer.inputs import transfers, upload_inputs
 
 log = logging.getLogger(__name__)
@@ -24,11 +24,15 @@ def submit_with_inputs(broker: Broker, ads: Sequence[dict[str, Any]], owner: str
     """Send the transferring jobs' inputs (`say` tells how much), then queue the
     cluster; with `spool` their outputs wait in the pool for transfer-data."""
     config = get_config()
-    if any(transfers(ad) for ad in ads):
+    person = broker.person()
+    if person is None and any(transfers(ad) for ad in ads):
         delivery.expire_due(broker.store)  # outputs past TRANSFER_OUTPUT_LIFETIME go first
     for ad in ads:
         if spool and transfers(ad):
             ad[delivery.SPOOL_ATTR] = True
+    if person is not None:  # staged for the leader, which attaches them as it queues
+        personupload.stage_inputs(broker, person.name, ads, stored.pending_ms(config), say)
+        return broker.submit_cluster(ads, owner=owner, cluster_id=cluster)
     uploaded = upload_inputs(broker.store, ads, stored.pool_cap_bytes(broker.store),
                              stored.pending_ms(config), say=say)
     try:

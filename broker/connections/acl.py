@@ -91,6 +91,11 @@ SELECTED: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = {
         (("counter:head",), ("decr",)),
         (("queue", "idle", "running", "history", "holds", "activating", "blocks", "soft",
           "ac:members", "ac:groups", "slots"), ("zadd",)),
+        # File transfer: a run's outputs attached (a new manifest, the outputs waiting),
+        # and an evicted job's old checkpoint released (its reference counts).
+        (("xfer:manifest:*",), ("hset",)),
+        (("xfer:outputs",), ("zadd",)),
+        (("xfer:refs", "xfer:chunkrefs"), ("hdel",)),
     ),
 }
 # Kept from the admin too: commands whose reach is the whole server, not one pool.

@@ -3,9 +3,17 @@
 `fetchwork acl user NAME` prints `fw-<pool>-u-<NAME>`. It may read every key
 of the pool (`fetchwork q` and `history` read everything) and write, through
 ACL selectors, only its own namespace `fw:{P}:u:<NAME>:*` (its request
-stream and the leader's replies: broker/trust/requests.py) and the pool's
-doorbell list. It runs no transition script: the leader carries out its
-requests (broker/trust/desk.py).
+stream and the leader's replies: broker/trust/requests.py; the inputs it
+stages and the output manifests the leader hands it: broker/trust/personfiles.py)
+and the pool's doorbell list. It runs no transition script: the leader carries
+out its requests (broker/trust/desk.py).
+
+Its reads stop short of two transfer keys: the manifests (`xfer:manifest:*`) and
+the chunk reference counts (`xfer:chunkrefs`), the only places that list the
+digests of other people's files. A chunk is named by the SHA-256 of its bytes,
+so a person may read (and test for) a chunk only when it already knows the
+digest: of its own files, or of outputs the leader handed it after checking
+that the job is its own.
 """
 
 from __future__ import annotations
@@ -23,7 +31,13 @@ NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 # The read-only scripts `q` and `history` run.
 READERS = ("read_ads", "read_fields", "read_ids")
 # What a person does in its own namespace: send a request, take its reply.
-OWN_COMMANDS = ("xadd", "blpop", "lpop", "del", "pexpire")
+OWN_COMMANDS = ("xadd", "blpop", "lpop", "del", "pexpire",
+                # stage inputs, take handed outputs (broker/trust/personfiles.py)
+                "hset", "hsetnx", "hdel")
+# What a person reads, after fw:{P}: every key but the transfer manifests and the
+# chunk reference counts (the chunks themselves: `xfer:chunk:*`). Redis's glob has
+# no "all but", so: everything not starting with x, then the transfer keys allowed.
+READ_SUFFIXES = ("[^x]*", "xfer:[^cm]*", "xfer:chunk:*")
 
 
 def check_name(name: str) -> str:
@@ -48,7 +62,8 @@ def person_rules(pool: str, name: str) -> list[str]:
     check_name(name)
     own = pool_pattern(pool, f"u:{name}:*")
     keys = PoolKeys(pool)
-    rules = ["resetkeys", f"~{pool_pattern(pool)}", "resetchannels", "-@all"]
+    rules = ["resetkeys", *(f"~{pool_pattern(pool, suffix)}" for suffix in READ_SUFFIXES),
+             "resetchannels", "-@all"]
     rules += [f"+{command}" for command in (*COMMON, "cluster|slots", "acl|whoami")]
     rules += [f"+evalsha|{sha(script)}" for script in READERS]
     rules.append(f"(~{own} " + " ".join(f"+{command}" for command in OWN_COMMANDS) + ")")

@@ -42,6 +42,9 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:people        set: names of people who ever sent a request (kept by the leader)
     fw:{P}:u:<name>:requests     stream: one person's requests (broker/trust/requests.py)
     fw:{P}:u:<name>:reply:<id>   list: the leader's answer to that person's request <id>
+    fw:{P}:u:<name>:staged   hash: a person's inputs on their way in ("chunk:<sha256>",
+                             "manifest:<id>"), until the leader admits them (trust/personfiles.py)
+    fw:{P}:u:<name>:outputs  hash: job id -> the output manifest the leader handed that person
     fw:{P}:xfer:chunk:<sha256>  string: one chunk of transferred files (lua/transferrefs.lua)
     fw:{P}:xfer:manifest:<id>   hash: the files of one input or output sandbox, its chunks
     fw:{P}:xfer:refs, xfer:chunkrefs  hash: manifest -> jobs needing it; chunk -> manifests
@@ -134,6 +137,14 @@ class PoolKeys:
 
     def reply(self, name: str, request_id: str) -> str:
         return f"{self.person(name)}reply:{request_id}"
+
+    # A person's file transfer (broker/trust/personfiles.py): inputs staged in the
+    # person's namespace until the leader admits them, outputs' manifests handed out.
+    def person_staged(self, name: str) -> str:
+        return f"{self.person(name)}staged"
+
+    def person_outputs(self, name: str) -> str:
+        return f"{self.person(name)}outputs"
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

@@ -30,7 +30,7 @@ from fetchwork.config.protocol import HoldCode
 from fetchwork.config.signedjob import SIGNATURE_ATTR, SIGNED_ATTRIBUTES
 from fetchwork.errors import FetchworkError
 
-from . import requests
+from . import personfiles, requests
 
 log = logging.getLogger(__name__)
 
@@ -170,11 +170,18 @@ class RequestDesk:
             self.store.client.hset(self.store.keys.clusters, str(cluster), given_to(person))
             return requests.encode_reply(True, cluster=cluster)
         if request.kind == "submit":
-            if request.cluster is not None:
-                why = self._take_cluster(person, request.cluster)
-                if why is not None:
-                    return requests.encode_reply(False, f"submit refused: {why}")
-            submitted = self.queueing.submit_cluster(request.ads, person, request.cluster)
+            # The inputs the person staged, checked and moved into the pool first.
+            ads, inputs = personfiles.admit_inputs(self.store, person, request.ads)
+            try:
+                if request.cluster is not None:
+                    why = self._take_cluster(person, request.cluster)
+                    if why is not None:
+                        inputs.rollback()
+                        return requests.encode_reply(False, f"submit refused: {why}")
+                submitted = self.queueing.submit_cluster(ads, person, request.cluster)
+            except BaseException:
+                inputs.rollback()
+                raise
             log.info("queued %d job(s) for %s", len(submitted.job_ids), person)
             return requests.encode_reply(True, jobs=submitted.job_ids,
                                          validating=submitted.validating)
@@ -185,6 +192,9 @@ class RequestDesk:
             return requests.encode_reply(False, f"{request.kind} refused: {why}")
         if request.kind == "edit":
             return self._edit(person, request)
+        if request.kind in personfiles.OUTPUT_KINDS:
+            done = personfiles.carry_out(self.store, person, request.kind, request.jobs)
+            return requests.encode_reply(True, jobs=done)
         done = self._act(person, request)
         log.info("%s by %s: %s", request.kind, person, " ".join(done) or "nothing to change")
         return requests.encode_reply(True, jobs=done)

@@ -10,7 +10,9 @@ submission to come: the submit file's $(Cluster)), `submit` (body: `ads`, a
 list of job ads as to_dict maps, and `cluster` when one was given out),
 `remove`, `hold`, `release`, `requeue` (body: `jobs`, `reason`,
 `hold_until`), `edit` (body: `jobs`, `attr`, `value`: condor_qedit's
-attribute and ClassAd expression text).
+attribute and ClassAd expression text), `outputs` and `delivered` (body:
+`jobs`: hand out the manifests of their waiting outputs, settle them as
+delivered: personfiles.py).
 
 Everything here is a function of its inputs: `parse` turns an entry into a
 `Request` or says why it cannot be one; `refusal` decides, from the jobs'
@@ -34,6 +36,8 @@ from fetchwork.config.signedjob import SIGNATURE_ATTR
 JOB_ID_RE = re.compile(r"[0-9]{1,18}\.[0-9]{1,9}\Z")
 ACTIONS = ("remove", "hold", "release", "requeue")
 KINDS = ("cluster", "submit", *ACTIONS, "edit")
+# A job's transferred outputs (personfiles.py): hand them to their owner, settle them.
+KINDS += ("outputs", "delivered")
 # Bounds on one request (a bigger submission is several requests).
 MAX_JOBS = 100_000
 MAX_REASON = 1024
