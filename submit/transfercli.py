@@ -61,6 +61,8 @@ def fetch_outputs(broker: Broker, job_ids: Iterable[str], quiet: bool = False) -
             click.echo(f"Job {job_id}: {done.files} output file(s) written into "
                        f"{data.get('Iwd')}.")
         elif not quiet:
+            if person is not None:  # the leader may have settled them (expired) just now
+                data = to_dict(broker.get(job_id) or ad)
             click.echo(f"Job {job_id}: {_no_outputs(data)}.")
     return failed
 

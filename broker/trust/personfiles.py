@@ -37,6 +37,7 @@ import hashlib
 import logging
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -153,6 +154,7 @@ def admit_inputs(store: Store, person: str, ads: Sequence[Mapping[str, Any]],
     admitted = Admitted(store)
     if not counts:
         return fixed, admitted
+    expire_due(store)  # outputs past their lifetime free their room first
     if pending_ms is None:
         pending_ms = int(float(_packaged("TRANSFER_PENDING_LIFETIME")) * 1000)
     staged = store.keys.person_staged(person)
@@ -258,12 +260,28 @@ def _output_of(store: Store, job_id: str) -> str | None:
     return ident
 
 
+def expire_due(store: Store, now_s: float | None = None) -> list[str]:
+    """Settle as expired the outputs whose TRANSFER_OUTPUT_LIFETIME passed (a person may
+    not, so the leader does it when people fetch or send files); the jobs they were of."""
+    now_s = time.time() if now_s is None else now_s
+    due: Any = store.client.zrangebyscore(store.keys.xfer_outputs, "-inf", now_s)
+    gone = []
+    for member in due:
+        job, _, ident = codec.text(member).partition("|")
+        if calls.transfer_settle(store, manifest_id=ident, job_id=job, how="expired"):
+            log.info("job %s: its outputs expired unfetched", job)
+            gone.append(job)
+    return gone
+
+
 def carry_out(store: Store, person: str, kind: str, jobs: Sequence[str]) -> list[str]:
     """An outputs request of `person` on `jobs` the desk checked are theirs to act on:
     `outputs` hands each waiting manifest to the person, `delivered` settles them. The
     jobs it applied to."""
     handed = store.keys.person_outputs(person)
     done: list[str] = []
+    if kind == OUTPUTS:
+        expire_due(store)
     for job in jobs:
         ident = _output_of(store, job)
         if kind == OUTPUTS:

@@ -281,3 +281,18 @@ def test_a_submission_past_the_pool_cap_is_refused_with_nothing_queued(pool: Poo
     # The refused upload's chunks left the pool too.
     first = (work / "data.txt").read_bytes()[:CHUNK_BYTES]
     assert not bob.client.exists(bob.keys.xfer_chunk(hashlib.sha256(first).hexdigest()))
+
+
+def test_a_persons_outputs_expire_through_the_leader(pool: Pool) -> None:
+    work, job = _run_to_completion(pool, "alice", "-spool")
+    alice = pool.client("alice")
+    ident = alice.get(job)[OUTPUT_MANIFEST_ATTR]
+    keys = PoolKeys(pool.name)
+    with pool.server.admin() as admin:  # its TRANSFER_OUTPUT_LIFETIME passed
+        admin.zadd(keys.xfer_outputs, {f"{job}|{ident}": 1})
+    said = fw(pool.env("alice"), "transfer-data", job, cwd=work)
+    assert "expired unfetched" in said.stdout
+    assert not (work / "copy.txt").exists()
+    assert alice.get(job)["FetchworkOutputs"] == "expired"
+    with pool.server.admin() as admin:
+        assert not admin.exists(keys.xfer_manifest(ident))
