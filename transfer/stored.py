@@ -5,6 +5,7 @@ bytes of transferred files, read in one place (`pool_cap_bytes`).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Callable
@@ -88,6 +89,10 @@ def load(store: Store, manifest_id: str) -> Manifest:
     if not isinstance(data, bytes):
         raise TransferError(f"the pool no longer holds the files of manifest "
                             f"{manifest_id[:12]}")
+    # A manifest is named by its digest: one rewritten in the pool does not check.
+    if hashlib.sha256(data).hexdigest() != manifest_id:
+        raise TransferError(f"manifest {manifest_id[:12]} in the pool does not match its "
+                            "digest: it was changed after it was stored")
     return unpack(data)
 
 
