@@ -35,9 +35,9 @@ from fetchwork.config.signedjob import SIGNATURE_ATTR
 # A job id, cluster.proc.
 JOB_ID_RE = re.compile(r"[0-9]{1,18}\.[0-9]{1,9}\Z")
 ACTIONS = ("remove", "hold", "release", "requeue")
-KINDS = ("cluster", "submit", *ACTIONS, "edit")
-# A job's transferred outputs (personfiles.py): hand them to their owner, settle them.
-KINDS += ("outputs", "delivered")
+# `outputs`, `delivered`: a job's transferred outputs handed to their owner, settled
+# (personfiles.py).
+KINDS: tuple[str, ...] = ("cluster", "submit", *ACTIONS, "edit", "outputs", "delivered")
 # Bounds on one request (a bigger submission is several requests).
 MAX_JOBS = 100_000
 MAX_REASON = 1024
