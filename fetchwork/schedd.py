@@ -56,7 +56,7 @@ from fetchwork.submit.submitting import (
 )
 from fetchwork.submit.transfercli import jobs_named
 from fetchwork.submit.userlogsync import await_logged
-from fetchwork.transfer import delivery
+from fetchwork.transfer import delivery, personupload
 
 log = logging.getLogger(__name__)
 
@@ -248,13 +248,17 @@ class Schedd:
         spec = _spec(job_spec)
         failures: list[str] = []
         with _translated():
+            person = self._broker.person()  # a person's outputs come through the leader
             for job in self._ended_and_queued(spec):
                 ad = self._broker.get(job)
                 if ad is None:
                     continue
                 try:
-                    delivery.deliver(self._broker.store, job, to_dict(ad))
-                except TransferError as exc:
+                    if person is not None:
+                        personupload.deliver(self._broker, person, job, to_dict(ad))
+                    else:
+                        delivery.deliver(self._broker.store, job, to_dict(ad))
+                except (TransferError, BrokerError) as exc:
                     failures.append(f"job {job}: {exc}")
         if failures:
             raise TransferError("outputs not delivered: " + "; ".join(failures))

@@ -26,7 +26,7 @@ from fetchwork.broker.connections.clients import connect
 from fetchwork.broker.store import calls
 from fetchwork.broker.store.keys import PoolKeys
 from fetchwork.config.loader import Config, environ_without_config
-from fetchwork.errors import BrokerError
+from fetchwork.errors import BrokerError, TransferError
 from fetchwork.transfer import stored
 from fetchwork.transfer.chunks import CHUNK_BYTES
 from fetchwork.transfer.delivery import OUTPUT_MANIFEST_ATTR
@@ -296,3 +296,22 @@ def test_a_persons_outputs_expire_through_the_leader(pool: Pool) -> None:
     assert alice.get(job)["FetchworkOutputs"] == "expired"
     with pool.server.admin() as admin:
         assert not admin.exists(keys.xfer_manifest(ident))
+
+
+def test_the_python_api_submits_and_retrieves_a_persons_files(pool: Pool) -> None:
+    from fetchwork.schedd import Schedd
+
+    work = _work(pool, "alice")
+    schedd = Schedd(config=Config.load(environ=pool.env("alice")))
+    result = schedd.submit({"executable": str(work / "prog.sh"), "initialdir": str(work),
+                            "should_transfer_files": "YES",
+                            "transfer_input_files": "data.txt, sub", "output": "job.out"},
+                           spool=True)
+    job = f"{result.cluster()}.0"
+    wait_until(lambda: (pool.client("alice").get(job) or {}).get("JobStatus") == 4, 120,
+               fail_if=pool.died, what=f"alice's job {job} completed")
+    schedd.retrieve(job)
+    assert (work / "copy.txt").read_text() == "the data of alice\n"
+    bobs = Schedd(config=Config.load(environ=pool.env("bob")))
+    with pytest.raises(TransferError, match="bob may act only on its own jobs"):
+        bobs.retrieve(job)
