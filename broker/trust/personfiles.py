@@ -200,7 +200,10 @@ def _move_chunk(store: Store, staged: str, digest: str, pending_ms: int) -> bool
         if hashlib.sha256(data).hexdigest() != digest:
             raise SubmitError(f"a staged chunk does not hold what its name says "
                               f"({digest[:12]}): nothing was queued")
-        return calls.transfer_chunk(store, digest=digest, data=data, pending_ms=pending_ms)
+        new = calls.transfer_chunk(store, digest=digest, data=data, pending_ms=pending_ms)
+        # Out of the staging at once: Redis holds each chunk once, not twice, meanwhile.
+        store.client.hdel(staged, chunk_field(digest))
+        return new
     if not store.client.exists(store.keys.xfer_chunk(digest)):
         raise SubmitError(f"chunk {digest[:12]} was neither staged nor in the pool "
                           "(it lapsed meanwhile): submit again")
