@@ -315,3 +315,30 @@ def test_the_python_api_submits_and_retrieves_a_persons_files(pool: Pool) -> Non
     bobs = Schedd(config=Config.load(environ=pool.env("bob")))
     with pytest.raises(TransferError, match="bob may act only on its own jobs"):
         bobs.retrieve(job)
+
+
+def test_a_persons_inputs_already_in_the_pool_are_counted_not_sent(pool: Pool) -> None:
+    work = _work(pool, "bob")
+    (work / "data.txt").write_bytes(os.urandom(1024 * 1024))
+    (work / "job.sub").write_text((work / "job.sub").read_text().replace(
+        "queue\n", "hold = true\nqueue\n"))
+    bob = pool.client("bob")
+    keys = bob.keys
+    jobs, said = [], []
+    for _ in range(2):
+        done = fw(pool.env("bob"), "submit", "job.sub", cwd=work)
+        jobs.append(done.stdout.split("cluster ")[1].split(".")[0] + ".0")
+        said.append(done.stderr)
+    assert "0.0 MB sent" not in said[0] and "0.0 MB sent" in said[1]
+    [ident] = {bob.get(job)["FetchworkInputManifest"] for job in jobs}
+    with pool.server.admin() as admin:
+        assert int(admin.hget(keys.xfer_refs, ident)) == 2
+    bob.remove([jobs[0]])
+    with pool.server.admin() as admin:
+        assert int(admin.hget(keys.xfer_refs, ident)) == 1
+    bob.remove([jobs[1]])
+    with pool.server.admin() as admin:
+        assert admin.hget(keys.xfer_refs, ident) is None
+        assert not admin.exists(keys.xfer_manifest(ident))
+    first = (work / "data.txt").read_bytes()
+    assert not bob.client.exists(keys.xfer_chunk(hashlib.sha256(first).hexdigest()))
