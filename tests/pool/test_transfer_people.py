@@ -258,12 +258,18 @@ def test_a_person_cannot_put_bad_content_into_the_pools_chunks(pool: Pool) -> No
     assert not alice.client.exists(keys.xfer_chunk(digest))
     assert _staged(pool, "bob") == 0  # the refused staging was freed
     # Naming a manifest it did not stage (anyone's) is refused too.
-    [theirs] = [ad for ad in alice.query() + alice.history()
-                if ad.get("FetchworkInputManifest")][:1] or [None]
-    if theirs is not None:
+    work = _work(pool, "alice")
+    (work / "job.sub").write_text((work / "job.sub").read_text().replace(
+        "queue\n", "hold = true\nqueue\n"))
+    done = fw(pool.env("alice"), "submit", "job.sub", cwd=work)
+    theirs = alice.get(done.stdout.split("cluster ")[1].split(".")[0] + ".0")
+    for named in (theirs["FetchworkInputManifest"], "0" * 64):
         with pytest.raises(BrokerError, match="was not staged by bob"):
             bob.submit([{"Cmd": "/bin/true", "ShouldTransferFiles": "YES",
-                         "FetchworkInputManifest": theirs["FetchworkInputManifest"]}])
+                         "fetchworkinputmanifest": named}])
+    with pytest.raises(BrokerError, match="must be one manifest id"):
+        bob.submit([{"Cmd": "/bin/true", "FetchworkInputManifest": "../x"}])
+    assert len(alice.query()) == before + 1
 
 
 def test_a_submission_past_the_pool_cap_is_refused_with_nothing_queued(pool: Pool) -> None:
