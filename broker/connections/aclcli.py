@@ -49,11 +49,13 @@ def acl_command(roles: tuple[str, ...], pool: str | None, user: str | None,
 
     \b
     `fetchwork acl user NAME` prints the user fw-<pool>-u-NAME of one person:
-    it reads the whole pool and writes only its own namespace
-    (fw:{POOL}:u:NAME:*); its submissions and its rm, hold, release, requeue
-    and edit requests are carried out by the broker's leader, which sets
-    Owner to NAME and lets a person act only on its own jobs
-    (QUEUE_SUPER_USERS: on anyone's). --remove prints ACL DELUSER (with
+    it reads the whole pool (but the transfer manifests and chunk counts,
+    which would give it other people's files) and writes only its own
+    namespace (fw:{POOL}:u:NAME:*); its submissions (with their input files)
+    and its rm, hold, release, requeue, edit and transfer-data requests are
+    carried out by the broker's leader, which sets Owner to NAME and lets a
+    person act on, and fetch the outputs of, its own jobs only
+    (QUEUE_SUPER_USERS: anyone's). --remove prints ACL DELUSER (with
     --commands) or what to delete from the ACL file.
 
     `fetchwork acl public-key` prints the pool's public job signing key (PEM),
