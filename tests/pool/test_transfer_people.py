@@ -30,7 +30,7 @@ from fetchwork.errors import BrokerError, TransferError
 from fetchwork.transfer import stored
 from fetchwork.transfer.chunks import CHUNK_BYTES
 from fetchwork.transfer.delivery import OUTPUT_MANIFEST_ATTR
-from fetchwork.transfer.personupload import deliver
+from fetchwork.transfer.personupload import deliver, stage_inputs
 from tests.support.folders import open_folder
 from tests.support.tlsredis import TlsRedis, tls_redis
 from tests.support.waiting import wait_until
@@ -348,3 +348,17 @@ def test_a_persons_inputs_already_in_the_pool_are_counted_not_sent(pool: Pool) -
         assert not admin.exists(keys.xfer_manifest(ident))
     first = (work / "data.txt").read_bytes()
     assert not bob.client.exists(keys.xfer_chunk(hashlib.sha256(first).hexdigest()))
+
+
+
+def test_an_abandoned_staging_expires_by_itself(pool: Pool) -> None:
+    """Inputs staged by a submission that never reached the leader go by themselves."""
+    work = _work(pool, "bob")
+    bob = pool.client("bob")
+    ad = {"Cmd": "prog.sh", "Iwd": str(work), "ShouldTransferFiles": "YES",
+          "TransferInput": "data.txt"}
+    stage_inputs(bob, "bob", [ad], pending_ms=1500)
+    staged = bob.keys.person_staged("bob")
+    assert bob.client.hget(staged, f"manifest:{ad['FetchworkInputManifest']}")
+    assert 0 < bob.client.pttl(staged) <= 1500
+    wait_until(lambda: _staged(pool, "bob") == 0, 30, what="the staging expired")
