@@ -71,6 +71,9 @@ SIGNED_ATTRIBUTES = (
     "TransferInput",
     "TransferExecutable",
     "TransferInputDigests",
+    # the input sandbox the pool holds for the job: named by the digest of its files'
+    # digests, so it pins the executable and every input sent with the job
+    "FetchworkInputManifest",
 )
 
 
