@@ -235,6 +235,7 @@ def _child(write_fd: int, env: Mapping[str, str], direction: str, sandbox: str,
         os.environ.update(env)
         from fetchwork.transfer import sandbox as transfer
 
+        transfer.name_process(direction)
         data = json.dumps(transfer.answer(direction, sandbox, user, ad_text,
                                           evicted)).encode()
         view = memoryview(data)

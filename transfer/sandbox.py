@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 MB = 1024 * 1024
 # prctl(PR_SET_PDEATHSIG): a transfer dies with its starter, a plugin with its transfer.
 _PR_SET_PDEATHSIG = 1
+# prctl(PR_SET_NAME): the name `ps -o comm`, `top` and `pgrep` show (15 bytes at most).
+_PR_SET_NAME = 15
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 # The Lua scripts the transfer steps call.
 SCRIPTS = ("transfer_chunk", "transfer_attach", "transfer_event", "transfer_detach")
@@ -324,6 +326,13 @@ def die_with_parent() -> None:
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1:  # the starter died before the request took
         os._exit(1)
+
+
+def name_process(direction: str) -> None:
+    """Show the forked transfer as `fw-xfer-input` or `fw-xfer-output` in `ps` and
+    `top`, rather than as another starter."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_NAME, f"fw-xfer-{direction}".encode()[:15], 0, 0, 0)
 
 
 def _plugin_dies_with_us() -> None:

@@ -237,10 +237,17 @@ def _pending_chunks(pool: Pool, name: str) -> list[bytes]:
 
 
 def _transfers_running(pool: Pool) -> list[psutil.Process]:
+    """The pool's transfer children: forks of its starters named fw-xfer-*, whose
+    environment (the job's) points into this pool's folders."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        line = " ".join(proc.info["cmdline"] or [])
-        if "fetchwork.transfer.sandbox" in line and str(pool.root) in line:
+    for proc in psutil.process_iter(["name"]):
+        if not (proc.info["name"] or "").startswith("fw-xfer-"):
+            continue
+        try:
+            environ = proc.environ()
+        except psutil.Error:
+            continue
+        if any(str(pool.root) in value for value in environ.values()):
             found.append(proc)
     return found
 
