@@ -125,11 +125,10 @@ class LocalCluster:
     def master_of(self, pool: str) -> int:
         """The port of the master serving `pool`'s slot."""
         slot = pool_slot(pool)
-        for start, end, master, *_ in self.node(self.ports[0]).execute_command(
-                "CLUSTER", "SLOTS"):
-            if int(start) <= slot <= int(end):
-                return int(master[1])
-        raise AssertionError(f"slot {slot} of pool {pool} is not served")
+        owner = self.owner_seen_by(self.ports[0], slot)
+        if owner is None:
+            raise AssertionError(f"slot {slot} of pool {pool} is not served")
+        return owner
 
     def restart(self, port: int) -> None:
         """Crash one master (SIGKILL); start it again on its port and folder (AOF, nodes.conf)."""
@@ -143,11 +142,29 @@ class LocalCluster:
         answer = self.node(port).execute_command("CLUSTER", "MYID")
         return answer.decode() if isinstance(answer, bytes) else str(answer)
 
+    def owner_seen_by(self, port: int, slot: int) -> int | None:
+        """The port of the master that the node on `port` says serves `slot`."""
+        for start, end, master, *_ in self.node(port).execute_command("CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return int(master[1])
+        return None
+
     def move_empty_slot(self, slot: int, to_port: int) -> None:
-        """Give `slot` (holding no keys) to the master on `to_port`, as a resharding would."""
+        """Give `slot` (holding no keys) to the master on `to_port`, as a resharding
+        does: importing and migrating first, the new owner told first, and its config
+        epoch bumped, so the old owner's gossip cannot take the slot back. Returns once
+        every node says the new owner serves it."""
         target = self.node_id(to_port)
+        source = self.owner_seen_by(to_port, slot)
+        if source is not None and source != to_port:
+            self.node(to_port).execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING",
+                                               self.node_id(source))
+            self.node(source).execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target)
         for port in sorted(self.ports, key=lambda p: p != to_port):
             self.node(port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target)
+        self.node(to_port).execute_command("CLUSTER", "BUMPEPOCH")
+        wait_until(lambda: all(self.owner_seen_by(port, slot) == to_port for port in self.ports),
+                   timeout_s=30, what=f"every node giving slot {slot} to port {to_port}")
 
     def stop(self) -> None:
         for process in self.processes.values():
