@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import classad2
@@ -120,11 +120,6 @@ class Broker:
         """The rules the pool's leader published (what every submission is checked
         against), or None while it has published none: then new jobs wait for it."""
         return poolrules.read(self.store)
-
-    def sign_submissions(self, sign: Callable[[Mapping[str, Any]], str]) -> None:
-        """Sign every job this client submits as it is staged (the broker service's own
-        client, which queues people's jobs: broker/trust/desk.py)."""
-        self._submitter.sign = sign
 
     def person(self) -> PersonClient | None:
         """The request path when this connection is a person's (`ACL WHOAMI` says

@@ -15,13 +15,37 @@ The signature travels in the job ad as `FetchworkSignature`
 (`GlobalJobId` names the pool, the job and its submission time), so it
 cannot be moved to another job. Both ends of the check (the broker's signer,
 the starter's check) use this module and nothing else to build the text.
+
+The broker signs once per admitted batch (`v2`), not once per job: each
+job's leaf is the SHA-256 of its signed text; a hash tree (Merkle) over the
+batch's leaves gives one root, and one Ed25519 signature covers the root
+together with the pool's name, the batch's id and its number of jobs
+(`batch_text`). Each job carries its batch id, its leaf index and its proof
+path (the sibling hashes from its leaf to the root):
+
+    FetchworkSignature = "v2:<batch id>:<jobs in batch>:<index>:<root signature>:<proof>"
+
+(signature and proof in base64). The checker recomputes the root from the
+job's own text and its proof, then checks the root's signature, which a
+`RootCache` remembers once verified, so an execute machine pays one Ed25519
+verification per batch. Leaves and inner nodes are hashed with different
+prefixes, so a proof cannot pass an inner node off as a job. Any change to a
+signed attribute changes the leaf and so the root; a proof taken from
+another batch or another pool gives a root (or a signed pool name) that its
+signature does not cover. `v1` (one signature per job, from before batches)
+is still checked, so jobs queued before an upgrade keep running.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
+import hashlib
 import re
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import classad2
@@ -36,8 +60,15 @@ from fetchwork.config.ads import attr_text, from_dict
 
 # The job ad attribute that carries the signature.
 SIGNATURE_ATTR = "FetchworkSignature"
-VERSION = "v1"
+VERSION = "v2"
+_V1 = "v1"
 _HEADER = b"fetchwork job signature v1\n"
+_BATCH_HEADER = b"fetchwork job batch v2\n"
+# Hash prefixes of a leaf (one job's signed text) and of an inner node of the tree.
+_LEAF, _NODE = b"\x00", b"\x01"
+DIGEST_BYTES = 32
+# A batch id: what the signer makes (batch_id) and nothing that could split the value.
+_BATCH_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 
 # Everything that decides what runs, where it reads and writes, and as whom:
 # one attribute per line, so another (a transfer manifest's digest) is added
@@ -118,19 +149,42 @@ def signed_text_of(data: Mapping[str, Any]) -> bytes:
     return _HEADER + "\n".join(lines).encode("utf-8")
 
 
-def sign(key: Ed25519PrivateKey, text: bytes) -> str:
-    """The `FetchworkSignature` value for `text`."""
-    return f"{VERSION}:{base64.b64encode(key.sign(text)).decode('ascii')}"
-
-
-def check(key: Ed25519PublicKey, ad: classad2.ClassAd) -> str | None:
-    """Why `ad`'s signature does not check with `key`, or None when it does."""
+def check(key: Ed25519PublicKey, ad: classad2.ClassAd, pool: str,
+          roots: RootCache | None = None) -> str | None:
+    """Why `ad`'s signature does not check with `key` for pool `pool`, or None when it
+    does. A batch root verified before (in `roots`) is not verified again."""
     value = ad.get(SIGNATURE_ATTR) if SIGNATURE_ATTR in ad else None
     if not isinstance(value, str) or not value:
         return f"the job ad has no {SIGNATURE_ATTR}: it was not admitted by the pool's broker"
-    version, _, encoded = value.partition(":")
+    version, _, rest = value.partition(":")
+    if version == _V1:
+        return _check_v1(key, ad, rest)
     if version != VERSION:
-        return f"{SIGNATURE_ATTR} has version {version!r}; this machine checks {VERSION}"
+        return (f"{SIGNATURE_ATTR} has version {version!r}; this machine checks "
+                f"{VERSION} and {_V1}")
+    try:
+        proof = BatchProof.parse(rest)
+    except ValueError as exc:
+        return f"{SIGNATURE_ATTR} is malformed: {exc}"
+    root = proof.root(leaf_digest(signed_text(ad)))
+    if root is None:
+        return f"{SIGNATURE_ATTR}'s proof path does not fit its leaf index and batch size"
+    message = batch_text(pool, proof.batch_id, proof.count, root)
+    if roots is not None and roots.known(key, message, proof.signature):
+        return None
+    try:
+        key.verify(proof.signature, message)
+    except InvalidSignature:
+        return ("the signed attributes (" + ", ".join(SIGNED_ATTRIBUTES) + ") were changed "
+                f"after the broker signed them, or the proof is from another batch, another "
+                f"pool than {pool!r} or another pool's key")
+    if roots is not None:
+        roots.add(key, message, proof.signature)
+    return None
+
+
+def _check_v1(key: Ed25519PublicKey, ad: classad2.ClassAd, encoded: str) -> str | None:
+    """The check of a job signed alone (before batch signatures)."""
     try:
         raw = base64.b64decode(encoded, validate=True)
     except ValueError:
@@ -141,6 +195,153 @@ def check(key: Ed25519PublicKey, ad: classad2.ClassAd) -> str | None:
         return ("the signed attributes (" + ", ".join(SIGNED_ATTRIBUTES) + ") were changed "
                 "after the broker signed them, or another pool's key signed them")
     return None
+
+
+# -- batch signatures ----------------------------------------------------------
+
+
+def leaf_digest(text: bytes) -> bytes:
+    """The tree leaf of one job: SHA-256 of its signed text (`signed_text`)."""
+    return hashlib.sha256(_LEAF + text).digest()
+
+
+def staged_digest(data: Mapping[str, Any]) -> bytes:
+    """What a submission records of a stored job for its admission (a to_dict-style
+    mapping): the leaf its signed attributes give, as the leader computes it."""
+    return leaf_digest(signed_text_of(data))
+
+
+def _node(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(_NODE + left + right).digest()
+
+
+def tree(leaves: Sequence[bytes]) -> tuple[bytes, list[bytes]]:
+    """The root of the hash tree over `leaves` (at least one), and each leaf's proof
+    path: the sibling hashes from the leaf up, concatenated. A node without a sibling
+    (the last of an odd level) goes up unchanged and adds nothing to the path."""
+    if not leaves:
+        raise ValueError("a batch signature needs at least one job")
+    proofs: list[list[bytes]] = [[] for _ in leaves]
+    level = list(leaves)
+    # The leaves under each node of the current level, so a node's sibling is added to
+    # the path of every leaf under it.
+    under: list[list[int]] = [[index] for index in range(len(leaves))]
+    while len(level) > 1:
+        up, up_under = [], []
+        for pos in range(0, len(level) - 1, 2):
+            left, right = level[pos], level[pos + 1]
+            for leaf in under[pos]:
+                proofs[leaf].append(right)
+            for leaf in under[pos + 1]:
+                proofs[leaf].append(left)
+            up.append(_node(left, right))
+            up_under.append(under[pos] + under[pos + 1])
+        if len(level) % 2:
+            up.append(level[-1])
+            up_under.append(under[-1])
+        level, under = up, up_under
+    return level[0], [b"".join(path) for path in proofs]
+
+
+def root_of(leaf: bytes, index: int, count: int, path: bytes) -> bytes | None:
+    """The root that `leaf` at `index` of a `count`-leaf tree reaches with proof `path`;
+    None when the path does not fit (too short, too long, an index outside the tree)."""
+    if count < 1 or not 0 <= index < count or len(path) % DIGEST_BYTES:
+        return None
+    node, pos, size, used = leaf, index, count, 0
+    while size > 1:
+        sibling = pos ^ 1
+        if sibling < size:
+            if used + DIGEST_BYTES > len(path):
+                return None
+            other = path[used:used + DIGEST_BYTES]
+            used += DIGEST_BYTES
+            node = _node(node, other) if pos % 2 == 0 else _node(other, node)
+        pos, size = pos // 2, (size + 1) // 2
+    return node if used == len(path) else None
+
+
+def batch_text(pool: str, batch_id: str, count: int, root: bytes) -> bytes:
+    """The bytes a batch signature covers: the pool, the batch, its size and its root."""
+    return _BATCH_HEADER + (f"pool={pool}\nbatch={batch_id}\ncount={count}\n"
+                            f"root={root.hex()}").encode()
+
+
+def sign_batch(key: Ed25519PrivateKey, pool: str, batch_id: str,
+               texts: Sequence[bytes]) -> list[str]:
+    """The `FetchworkSignature` of each job of a batch, from their signed texts: one
+    Ed25519 signature over the batch's root, and each job's own proof path."""
+    if not _BATCH_ID_RE.match(batch_id):
+        raise ValueError(f"batch id {batch_id!r} is not [A-Za-z0-9_.-], 1 to 64 characters")
+    root, paths = tree([leaf_digest(text) for text in texts])
+    count = len(texts)
+    signature = base64.b64encode(key.sign(batch_text(pool, batch_id, count, root))).decode()
+    head = f"{VERSION}:{batch_id}:{count}:"
+    return [f"{head}{index}:{signature}:{base64.b64encode(path).decode()}"
+            for index, path in enumerate(paths)]
+
+
+@dataclass(frozen=True)
+class BatchProof:
+    """A `v2` FetchworkSignature, read (everything after `v2:`)."""
+
+    batch_id: str
+    count: int
+    index: int
+    signature: bytes
+    path: bytes
+
+    @classmethod
+    def parse(cls, rest: str) -> BatchProof:
+        parts = rest.split(":")
+        if len(parts) != 5:
+            raise ValueError("expected batch:count:index:signature:proof")
+        batch_id, count, index, signature, path = parts
+        if not _BATCH_ID_RE.match(batch_id):
+            raise ValueError(f"batch id {batch_id[:64]!r} is not a batch id")
+        if not (count.isdigit() and index.isdigit()) or len(count) > 9 or len(index) > 9:
+            raise ValueError("the batch size and leaf index must be numbers")
+        try:
+            raw_signature = base64.b64decode(signature, validate=True)
+            raw_path = base64.b64decode(path, validate=True)
+        except (ValueError, binascii.Error) as exc:
+            raise ValueError("its signature or proof is not base64") from exc
+        return cls(batch_id, int(count), int(index), raw_signature, raw_path)
+
+    def root(self, leaf: bytes) -> bytes | None:
+        return root_of(leaf, self.index, self.count, self.path)
+
+
+class RootCache:
+    """Batch roots whose signature this process verified, so each batch costs one
+    Ed25519 verification; at most `size` kept, the least recently used dropped."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self._seen: OrderedDict[tuple[bytes, bytes, bytes], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _entry(key: Ed25519PublicKey, message: bytes, signature: bytes
+               ) -> tuple[bytes, bytes, bytes]:
+        raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return raw, message, signature
+
+    def known(self, key: Ed25519PublicKey, message: bytes, signature: bytes) -> bool:
+        entry = self._entry(key, message, signature)
+        with self._lock:
+            if entry in self._seen:
+                self._seen.move_to_end(entry)
+                return True
+        return False
+
+    def add(self, key: Ed25519PublicKey, message: bytes, signature: bytes) -> None:
+        entry = self._entry(key, message, signature)
+        with self._lock:
+            self._seen[entry] = None
+            self._seen.move_to_end(entry)
+            while len(self._seen) > self.size:
+                self._seen.popitem(last=False)
 
 
 def public_pem(key: Ed25519PrivateKey) -> str:

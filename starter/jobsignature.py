@@ -10,6 +10,14 @@ is checked, and a job never runs as its Owner, only as the slot's user
 (runas.py): an execute machine that cannot tell whether the broker handed a
 job over trusts no Owner. The key file is read again when it changes.
 `verdict` is the one call, made before the starter does anything for the job.
+
+The broker signs a batch of jobs at a time; each job carries its proof path
+to the batch's signed root (config/signedjob.py). The check recomputes the
+root from the job's own attributes (SHA-256 only) and verifies the root's
+signature once per batch: the roots verified are kept (`ROOTS_KEPT`, the
+least recently used dropped), so the jobs of one batch that reach this
+process after the first cost no Ed25519 verification. The signed root names
+the pool (FETCHWORK_POOL of this machine must be the broker's).
 """
 
 from __future__ import annotations
@@ -30,6 +38,9 @@ from fetchwork.errors import ConfigError
 log = logging.getLogger(__name__)
 
 KNOB = "JOB_SIGNING_PUBLIC_KEY"
+# Batch roots whose signature this process verified (each a few hundred bytes).
+ROOTS_KEPT = 4096
+_roots = signedjob.RootCache(ROOTS_KEPT)
 
 
 @dataclass(frozen=True)
@@ -76,7 +87,8 @@ def verdict(config: Config, job_ad: Any) -> Verdict:
         return Verdict(False, f"job signature check failed: {exc}")
     if key is None:
         return Verdict(False)
-    why = signedjob.check(key, job_ad)
+    pool = (config.get("FETCHWORK_POOL") or "").strip()
+    why = signedjob.check(key, job_ad, pool, _roots)
     if why is not None:
         return Verdict(False, f"job signature check failed ({KNOB}): {why}")
     return Verdict(True)

@@ -23,10 +23,12 @@ policy's pass; DEFAULT_JOB_EXCLUSIVE), whatever the submitter's configuration
 said, before its filters run.
 
 A pool that signs its jobs (broker/trust/signer.py) makes every submission
-wait here, and each admitted job gets its FetchworkSignature. With no
-submission filter or template, and no rule that adds attributes, signing is
-the whole admission: jobs are signed and admitted in batches
-(admit_signed.lua) on the pass's own thread.
+wait here, and each admitted job gets its FetchworkSignature, after the
+checks of filters/signing.py (its staged digest). With no submission filter
+or template, signing is the whole admission: jobs are checked against the
+pool's rules, signed a batch at a time (one signature per batch) and
+admitted in batches (admit_signed.lua, which also applies the scheduling
+limits and DEFAULT_JOB_EXCLUSIVE) on the pass's own thread.
 """
 
 from __future__ import annotations
@@ -44,11 +46,11 @@ from redis.exceptions import NoScriptError
 from fetchwork.broker.autoclusters import Grouper, rep_entry
 from fetchwork.broker.store import Store, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
-from fetchwork.broker.store.jobads import LEADER_NONCE, ad_prio
+from fetchwork.broker.store.jobads import ad_prio
 from fetchwork.broker.store.states import State, clamp_prio, is_managed
 from fetchwork.config.ads import from_dict
 from fetchwork.config.protocol import HoldCode
-from fetchwork.config.signedjob import SIGNATURE_ATTR
+from fetchwork.config.signedjob import SIGNATURE_ATTR, signed_text_of
 from fetchwork.errors import AdError
 
 from .admission import activate, admit
@@ -57,6 +59,7 @@ from .codes import Activation, backfill_action
 from .gate import Summary, summary_of
 from .runner import Facts, FilterRun, FilterSpec, run_filter
 from .settings import FilterSettings
+from .signing import BatchSigner, forget_staged, read_staged, refusal
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +104,12 @@ class FilterLeader:
     def __init__(self, store: Store, settings: FilterSettings, default_lease_s: float,
                  call: Call | None = None, workers: int = WORKERS,
                  rules: poolrules.PoolRules | None = None,
-                 sign: Callable[[Mapping[str, Any]], str] | None = None):
+                 signer: BatchSigner | None = None):
         self.store = store
         self.settings = settings
         # The pool's job signer (broker/trust/signer.py): every new job waits for
         # admission, and each one admitted gets its SIGNATURE_ATTR.
-        self.sign = sign
+        self.signer = signer
         # The pool's rules, checked at admission (None: the filters' verdict only).
         self.rules = rules
         self.default_lease_s = default_lease_s
@@ -156,7 +159,7 @@ class FilterLeader:
         publishes it with the pool's rules: leader/publish.py). With a signer, every
         submission waits for admission."""
         summary = summary_of(self.settings)
-        return replace(summary, submit=True) if self.sign is not None else summary
+        return replace(summary, submit=True) if self.signer is not None else summary
 
     def run_pass(self, now_s: float | None = None) -> list[Future[None]]:
         """Hand out what waits for a verdict; release due holds. Returns the new work."""
@@ -236,11 +239,11 @@ class FilterLeader:
             log.info("job %s refused by the pool's rules: %s", job, why)
             calls.admit_fail(self.store, job_id=job, reason=f"refused: {why}")
             return
-        if self.sign is not None:
-            why = _tampered(job, data, self.sign(data), bool(self._leader_made([job])))
+        if self.signer is not None:
+            why = refusal(job, data, signed_text_of(data), read_staged(self.store, [job])[0])
             if why is not None:
                 log.warning("job %s refused at admission: %s", job, why)
-                calls.admit_fail(self.store, job_id=job, reason=why)
+                self._fail(job, why)
                 return
         admission = admit(data, self.settings, self.call, self.broker_defaults)
         if not admission.ok:
@@ -252,67 +255,81 @@ class FilterLeader:
         if deleted or stored:  # what a match reads of the job may have changed
             merged = {name: value for name, value in data.items() if name not in deleted}
             stored[AUTOCLUSTER_ATTR] = _assign_autocluster(self.store, {**merged, **stored})
-        if self.sign is not None:
+        if self.signer is not None:
             kept = {name: value for name, value in data.items() if name not in deleted}
-            stored[SIGNATURE_ATTR] = self.sign({**kept, **stored})
+            stored[SIGNATURE_ATTR] = self.signer.sign_texts(
+                [signed_text_of({**kept, **stored})])[0]
         try:
             prio = clamp_prio(ad_prio(from_dict(admission.ad)))
         except AdError:
             prio = 0
         calls.admit(self.store, job_id=job, prio=prio, deleted=deleted,
                     fields=codec.fields_of(stored))
+        if self.signer is not None:
+            self._forget([job])
+
+    def _fail(self, job: str, why: str) -> None:
+        calls.admit_fail(self.store, job_id=job, reason=why)
+        self._forget([job])
+
+    def _forget(self, jobs: list[str]) -> None:
+        pipe = self.store.client.pipeline(transaction=False)
+        forget_staged(pipe, self.store, jobs)
+        pipe.execute()
 
     def _signing_only(self) -> bool:
         """Whether signing is all of a waiting job's admission: no submission filter or
         template, and no pool rule that adds attributes at admission."""
-        rules = self.rules
-        return (self.sign is not None and not summary_of(self.settings).submit
-                and (rules is None or not (rules.limits or rules.default_exclusive)))
-
-    def _leader_made(self, jobs: list[str]) -> set[str]:
-        """Which of `jobs` the broker service submitted itself (their cluster's nonce)."""
-        clusters = sorted({job.split(".")[0] for job in jobs})
-        if not clusters:
-            return set()
-        nonces = self.store.client.hmget(self.store.keys.clusters, clusters)
-        made = {cluster for cluster, nonce in zip(clusters, nonces, strict=True)
-                if nonce is not None and codec.text(nonce).startswith(LEADER_NONCE)}
-        return {job for job in jobs if job.split(".")[0] in made}
+        return self.signer is not None and not summary_of(self.settings).submit
 
     def _admit_signed(self, first: list[str]) -> bool:
-        """Check, sign and admit waiting jobs in batches (one read and one
-        admit_signed.lua per batch) until none is left or SIGNED_PER_PASS are done;
-        whether any is left."""
-        assert self.sign is not None
+        """Check, sign and admit waiting jobs in batches (one read of the hashes, one of
+        the staged digests, one signature and one admit_signed.lua per batch) until none
+        is left or SIGNED_PER_PASS are done; whether any is left."""
+        assert self.signer is not None
         store, batch, done = self.store, first, 0
         while batch and done < SIGNED_PER_PASS:
             found = [(job, data) for job, data in store.hashes(batch)
                      if data.get("FetchworkState") in _WAITING]
-            leader_made = self._leader_made([job for job, _data in found])
-            signed = []
-            for job, data in found:
-                signature = self.sign(data)
+            staged = read_staged(store, [job for job, _data in found])
+            grouper = Grouper()
+            admitted: list[tuple[str, int, bool, str]] = []
+            texts: list[bytes] = []
+            for (job, data), digest in zip(found, staged, strict=True):
+                text = signed_text_of(data)
                 why = poolrules.refusal(data, self.rules) if self.rules is not None else None
-                why = f"refused: {why}" if why else _tampered(job, data, signature,
-                                                             job in leader_made)
+                why = f"refused: {why}" if why else refusal(job, data, text, digest)
                 if why is not None:
                     log.warning("job %s refused at admission: %s", job, why)
                     calls.admit_fail(store, job_id=job, reason=why)
-                else:
-                    signed.append((job, _prio_of(data), signature))
-            if signed:
-                self._admit_batch(signed)
+                    continue
+                # The pool's rules and the job's own attributes decide, never what the
+                # submitting client passed beside them (its autocluster, its flags).
+                gid = grouper.gid(_matched(data))
+                admitted.append((job, _prio_of(data), "BlockedReason" in self._rule_defaults(data),
+                                 "" if data.get(AUTOCLUSTER_ATTR) == gid else gid))
+                texts.append(text)
+            signatures = self.signer.sign_texts(texts) if texts else []
+            self._admit_batch([(job, prio, signature, blocked, gid) for (job, prio, blocked, gid),
+                               signature in zip(admitted, signatures, strict=True)],
+                              [job for job, _data in found], grouper)
             done += len(batch)
             batch = Store.ids(store.client.zrange(store.keys.validating, 0, BATCH - 1))
         return bool(batch)
 
-    def _admit_batch(self, signed: list[tuple[str, int, str]]) -> None:
-        """admit_signed.lua for one batch; once more after NOSCRIPT (a restarted server
-        lost its scripts: what the pipeline ran before it is run again, and a job no
-        longer waiting is left alone)."""
+    def _admit_batch(self, signed: list[tuple[str, int, str, bool, str]], decided: list[str],
+                     grouper: Grouper) -> None:
+        """admit_signed.lua for one batch, with the autoclusters' representatives as the
+        leader makes them, and the decided jobs' staged digests dropped; once more after
+        NOSCRIPT (a restarted server lost its scripts: what the pipeline ran before it is
+        run again, and a job no longer waiting is left alone)."""
+        self._own_reps(grouper)
         for attempt in (1, 2):
             pipe = self.store.client.pipeline(transaction=False)
-            calls.admit_signed(self.store, pipe, jobs=signed)
+            if signed:
+                calls.admit_signed(self.store, pipe, jobs=signed,
+                                   blocked_reason=poolrules.WAITING_REASON)
+            forget_staged(pipe, self.store, decided)
             try:
                 pipe.execute()
                 return
@@ -320,6 +337,24 @@ class FilterLeader:
                 self.store.scripts.forget()
                 if attempt == 2:
                     raise
+
+    def _own_reps(self, grouper: Grouper) -> None:
+        """Make the autoclusters' representatives of a batch the leader's own: one a
+        submission wrote differently (a submit.lua call made by hand may name any) is
+        replaced."""
+        if not grouper.reps:
+            return
+        keys, client = self.store.keys, self.store.client
+        gids = list(grouper.reps)
+        stored = client.hmget(keys.ac_reps, gids)
+        wanted = {gid: rep_entry(grouper.reps[gid]) for gid in gids}
+        wrong = {gid: entry for (gid, entry), found in zip(wanted.items(), stored, strict=True)
+                 if found != entry}
+        if wrong:
+            if any(found is not None for found in stored):
+                log.info("autocluster representatives written again by the leader: %s",
+                         " ".join(sorted(wrong)))
+            client.hset(keys.ac_reps, mapping=wrong)
 
     def _rule_defaults(self, ad: Mapping[str, Any]) -> dict[str, Any]:
         """What the pool's rules add to an admitted job: the BlockedReason that keeps it
@@ -416,17 +451,10 @@ def request_facts(request: Mapping[Any, Any]) -> tuple[Facts, float]:
     return facts, int(field("deadline")) / 1000.0
 
 
-def _tampered(job: str, data: Mapping[str, Any], signature: str,
-              leader_made: bool) -> str | None:
-    """Why a job waiting for admission must not be signed: its hash names another
-    job, or (one the broker service staged and signed itself) its signed attributes
-    changed since. None when it may be signed."""
-    if f"{data.get('ClusterId')}.{data.get('ProcId')}" != job:
-        return f"its ClusterId and ProcId do not name job {job}: its ad was changed"
-    if leader_made and data.get(SIGNATURE_ATTR) != signature:
-        return ("its signed attributes changed while it waited for admission "
-                "(written by someone holding a role's credentials)")
-    return None
+def _matched(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored job's attributes as grouped into autoclusters (its own, not the
+    bookkeeping the broker keeps in the hash)."""
+    return {name: value for name, value in data.items() if not is_managed(name)}
 
 
 def _prio_of(data: Mapping[str, Any]) -> int:

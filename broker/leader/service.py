@@ -156,11 +156,9 @@ class BrokerService:
     @classmethod
     def from_config(cls, broker: Broker, config: Config) -> BrokerService:
         signer = pool_signer(config)
-        if signer is not None:
-            broker.sign_submissions(signer.signature)
         replica = (config.get("BROKER_REPLICA_NAME") or "").strip() or default_replica_name()
         filters = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
-                               sign=signer.signature if signer else None)
+                               signer=signer)
         return cls(broker,
                    reaper_interval_s=config.get_duration_s("BROKER_REAPER_INTERVAL"),
                    leader_lease_s=config.get_duration_s("BROKER_LEADER_LEASE"),

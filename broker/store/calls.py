@@ -54,15 +54,18 @@ def _number(value: int | None) -> str:
 # -- submitting (stage.lua, submit.lua, admit.lua, admit_fail.lua) ------------------------
 
 def stage(store: Store, pipe: Pipeline, *, cluster: int, nonce: str, job_ids: Sequence[str],
-          runs: bytes) -> None:
+          runs: bytes, digests: bytes = b"") -> None:
     """stage.lua, queued on `pipe`: write the hashes of `job_ids` (new jobs of cluster
     `cluster`, in batch order) from `runs` (codec.pack_for_lua of the runs of shared and
     own fields), checked against the pool's published rules (store/poolrules.py); the
     submission's `nonce` must own the cluster. Its reply in the pipeline's: [hashes
     written, the batch's mode: b'validating', b'blocked' or b''], or an error naming
-    the job and the rule that refused it (then nothing of the batch is written)."""
-    keys = store.pool_keys() + [store.keys.job(job) for job in job_ids] + [store.keys.settings]
-    _queue(store, pipe, "stage", keys, [*store.head_args(), str(cluster), nonce, runs])
+    the job and the rule that refused it (then nothing of the batch is written).
+    `digests` (32 bytes a job, config/signedjob.py staged_digest) are kept for the
+    leader's signed admission when the batch waits for it."""
+    keys = (store.pool_keys() + [store.keys.job(job) for job in job_ids]
+            + [store.keys.staged(cluster), store.keys.settings])
+    _queue(store, pipe, "stage", keys, [*store.head_args(), str(cluster), nonce, runs, digests])
 
 
 def submit(store: Store, pipe: Pipeline, *, batch: bytes, mode: str,
@@ -290,14 +293,18 @@ def qedit(store: Store, *, job_ids: Sequence[str], attr: str, value: bytes,
 
 # -- a person's requests, carried out by the leader (broker/trust/desk.py) --------------------
 
-def admit_signed(store: Store, pipe: Pipeline, *, jobs: Sequence[tuple[str, int, str]]) -> None:
+def admit_signed(store: Store, pipe: Pipeline, *, jobs: Sequence[tuple[str, int, str, bool, str]],
+                 blocked_reason: str) -> None:
     """admit_signed.lua, queued on `pipe`: admit VALIDATING jobs, each (id, JobPrio,
-    FetchworkSignature), whose admission is their signature alone (a signing pool with
-    no submission filter: filters/leader.py). Its reply in the pipeline's: how many
-    were still VALIDATING and were admitted."""
-    keys = store.pool_keys() + [store.keys.job(job) for job, _prio, _sig in jobs]
+    FetchworkSignature, kept BLOCKED by the limits, autocluster or ''), whose admission
+    is their signature and the pool's rules (a signing pool with no submission filter:
+    filters/leader.py); `blocked_reason` is what the limits' BLOCKED jobs show. Its
+    reply in the pipeline's: how many were still VALIDATING and were admitted."""
+    keys = store.pool_keys() + [store.keys.job(job[0]) for job in jobs]
     _queue(store, pipe, "admit_signed", keys,
-           [*store.head_args(), *(value for job in jobs for value in job)])
+           [*store.head_args(), blocked_reason,
+            *(value for job_id, prio, signature, blocked, group in jobs
+              for value in (job_id, prio, signature, "1" if blocked else "", group))])
 
 
 # -- the leader's duties ---------------------------------------------------------------------

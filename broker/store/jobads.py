@@ -82,11 +82,6 @@ def prepare_submitted(data: Mapping[str, Any], qdate_s: int,
     return PreparedJob(prio, held, attrs, _owner_of(data))
 
 
-# The start of the nonce (the clusters hash's value: submission/submitter.py) of a
-# submission the broker service made itself, whose jobs it signed as it staged them.
-LEADER_NONCE = "leader:"
-
-
 def identity(pool: str, cluster: int, proc: int, qdate_s: int, seq: int, prio: int,
              owner: str | None, ad_owner: str | None, user: str) -> dict[str, Any]:
     """The attributes that name and place a job: Owner (the submitter's `owner`, else

@@ -18,6 +18,8 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:leader        string: the broker replica holding leadership, with a TTL
     fw:{P}:filters       hash: the leader's filter summary (filters/gate.py), the pass counter
     fw:{P}:validating    zset: VALIDATING jobs (submission filters pending), scored by sequence
+    fw:{P}:staged:<C>    hash: ProcId -> the digest of a waiting job's signed attributes
+                         (filters/signing.py); never written by the execute role
     fw:{P}:activating    zset: ACTIVATING jobs (activation chain running), scored by deadline (ms)
     fw:{P}:blocks        zset: jobs whose activation answered 1, scored by priority group
     fw:{P}:reservations  hash: slot name -> the job an activation answer 2 reserved it for
@@ -145,6 +147,12 @@ class PoolKeys:
 
     def person_outputs(self, name: str) -> str:
         return f"{self.person(name)}outputs"
+
+    # Signed admission (broker/filters/signing.py): the digest of each staged job's
+    # signed attributes, per cluster, in a key family only the submitting roles and
+    # the broker service write (never the execute role).
+    def staged(self, cluster: int | str) -> str:
+        return f"{self.prefix}staged:{cluster}"
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

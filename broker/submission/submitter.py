@@ -20,6 +20,10 @@ are read once per submission, with the sequence numbers, for what they give
 a job that does not say (its lease, DEFAULT_JOB_EXCLUSIVE). Sequence numbers
 come from counter:seq before staging, so each job's identity and
 FetchworkOrder are decided here (jobads.identity).
+A batch that will wait for the leader also carries each job's staged digest
+(config/signedjob.py staged_digest), which stage.lua keeps where the execute
+role cannot write: a pool that signs admits a job only while its signed
+attributes still give that digest (filters/signing.py).
 """
 
 from __future__ import annotations
@@ -40,9 +44,9 @@ from fetchwork.broker.connections.durability import ReplicaWait
 from fetchwork.broker.dependencies.resolver import plan_dependencies, register_waiting
 from fetchwork.broker.store import Store, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
-from fetchwork.broker.store.jobads import LEADER_NONCE, PreparedJob, identity, place
+from fetchwork.broker.store.jobads import PreparedJob, identity, place
 from fetchwork.broker.store.states import State
-from fetchwork.config.signedjob import SIGNATURE_ATTR
+from fetchwork.config.signedjob import staged_digest
 from fetchwork.errors import SubmitError
 
 from .shape import PackedJobs, SubmissionShape, SubmitGroups
@@ -82,10 +86,6 @@ class Submitter:
         self.replica_wait = replica_wait  # FETCHWORK_BROKER_WAIT_REPLICAS
         self.default_lease_s = default_lease_s
         self.default_exclusive = default_exclusive  # DEFAULT_JOB_EXCLUSIVE
-        # The broker service's own submissions (a person's, broker/trust/desk.py): each
-        # job is signed as staged and its cluster marked LEADER_NONCE, so admission
-        # can tell whether anything changed it meanwhile (filters/leader.py).
-        self.sign: Callable[[Mapping[str, Any]], str] | None = None
 
     def next_cluster(self) -> int:
         """Allocate a cluster number."""
@@ -120,14 +120,13 @@ class Submitter:
         if shape.any_depends(jobs):
             plan_dependencies(store, cluster, jobs)
         nonce = uuid.uuid4().hex
-        if self.sign is not None:
-            nonce = LEADER_NONCE + nonce
-            for job, _seq in placed:
-                job.attrs[SIGNATURE_ATTR] = self.sign(job.attrs)
         fields = shape.fields([job for job, _seq in placed])
+        # Jobs that will wait for the leader's admission: their staged digests.
+        digests = ([staged_digest(job.attrs) for job, _seq in placed]
+                   if published is None or published.rules.filtered else [])
         modes: list[str] = []
         try:
-            self._retrying(lambda: self._stage(cluster, nonce, placed, modes, fields))
+            self._retrying(lambda: self._stage(cluster, nonce, placed, modes, fields, digests))
         except redis.RedisError as exc:
             self._unstage(cluster, nonce, placed)
             rule = rules_refusal(exc)
@@ -159,14 +158,15 @@ class Submitter:
             step()
 
     def _stage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]],
-               modes: list[str], fields: PackedJobs) -> None:
+               modes: list[str], fields: PackedJobs, digests: list[bytes]) -> None:
         store = self.store
         pipe = store.client.pipeline(transaction=False)
         for start in range(0, len(placed), BATCH):
             batch = placed[start:start + BATCH]
             blob = codec.pack_for_lua(fields.runs(start, start + len(batch)))
             calls.stage(store, pipe, cluster=cluster, nonce=nonce,
-                        job_ids=[job.job_id for job, _seq in batch], runs=blob)
+                        job_ids=[job.job_id for job, _seq in batch], runs=blob,
+                        digests=b"".join(digests[start:start + BATCH]))
         # Per batch: (jobs written, how they wait: 'validating', 'blocked' or '').
         modes[:] = [codec.text(mode) for _count, mode in pipe.execute()]
 
@@ -180,7 +180,7 @@ class Submitter:
             pipe = self.store.client.pipeline(transaction=False)
             for start in range(0, len(placed), BATCH):
                 pipe.delete(*[keys.job(job.job_id) for job, _seq in placed[start:start + BATCH]])
-            pipe.delete(keys.cluster(cluster))
+            pipe.delete(keys.cluster(cluster), keys.staged(cluster))
             pipe.hdel(keys.clusters, str(cluster))
             pipe.execute()
         except redis.RedisError as exc:

@@ -27,7 +27,7 @@ from fetchwork.broker.connections.aclpeople import NAME_RE
 from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.submission.submitter import Submitted
 from fetchwork.config.protocol import HoldCode
-from fetchwork.config.signedjob import SIGNATURE_ATTR, SIGNED_ATTRIBUTES
+from fetchwork.config.signedjob import SIGNATURE_ATTR, SIGNED_ATTRIBUTES, staged_digest
 from fetchwork.errors import FetchworkError
 
 from . import personfiles, requests
@@ -231,9 +231,15 @@ class RequestDesk:
         edited jobs signed again when the attribute is one the signature covers."""
         done = self.queueing.edit(list(request.jobs), request.attr, request.value)
         if self.sign is not None and request.attr.lower() in _SIGNED:
+            client, keys = self.store.client, self.store.keys
             for job, data in self.store.hashes(done):
                 calls.qedit(self.store, job_ids=[job], attr=SIGNATURE_ATTR,
                             value=codec.pack(self.sign(data)), priority_group=None,
                             significant=False, periodic=False)
+                # A job still waiting for admission: its staged digest follows the edit
+                # the leader made (filters/signing.py).
+                cluster, _, proc = job.partition(".")
+                if client.hexists(keys.staged(cluster), proc):
+                    client.hset(keys.staged(cluster), proc, staged_digest(data))
         log.info("edit by %s of %s: %s", person, " ".join(done) or "no job", request.attr)
         return requests.encode_reply(True, jobs=done)

@@ -3,18 +3,21 @@
 Only the broker service holds the pool's private key (knob JOB_SIGNING_KEY,
 a PEM file readable by that service alone). When it is set, the leader makes
 every new job wait for admission (the filter summary says `submit`) and
-signs each job it admits (filters/leader.py), so no job reaches a slot
-unsigned. Signing is one Ed25519 signature over the ClassAd text of the
-signed attributes (config/signedjob.py): tens of microseconds per job, done
-in the admission batch the leader runs anyway. A pool on one machine makes
-its own key pair (`ensure_key_pair`, called by `fetchwork up`).
+signs the jobs it admits (filters/leader.py), so no job reaches a slot
+unsigned. It signs a batch at a time: one Ed25519 signature over the root of
+a hash tree of the batch's jobs, with the pool's name and a batch id
+(config/signedjob.py), so a job costs the leader its signed text and a few
+SHA-256 hashes. A pool on one machine makes its own key pair
+(`ensure_key_pair`, called by `fetchwork up`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-from collections.abc import Mapping
+import secrets
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +31,19 @@ KEY_KNOB = "JOB_SIGNING_KEY"
 
 
 class Signer:
-    """Signs job ads with the pool's private key."""
+    """Signs batches of job ads of pool `pool` with the pool's private key."""
 
-    def __init__(self, private_pem: bytes, source: str):
+    def __init__(self, private_pem: bytes, source: str, pool: str = "default"):
         try:
             self._key = signedjob.read_private_key(private_pem, source)
         except ValueError as exc:
             raise ConfigError(f"{KEY_KNOB}: {exc}") from exc
         self.source = source
+        self.pool = pool
+        # Batch ids: this signer's random prefix and a count, so no two batches of any
+        # replica, before or after a restart, share one.
+        self._prefix = secrets.token_hex(8)
+        self._count = itertools.count(1)
 
     @classmethod
     def from_config(cls, config: Config) -> Signer | None:
@@ -48,11 +56,18 @@ class Signer:
             pem = Path(path).read_bytes()
         except OSError as exc:
             raise ConfigError(f"{KEY_KNOB} = {path}: cannot read it: {exc.strerror}") from exc
-        return cls(pem, path)
+        return cls(pem, path, config.require("FETCHWORK_POOL").strip())
+
+    def sign_texts(self, texts: Sequence[bytes]) -> list[str]:
+        """The FetchworkSignature of each job of one batch, from their signed texts
+        (signedjob.signed_text_of), in order."""
+        return signedjob.sign_batch(self._key, self.pool,
+                                    f"{self._prefix}.{next(self._count)}", texts)
 
     def signature(self, data: Mapping[str, Any]) -> str:
-        """The FetchworkSignature of a stored job (a to_dict-style mapping)."""
-        return signedjob.sign(self._key, signedjob.signed_text_of(data))
+        """The FetchworkSignature of one stored job (a to_dict-style mapping), a batch
+        of its own."""
+        return self.sign_texts([signedjob.signed_text_of(data)])[0]
 
     def public_pem(self) -> str:
         return signedjob.public_pem(self._key)

@@ -2,7 +2,8 @@
 -- against the pool's rules; they are in no index yet, so nothing sees them
 -- until submit.lua queues them.
 -- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the new jobs' hashes, in batch
---   order; the last KEYS[#KEYS] the pool's settings hash (store/poolrules.py).
+--   order; KEYS[#KEYS - 1] the cluster's staged-digest hash (keys.staged); the last
+--   KEYS[#KEYS] the pool's settings hash (store/poolrules.py).
 -- ARGV[1] now ms or '', ARGV[2] events cap,
 -- ARGV[3] cluster number, ARGV[4] submission nonce (every batch of one
 --   submission carries the same nonce; a cluster owned by another nonce, or
@@ -14,6 +15,12 @@
 --   `linked` is true for the run whose shared fields are the cluster's
 --   (jobad.lua): they are stored once, in the cluster hash, and its jobs'
 --   hashes hold their own fields and the link; other runs' jobs hold all.
+-- ARGV[6] (may be absent) the batch's staged digests: 32 bytes per job, in job
+--   order (config/signedjob.py staged_digest). When the batch waits for the
+--   leader, each job's digest is stored under its ProcId in the staged-digest
+--   hash, a key the execute role cannot write: a pool that signs admits a job
+--   only while its signed attributes still give that digest, so a job rewritten
+--   while it waits is refused, not signed (filters/signing.py).
 -- The pool's rules are the ones its leader published in the settings hash,
 -- never the caller's: with none published (the leader has not run yet) or
 -- with submission filters or job templates (`filtered`), each job is
@@ -33,7 +40,8 @@ end
 if not owner and tonumber(cluster) > tonumber(redis.call('GET', K_CLUSTER_COUNTER) or '0') then
   return redis.error_reply('cluster ' .. cluster .. ' was never allocated')
 end
-local K_SETTINGS = KEYS[#KEYS]
+local K_SETTINGS, K_STAGED = KEYS[#KEYS], KEYS[#KEYS - 1]
+local digests = ARGV[6] or ''
 local rules = redis.call('HMGET', K_SETTINGS, 'version', 'filtered', 'max_walltime_s',
                          'default_walltime_s', 'limits', 'max_job_attrs', 'blocked_reason')
 local published = rules[1] ~= false
@@ -129,7 +137,7 @@ local function hold_back(key, state)
     setv(key, 'BlockedReason', rules[7] or 'blocked by the scheduling policy')
   end
 end
-local written, linked = 0, 0
+local written, linked, staged = 0, 0, {}
 for r = 1, #runs do
   -- One table per run: the shared fields, then each job's own in turn.
   local fields, jobs, link = runs[r][1], runs[r][2], runs[r][3]
@@ -167,9 +175,14 @@ for r = 1, #runs do
       if added > 0 then linked = linked + 1 end
     end
     if each and (validate or block) then hold_back(key, state) end
+    if validate and #digests >= 32 * (written + 1) then
+      staged[#staged + 1] = string.match(key, '%.([^.:]*)$')
+      staged[#staged + 1] = string.sub(digests, 32 * written + 1, 32 * written + 32)
+    end
     written = written + 1
   end
 end
+if #staged > 0 then hset_chunked(K_STAGED, staged, 1, #staged) end
 if linked > 0 then
   redis.call('HSET', ckey, CLUSTER_PROCS,
              (tonumber(redis.call('HGET', ckey, CLUSTER_PROCS)) or 0) + linked)

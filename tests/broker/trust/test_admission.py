@@ -1,6 +1,7 @@
-"""Signed admission on a real Redis: the leader signs what it admits, in batches, and
-refuses a job the broker staged itself (a person's) whose signed attributes changed
-while it waited, or a job whose hash names another job."""
+"""Signed admission on a real Redis: the leader signs what it admits, one signature per
+batch, and refuses a job whose signed attributes changed while it waited (its staged
+digest no longer matches), one with no staged digest, or one whose hash names another
+job."""
 
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ from fetchwork.config.loader import Config
 @pytest.fixture
 def signing(tmp_path: Path, redis_client: redis.Redis, pool_name: str):
     ensure_key_pair(tmp_path / "k.pem", tmp_path / "p.pem")
-    signer = Signer((tmp_path / "k.pem").read_bytes(), "k.pem")
+    signer = Signer((tmp_path / "k.pem").read_bytes(), "k.pem", pool_name)
     config = Config.load(environ={})
     broker = Broker(redis_client, pool_name, config)
     leader = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
-                          sign=signer.signature)
+                          signer=signer)
     # The pool's rules, published as the leader does: with a signer, everything waits.
     store = broker.store
     RulesPublisher(store, pool_rules(config, leader.summary()), leader.summary(),
@@ -53,17 +54,55 @@ def test_every_job_waits_and_is_signed_when_admitted(signing) -> None:
     settle(leader)
     assert {state(broker, job) for job in jobs} == {"IDLE"}
     for job in (jobs[0], jobs[-1]):
-        assert signedjob.check(public, parse_ad(format_ad(broker.get(job)))) is None
+        assert signedjob.check(public, parse_ad(format_ad(broker.get(job))), broker.pool) is None
 
 
-def test_a_job_the_broker_staged_and_someone_changed_is_refused(signing) -> None:
+def test_a_job_changed_while_it_waited_is_refused_not_signed(signing) -> None:
     broker, leader, public = signing
-    broker.sign_submissions(leader.sign)  # as the leader's own client, for a person
     jobs = broker.submit([{"Cmd": "/bin/true"}] * 3, owner="alice")  # one cluster ad
     broker.client.hset(broker.keys.job(jobs[1]), "Cmd", msgpack.packb("/bin/evil"))
     settle(leader)
     assert [state(broker, job) for job in jobs] == ["IDLE", "FAILED", "IDLE"]
     assert "signed attributes changed" in broker.get(jobs[1])["RemoveReason"]
+    assert "FetchworkSignature" not in broker.get(jobs[1])
+    # The decided jobs' staged digests are gone.
+    assert not broker.client.exists(broker.keys.staged(jobs[0].split(".")[0]))
+
+
+def test_a_change_to_the_cluster_ad_is_caught_for_every_job(signing) -> None:
+    broker, leader, _public = signing
+    jobs = broker.submit([{"Cmd": "/bin/true"}] * 2, owner="alice")
+    cluster = jobs[0].split(".")[0]
+    broker.client.hset(broker.keys.cluster(cluster), "Owner", msgpack.packb("root"))
+    settle(leader)
+    assert [state(broker, job) for job in jobs] == ["FAILED", "FAILED"]
+
+
+def test_a_job_with_no_staged_digest_is_refused(signing) -> None:
+    broker, leader, _public = signing
+    [job] = broker.submit([{"Cmd": "/bin/true"}], owner="alice")
+    broker.client.delete(broker.keys.staged(job.split(".")[0]))
+    settle(leader)
+    assert state(broker, job) == "FAILED"
+    assert "no staged digest" in broker.get(job)["RemoveReason"]
+
+
+def test_one_signature_covers_a_batch_and_each_proof_its_own_job(signing) -> None:
+    broker, leader, public = signing
+    jobs = broker.submit([{"Cmd": "/bin/true", "Arguments": str(n)} for n in range(40)],
+                         owner="alice")
+    settle(leader)
+    ads = [parse_ad(format_ad(broker.get(job))) for job in jobs]
+    values = [ad["FetchworkSignature"] for ad in ads]
+    assert len({value.split(":")[4] for value in values}) == 1  # one root signature
+    roots = signedjob.RootCache()
+    assert all(signedjob.check(public, ad, broker.pool, roots) is None for ad in ads)
+    # Another job's proof, another pool's name, a changed attribute: each refused.
+    swapped = parse_ad(format_ad({**broker.get(jobs[0]), "FetchworkSignature": values[1]}))
+    assert signedjob.check(public, swapped, broker.pool, roots) is not None
+    assert signedjob.check(public, ads[2], "elsewhere", roots) is not None
+    changed = parse_ad(format_ad({**broker.get(jobs[3]), "Arguments": "99"}))
+    assert signedjob.check(public, changed, broker.pool, roots) is not None
 
 
 def test_a_job_whose_hash_names_another_job_is_refused(signing) -> None:

@@ -138,7 +138,7 @@ def test_a_person_cannot_submit_as_another_owner(person, folder: Path) -> None:
         ad = alice.get(job)
         assert ad["Owner"] == "alice"
         assert [name for name in ad.keys() if name.lower() == "owner"] == ["Owner"]
-        assert signedjob.check(public_key(folder), as_startd_sees(alice, job)) is None
+        assert signedjob.check(public_key(folder), as_startd_sees(alice, job), POOL) is None
 
 
 def test_a_persons_cluster_number_comes_from_the_leader(person) -> None:
@@ -202,7 +202,7 @@ def test_an_edit_of_a_signed_attribute_is_signed_again(person, folder: Path) -> 
         alice.edit([job], "Owner", '"bob"')
     assert alice.edit([job], "Arguments", '"5"') == [job]
     assert alice.get(job)["Arguments"] == "5"
-    assert signedjob.check(public_key(folder), as_startd_sees(alice, job)) is None
+    assert signedjob.check(public_key(folder), as_startd_sees(alice, job), POOL) is None
     [theirs] = person("bob").submit([{"Cmd": "/bin/sleep"}])
     with pytest.raises(BrokerError, match="may act only on its own jobs"):
         alice.edit([theirs], "Arguments", '"9"')
@@ -276,7 +276,7 @@ def test_a_queued_jobs_command_rewritten_by_the_execute_role_does_not_check(
         execute.client.hset(keys.job(job), "Cmd", msgpack.packb("/bin/evil"))
     except redis.exceptions.NoPermissionError:
         return  # refused outright: as good
-    why = signedjob.check(public_key(folder), as_startd_sees(alice, job))
+    why = signedjob.check(public_key(folder), as_startd_sees(alice, job), POOL)
     assert why is not None and "changed after the broker signed them" in why
 
 

@@ -1,0 +1,80 @@
+"""Signed admission: what the leader checks of a waiting job before it signs it.
+
+A pool that signs its jobs (broker/trust/signer.py) makes every submission
+wait VALIDATING for the leader, which signs what it admits, a batch at a
+time (config/signedjob.py). Between the submission and the signature a
+job's hash is writable by the execute role (its scripts write job hashes,
+and key patterns cannot tell one job from another), so the leader must not
+sign whatever it finds there. Each submission therefore records, per job,
+the digest of its signed attributes (`staged_digest`) in a key family the
+execute role cannot write (`keys.staged`, one hash per cluster; stage.lua
+writes it). The leader admits a job only when its hash names it
+(ClusterId and ProcId) and its signed attributes give the recorded digest;
+a job with no digest (a hand-made submission, or one that skipped staging)
+or a changed one is refused with the reason, never signed. The digests of
+the jobs it decided are then dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from redis.client import Pipeline
+
+from fetchwork.broker.store import Store
+from fetchwork.config.signedjob import leaf_digest
+
+
+class BatchSigner(Protocol):
+    """The broker service's signer (broker/trust/signer.py), as admission uses it."""
+
+    def sign_texts(self, texts: Sequence[bytes]) -> list[str]: ...
+
+
+def _split(job: str) -> tuple[str, str]:
+    cluster, _, proc = job.partition(".")
+    return cluster, proc
+
+
+def read_staged(store: Store, jobs: Sequence[str]) -> list[bytes | None]:
+    """The staged digest of each of `jobs` (None where there is none), in one round trip."""
+    by_cluster: dict[str, list[str]] = {}
+    for job in jobs:
+        cluster, proc = _split(job)
+        by_cluster.setdefault(cluster, []).append(proc)
+    if not by_cluster:
+        return []
+    pipe = store.client.pipeline(transaction=False)
+    for cluster, procs in by_cluster.items():
+        pipe.hmget(store.keys.staged(cluster), procs)
+    found: dict[str, Any] = {}
+    for (cluster, procs), values in zip(by_cluster.items(), pipe.execute(), strict=True):
+        for proc, value in zip(procs, values, strict=True):
+            found[f"{cluster}.{proc}"] = value
+    return [found.get(job) for job in jobs]
+
+
+def forget_staged(pipe: Pipeline, store: Store, jobs: Sequence[str]) -> None:
+    """Drop the staged digests of `jobs` (decided), queued on `pipe`."""
+    by_cluster: dict[str, list[str]] = {}
+    for job in jobs:
+        cluster, proc = _split(job)
+        by_cluster.setdefault(cluster, []).append(proc)
+    for cluster, procs in by_cluster.items():
+        pipe.hdel(store.keys.staged(cluster), *procs)
+
+
+def refusal(job: str, data: Mapping[str, Any], text: bytes,
+            staged: bytes | None) -> str | None:
+    """Why waiting job `job` (its stored attributes `data`, their signed text `text`)
+    must not be signed, given its staged digest; None when it may be."""
+    if f"{data.get('ClusterId')}.{data.get('ProcId')}" != job:
+        return f"its ClusterId and ProcId do not name job {job}: its ad was changed"
+    if staged is None:
+        return ("it has no staged digest of its signed attributes: it was not submitted "
+                "through the pool's submit scripts, so it is not signed")
+    if leaf_digest(text) != staged:
+        return ("its signed attributes changed while it waited for admission "
+                "(written by someone holding a role's credentials)")
+    return None
