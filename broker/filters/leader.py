@@ -310,15 +310,18 @@ class FilterLeader:
                                  "" if data.get(AUTOCLUSTER_ATTR) == gid else gid))
                 texts.append(text)
             signatures = self.signer.sign_texts(texts) if texts else []
+            # Jobs gone or no longer waiting leave the validating set (admit.lua's rule).
+            waiting = {job for job, _data in found}
             self._admit_batch([(job, prio, signature, blocked, gid) for (job, prio, blocked, gid),
                                signature in zip(admitted, signatures, strict=True)],
-                              [job for job, _data in found], grouper)
+                              [job for job in batch if job not in waiting], list(waiting),
+                              grouper)
             done += len(batch)
             batch = Store.ids(store.client.zrange(store.keys.validating, 0, BATCH - 1))
         return bool(batch)
 
-    def _admit_batch(self, signed: list[tuple[str, int, str, bool, str]], decided: list[str],
-                     grouper: Grouper) -> None:
+    def _admit_batch(self, signed: list[tuple[str, int, str, bool, str]], strays: list[str],
+                     decided: list[str], grouper: Grouper) -> None:
         """admit_signed.lua for one batch, with the autoclusters' representatives as the
         leader makes them, and the decided jobs' staged digests dropped; once more after
         NOSCRIPT (a restarted server lost its scripts: what the pipeline ran before it is
@@ -329,6 +332,8 @@ class FilterLeader:
             if signed:
                 calls.admit_signed(self.store, pipe, jobs=signed,
                                    blocked_reason=poolrules.WAITING_REASON)
+            if strays:
+                pipe.zrem(self.store.keys.validating, *strays)
             forget_staged(pipe, self.store, decided)
             try:
                 pipe.execute()

@@ -1,29 +1,89 @@
 -- admit_signed.lua: VALIDATING -> IDLE | HELD | BLOCKED for a batch of jobs whose
 -- admission is their signature and the pool's rules (a pool that signs its jobs and
 -- has no submission filter or job template: broker/filters/leader.py), as admit.lua
--- does for one job whose filters passed.
+-- does for one job whose filters passed (jobstates.lua place_admitted), with the
+-- batch's sorted-set writes made once for all its jobs.
 -- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] the BlockedReason the pool's
 --   scheduling limits give a job, then per job five values: its id, its JobPrio
 --   (clamped, for the idle order), its FetchworkSignature, '1' when the limits keep
 --   it BLOCKED for the policy's pass (else ''), and its autocluster as the leader
 --   grouped it ('' to keep the stored one).
--- A job no longer VALIDATING (removed meanwhile) is left alone. FetchworkOrder
--- becomes -JobPrio * PRIO_SCALE + the job's sequence; one 'admit' event per job.
+-- A job that no longer awaits admission (removed meanwhile: jobstates.lua
+-- awaits_admission) is left alone and leaves the validating set. FetchworkOrder
+-- becomes -JobPrio * PRIO_SCALE + the job's sequence; a job submitted on hold is
+-- HELD, one with a BlockedReason or dependencies BLOCKED, any other IDLE in its
+-- autocluster; one 'admit' event per job.
 -- Returns the number of jobs admitted.
-local admitted = 0
-for j = 0, (#ARGV - 3) / 5 - 1 do
+local count = (#ARGV - 3) / 5
+local ids = {}
+for j = 0, count - 1 do ids[j + 1] = ARGV[4 + 5 * j] end
+local seqs = count > 0 and redis.call('ZMSCORE', K_QUEUE, unpack(ids)) or {}
+local waiting = count > 0 and redis.call('ZMSCORE', K_VALIDATING, unpack(ids)) or {}
+local NAMES = {'FetchworkState', 'HoldReasonCode', 'BlockedReason', 'FetchworkWaitingOn',
+               AUTOCLUSTER_ATTR}
+-- What a job that awaits admission may show (awaits_admission), packed.
+local AWAITS = {[cmsgpack.pack('VALIDATING')] = 'always', [cmsgpack.pack('IDLE')] = 'listed',
+                [cmsgpack.pack('BLOCKED')] = 'listed', [cmsgpack.pack('HELD')] = 'listed'}
+local admitted, gone, idle, members, best = 0, {}, {}, {}, {}
+for j = 0, count - 1 do
   local key = KEYS[FIRST_JOB_KEY + j]
   local at = 4 + 5 * j
   local id, prio, signature = ARGV[at], ARGV[at + 1], ARGV[at + 2]
   local blocked, group = ARGV[at + 3], ARGV[at + 4]
-  if getv(key, 'FetchworkState') == 'VALIDATING' then
-    redis.call('ZREM', K_VALIDATING, id)
-    setv(key, 'FetchworkSignature', signature)
-    if blocked == '1' then setv(key, 'BlockedReason', ARGV[3]) end
-    if group ~= '' then setv(key, AUTOCLUSTER_ATTR, group) end
-    place_admitted(key, id, prio)
+  local got = hmget_raw(key, NAMES)
+  local awaits = got[1] and AWAITS[got[1]]
+  gone[#gone + 1] = id
+  if awaits == 'always' or (awaits == 'listed' and waiting[j + 1]) then
+    local order = -tonumber(prio) * PRIO_SCALE + (tonumber(seqs[j + 1]) or 0)
+    local fields = {'FetchworkSignature', cmsgpack.pack(signature),
+                    'FetchworkOrder', cmsgpack.pack(order)}
+    if blocked == '1' and not got[3] then
+      fields[#fields + 1] = 'BlockedReason'
+      fields[#fields + 1] = cmsgpack.pack(ARGV[3])
+      got[3] = fields[#fields]
+    end
+    local gid = got[5] and cmsgpack.unpack(got[5])
+    if group ~= '' then
+      fields[#fields + 1] = AUTOCLUSTER_ATTR
+      fields[#fields + 1] = cmsgpack.pack(group)
+      gid = group
+    end
+    if type(gid) ~= 'string' then gid = '' end
+    local held = got[2] and cmsgpack.unpack(got[2]) == HOLD_SUBMITTED_ON_HOLD
+    local state = held and 'HELD' or ((got[3] or got[4]) and 'BLOCKED' or 'IDLE')
+    if not held then
+      fields[#fields + 1] = 'FetchworkState'
+      fields[#fields + 1] = cmsgpack.pack(state)
+      fields[#fields + 1] = 'JobStatus'
+      fields[#fields + 1] = cmsgpack.pack(STATUS_IDLE)
+      fields[#fields + 1] = 'EnteredCurrentStatus'
+      fields[#fields + 1] = cmsgpack.pack(NOW_S)
+    end
+    redis.call('HSET', key, unpack(fields))
+    if held then
+      to_held(key, id, 'admit', nil, nil)
+    else
+      if state == 'IDLE' then
+        idle[#idle + 1] = score(order)
+        idle[#idle + 1] = id
+        members[#members + 1] = 0
+        members[#members + 1] = ac_member(gid, order, id)
+        if not best[gid] or order < best[gid] then best[gid] = order end
+      end
+      event('admit', id, state, STATUS_IDLE)
+    end
     admitted = admitted + 1
   end
+end
+if #gone > 0 then
+  for start = 1, #gone, 1000 do
+    redis.call('ZREM', K_VALIDATING, unpack(gone, start, math.min(start + 999, #gone)))
+  end
+end
+zadd_chunked(K_IDLE, idle)
+zadd_chunked(K_AC_MEMBERS, members)
+for gid, order in pairs(best) do
+  redis.call('ZADD', K_AC_GROUPS, 'LT', score(order), gid)
 end
 return admitted

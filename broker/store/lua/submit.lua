@@ -13,20 +13,23 @@
 --   the validating set, score = sequence, for the leader's admission),
 --   'blocked' (scheduling limits: its jobs wait BLOCKED for the policy's pass)
 --   or ''. The pool's rules as published now can only make it stricter: with
---   none published, or with submission filters, the jobs wait VALIDATING
---   whatever ARGV[4] says (the leader admits them).
+--   none published, or with submission filters (or job signing), the jobs wait
+--   VALIDATING whatever ARGV[4] says (the leader admits them, and re-checks each
+--   against the rules, never trusting this call's flags), and with scheduling
+--   limits they wait BLOCKED even when ARGV[4] says ''.
 -- ARGV[5] msgpack array {autocluster id, representative, ...} of the batch's
 --   autoclusters (ac:reps entries; an existing entry is kept).
 -- Queued jobs join the queue set (score = sequence), IDLE ones the idle set
 -- (score = FetchworkOrder) and their autocluster; BLOCKED ones wait for the
 -- policy's pass; one 'submit' event per job.
 -- Returns the number of jobs queued.
-local rules = redis.call('HMGET', KEYS[FIRST_JOB_KEY], 'version', 'filtered', 'events_maxlen')
+local rules = redis.call('HMGET', KEYS[FIRST_JOB_KEY], 'version', 'filtered', 'events_maxlen',
+                         'limits')
 local published = rules[1] ~= false
 if published and tonumber(rules[3]) then MAXLEN = rules[3] end
 local batch = cmsgpack.unpack(ARGV[3])
 local validate = ARGV[4] == 'validating' or not published or rules[2] == '1'
-local block_all = ARGV[4] == 'blocked'
+local block_all = ARGV[4] == 'blocked' or (published and rules[4] == '1')
 local reps = cmsgpack.unpack(ARGV[5])
 for r = 1, #reps, 2 do redis.call('HSETNX', K_AC_REPS, reps[r], reps[r + 1]) end
 local queued, idle, validating, members, best = {}, {}, {}, {}, {}

@@ -122,3 +122,53 @@ def test_signed_admission_survives_a_server_that_lost_its_scripts(signing) -> No
     broker.client.script_flush()  # as a restarted server would have
     settle(leader)
     assert {state(broker, job) for job in jobs + more} == {"IDLE"}
+
+
+def test_a_batch_is_placed_as_one_job_at_a_time_would_be(signing) -> None:
+    broker, leader, _public = signing
+    low = broker.submit([{"Cmd": "/bin/true", "JobPrio": 0}] * 2, owner="alice")
+    high = broker.submit([{"Cmd": "/bin/true", "JobPrio": 5}], owner="alice")
+    held = broker.submit([{"Cmd": "/bin/true", "hold": True}], owner="alice")
+    settle(leader)
+    assert {state(broker, job) for job in low + high} == {"IDLE"}
+    assert state(broker, held[0]) == "HELD"
+    assert broker.get(held[0])["HoldReasonCode"] == 15
+    # The idle order: the higher JobPrio first, then submission order.
+    assert broker.store.members(broker.keys.idle) == high + low
+    assert broker.client.zcard(broker.keys.validating) == 0
+    # A claim finds them through the autocluster index, the highest priority first.
+    claimed = broker.claim({"Name": "slot1@here", "Cpus": 1, "Memory": 1024,
+                            "Requirements": True, "Start": True})
+    assert claimed is not None and f"{claimed['ClusterId']}.{claimed['ProcId']}" == high[0]
+
+
+def test_the_pools_limits_keep_admitted_jobs_blocked_for_the_policy(
+        tmp_path: Path, redis_client: redis.Redis, pool_name: str) -> None:
+    ensure_key_pair(tmp_path / "k.pem", tmp_path / "p.pem")
+    signer = Signer((tmp_path / "k.pem").read_bytes(), "k.pem", pool_name)
+    config = Config.load(environ={"_FETCHWORK_MAX_JOBS_PER_USER": "10"})
+    broker = Broker(redis_client, pool_name, config)
+    leader = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
+                          signer=signer)
+    rules = pool_rules(config, leader.summary())
+    leader.rules = rules
+    RulesPublisher(broker.store, rules, leader.summary(), "tests").publish()
+    try:
+        jobs = broker.submit([{"Cmd": "/bin/true"}] * 2, owner="alice")
+        settle(leader)
+        assert [state(broker, job) for job in jobs] == ["BLOCKED", "BLOCKED"]
+        assert broker.get(jobs[0])["BlockedReason"]
+        assert broker.client.zcard(broker.keys.idle) == 0
+    finally:
+        leader.close()
+
+
+def test_a_listed_job_that_no_longer_waits_leaves_the_validating_set(signing) -> None:
+    broker, leader, _public = signing
+    jobs = broker.submit([{"Cmd": "/bin/true"}] * 2, owner="alice")
+    # A hand-made entry: a job that is not there, and one that is already RUNNING.
+    broker.client.zadd(broker.keys.validating, {"999.0": 0})
+    broker.client.hset(broker.keys.job(jobs[1]), "FetchworkState", msgpack.packb("RUNNING"))
+    settle(leader)
+    assert state(broker, jobs[0]) == "IDLE" and state(broker, jobs[1]) == "RUNNING"
+    assert broker.client.zcard(broker.keys.validating) == 0

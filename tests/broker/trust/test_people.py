@@ -1,8 +1,10 @@
 """People on a real redis-server 7 with TLS and the ACL users `fetchwork acl` prints:
 a person's jobs are owned by the person whatever the ad says, a person acts only
 on its own jobs (by command or by raw Redis commands with its credentials), the
-execute role's raw writes to a queued job are caught by the signature, and the
-leader carries out or refuses each request without stopping."""
+execute role's raw writes to a queued job, or to a job that waits for admission,
+are caught before it runs as its owner, a submit script called by hand with false
+flags does not get past the pool's rules, and the leader carries out or refuses
+each request without stopping."""
 
 from __future__ import annotations
 
@@ -17,10 +19,13 @@ import pytest
 import redis
 from click.testing import CliRunner
 
+from fetchwork.broker.autoclusters import Grouper
 from fetchwork.broker.client import Broker
 from fetchwork.broker.connections.clients import connect
 from fetchwork.broker.leader.service import BrokerService
+from fetchwork.broker.store import calls, codec
 from fetchwork.broker.store.keys import PoolKeys
+from fetchwork.broker.store.states import is_managed
 from fetchwork.broker.store.scripts import sha
 from fetchwork.broker.trust.people import identity_line
 from fetchwork.broker.trust.signer import ensure_key_pair
@@ -86,6 +91,7 @@ def leader(server: TlsRedis, folder: Path) -> Iterator[BrokerService]:
     config = config_of(server, folder, f"fw-{POOL}-admin", "admin",
                        JOB_SIGNING_KEY=str(folder / "signing.key"),
                        QUEUE_SUPER_USERS="carol", BROKER_LEADER_LEASE="3",
+                       MAX_WALLTIME="7200",
                        BROKER_REAPER_INTERVAL="0.5")
     service = BrokerService.from_config(Broker(connect(config, start=False), POOL, config),
                                         config)
@@ -311,3 +317,86 @@ def test_fetchwork_submit_by_a_person_owns_the_jobs_to_that_person(
     assert "alice may act only on its own jobs" in refused.output
     assert CliRunner().invoke(main, ["rm", cluster]).exit_code == 0
     assert person("bob").get(theirs)["JobStatus"] == 1
+
+
+def decided(broker: Broker, job: str) -> dict | None:
+    """The job's ad once the leader's admission settled it (it left the validating set)."""
+    if broker.client.zscore(PoolKeys(POOL).validating, job) is not None:
+        return None
+    ad = broker.get(job)
+    return ad if ad is not None and ad.get("FetchworkState") != "VALIDATING" else None
+
+
+def test_the_execute_roles_write_to_a_waiting_submission_is_refused_not_signed(
+        person, monkeypatch) -> None:
+    """The submitter role's job waits for admission in a hash the execute role may
+    write: the leader refuses it rather than sign the rewritten command."""
+    submitter, execute = person("submitter"), person("execute")
+    keys = PoolKeys(POOL)
+    queue_step = submitter._submitter._queue
+    rewritten: list[str] = []
+
+    def rewrite_then_queue(placed, *args, **kwargs):  # between staging and the queue
+        for job, _seq in placed:
+            execute.client.hset(keys.job(job.job_id), "Cmd", msgpack.packb("/bin/evil"))
+            rewritten.append(job.job_id)
+            cluster = job.job_id.split(".")[0]
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                execute.client.hset(keys.staged(cluster), "0", b"x" * 32)
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                execute.client.delete(keys.staged(cluster))
+        return queue_step(placed, *args, **kwargs)
+
+    monkeypatch.setattr(submitter._submitter, "_queue", rewrite_then_queue)
+    [job] = submitter.submit([{"Cmd": "/bin/true"}], owner="alice")
+    assert rewritten == [job]
+    ad = wait_until(lambda: decided(submitter, job), 20, what="the admission's verdict")
+    assert ad["FetchworkState"] == "FAILED"
+    assert "signed attributes changed while it waited" in ad["RemoveReason"]
+    assert "FetchworkSignature" not in ad
+
+
+FALSE_REP = b"Start\n\x80"
+
+
+def _hand_made(submitter: Broker, attrs: dict) -> str:
+    """A job written by hand with the submitter role's credentials (its hash, its staged
+    digest) and queued by a submit.lua call that says it is IDLE, in a false
+    autocluster, at the head of the queue, under no rule, with a false representative
+    for its true autocluster."""
+    keys, client = PoolKeys(POOL), submitter.client
+    cluster = int(client.incr(keys.cluster_counter))
+    job = f"{cluster}.0"
+    data = {"ClusterId": cluster, "ProcId": 0, "GlobalJobId": f"{POOL}#{job}#1",
+            "Owner": "alice", "Cmd": "/bin/true", "Iwd": "/tmp", "JobPrio": 0,
+            "FetchworkState": "IDLE", "JobStatus": 1, "FetchworkAutocluster": "fake",
+            "FetchworkOrder": -10**12, **attrs}
+    client.hset(keys.job(job), mapping={name: codec.pack(value)
+                                        for name, value in data.items()})
+    client.hset(keys.staged(cluster), "0", signedjob.staged_digest(data))
+    true_gid = Grouper().gid({name: value for name, value in data.items()
+                              if not is_managed(name)})
+    pipe = client.pipeline(transaction=True)
+    calls.submit(submitter.store, pipe,
+                 batch=codec.pack_for_lua([[job, 1, str(-10**12), False, False, "fake"]]),
+                 mode="", autoclusters=codec.pack_for_lua(["fake", FALSE_REP,
+                                                           true_gid, FALSE_REP]))
+    pipe.execute()
+    return job
+
+
+def test_a_submit_call_made_by_hand_does_not_get_past_the_pools_rules(person) -> None:
+    submitter = person("submitter")
+    # Beyond the pool's MAX_WALLTIME: refused at admission, whatever the call said.
+    long = _hand_made(submitter, {"AllowedJobDuration": 9000})
+    ad = wait_until(lambda: decided(submitter, long), 20, what="the admission's verdict")
+    assert ad["FetchworkState"] == "FAILED"
+    assert "MAX_WALLTIME = 7200" in ad["RemoveReason"]
+    # Within the rules: admitted, with the leader's autocluster and order, not the call's.
+    fine = _hand_made(submitter, {"AllowedJobDuration": 60})
+    ad = wait_until(lambda: decided(submitter, fine), 20, what="the admission's verdict")
+    assert ad["FetchworkState"] == "IDLE"
+    assert ad["FetchworkAutocluster"] != "fake" and ad["FetchworkOrder"] > 0
+    rep = submitter.client.hget(PoolKeys(POOL).ac_reps, ad["FetchworkAutocluster"])
+    assert rep is not None and rep != FALSE_REP
+    submitter.remove([fine])
