@@ -108,7 +108,6 @@ SIGNED_ATTRIBUTES = (
 )
 
 
-_WANTED = frozenset(name.lower() for name in SIGNED_ATTRIBUTES)
 # A string literal written as it is (config/ads.py writes these the same way).
 _PLAIN_STRING_RE = re.compile(r'[ !#-\[\]-~]*\Z')
 
@@ -128,15 +127,16 @@ def signed_text_of(data: Mapping[str, Any]) -> bytes:
     """`signed_text` of a stored job (a to_dict-style mapping). Literals are written
     as `attr_text` writes them, without building an ad (the leader signs every job);
     anything else goes through a one-attribute ad."""
-    by_name = {name.lower(): (name, value) for name, value in data.items()
-               if name.lower() in _WANTED}
+    names = tuple(data)
+    plan = _PLANS.get(names)
+    if plan is None:
+        plan = _plan(names)
     lines = []
-    for name in SIGNED_ATTRIBUTES:
-        found = by_name.get(name.lower())
-        if found is None:
-            lines.append(f"{name}!")
+    for attr, name in zip(SIGNED_ATTRIBUTES, plan, strict=True):
+        if name is None:
+            lines.append(f"{attr}!")
             continue
-        value = found[1]
+        value = data[name]
         if isinstance(value, bool):
             text = "true" if value else "false"
         elif isinstance(value, int):
@@ -144,9 +144,29 @@ def signed_text_of(data: Mapping[str, Any]) -> bytes:
         elif isinstance(value, str) and _PLAIN_STRING_RE.match(value):
             text = f'"{value}"'
         else:
-            text = attr_text(from_dict({found[0]: value}), found[0])
-        lines.append(f"{name}={text}")
+            text = attr_text(from_dict({name: value}), name)
+        lines.append(f"{attr}={text}")
     return _HEADER + "\n".join(lines).encode("utf-8")
+
+
+_POSITION = {name.lower(): index for index, name in enumerate(SIGNED_ATTRIBUTES)}
+# For each set of names a stored job has (jobs of one submission share theirs): which
+# name spells each signed attribute, in the order of SIGNED_ATTRIBUTES (None: absent;
+# of two spellings, the later). Bounded: names come from users.
+_PLANS: dict[tuple[str, ...], tuple[str | None, ...]] = {}
+_PLANS_KEPT = 1024
+
+
+def _plan(names: tuple[str, ...]) -> tuple[str | None, ...]:
+    found: list[str | None] = [None] * len(SIGNED_ATTRIBUTES)
+    for name in names:
+        index = _POSITION.get(name.lower())
+        if index is not None:
+            found[index] = name
+    plan = tuple(found)
+    if len(_PLANS) < _PLANS_KEPT:
+        _PLANS[names] = plan
+    return plan
 
 
 def check(key: Ed25519PublicKey, ad: classad2.ClassAd, pool: str,

@@ -59,7 +59,7 @@ from .codes import Activation, backfill_action
 from .gate import Summary, summary_of
 from .runner import Facts, FilterRun, FilterSpec, run_filter
 from .settings import FilterSettings
-from .signing import BatchSigner, forget_staged, read_staged, refusal
+from .signing import BatchSigner, forget_staged, queue_staged, read_staged, refusal, staged_of
 
 log = logging.getLogger(__name__)
 
@@ -283,15 +283,16 @@ class FilterLeader:
         return self.signer is not None and not summary_of(self.settings).submit
 
     def _admit_signed(self, first: list[str]) -> bool:
-        """Check, sign and admit waiting jobs in batches (one read of the hashes, one of
-        the staged digests, one signature and one admit_signed.lua per batch) until none
-        is left or SIGNED_PER_PASS are done; whether any is left."""
+        """Check, sign and admit waiting jobs in batches until none is left or
+        SIGNED_PER_PASS are done; whether any is left. A batch takes two round trips:
+        one reads its ads and staged digests, one admits it (admit_signed.lua), with
+        the autoclusters' representatives, the staged digests dropped and the next
+        batch's ids. Its Python work is one signed text, one leaf and one grouping a
+        job, and one signature for the batch."""
         assert self.signer is not None
-        store, batch, done = self.store, first, 0
+        batch, done = first, 0
         while batch and done < SIGNED_PER_PASS:
-            found = [(job, data) for job, data in store.hashes(batch)
-                     if data.get("FetchworkState") in _WAITING]
-            staged = read_staged(store, [job for job, _data in found])
+            found, staged = self._read_waiting(batch)
             grouper = Grouper()
             admitted: list[tuple[str, int, bool, str]] = []
             texts: list[bytes] = []
@@ -301,65 +302,78 @@ class FilterLeader:
                 why = f"refused: {why}" if why else refusal(job, data, text, digest)
                 if why is not None:
                     log.warning("job %s refused at admission: %s", job, why)
-                    calls.admit_fail(store, job_id=job, reason=why)
+                    calls.admit_fail(self.store, job_id=job, reason=why)
                     continue
                 # The pool's rules and the job's own attributes decide, never what the
                 # submitting client passed beside them (its autocluster, its flags).
-                gid = grouper.gid(_matched(data))
+                gid = grouper.gid(data)
                 admitted.append((job, _prio_of(data), "BlockedReason" in self._rule_defaults(data),
                                  "" if data.get(AUTOCLUSTER_ATTR) == gid else gid))
                 texts.append(text)
             signatures = self.signer.sign_texts(texts) if texts else []
             # Jobs gone or no longer waiting leave the validating set (admit.lua's rule).
-            waiting = {job for job, _data in found}
-            self._admit_batch([(job, prio, signature, blocked, gid) for (job, prio, blocked, gid),
-                               signature in zip(admitted, signatures, strict=True)],
-                              [job for job in batch if job not in waiting], list(waiting),
-                              grouper)
+            waiting = [job for job, _data in found]
+            kept = set(waiting)
             done += len(batch)
-            batch = Store.ids(store.client.zrange(store.keys.validating, 0, BATCH - 1))
+            batch = self._admit_batch(
+                [(job, prio, signature, blocked, gid) for (job, prio, blocked, gid), signature
+                 in zip(admitted, signatures, strict=True)],
+                [job for job in batch if job not in kept], waiting, grouper)
         return bool(batch)
 
+    def _read_waiting(self, batch: list[str]
+                      ) -> tuple[list[tuple[str, dict[str, Any]]], list[bytes | None]]:
+        """The ads of the jobs of `batch` that wait for admission, and their staged
+        digests, in one round trip."""
+        store = self.store
+
+        def read() -> tuple[Any, list[Any]]:
+            pipe = store.client.pipeline(transaction=False)
+            calls.read_ads_queued(store, pipe, job_ids=batch)
+            queue_staged(pipe, store, batch)
+            ads, *staged = pipe.execute()
+            return ads, staged
+
+        ads, replies = self._once_more(read)
+        digests = dict(zip(batch, staged_of(batch, replies), strict=True))
+        found = [(job, data) for job, data in zip(batch, codec.decode_packed_hashes(ads),
+                                                  strict=True)
+                 if data and data.get("FetchworkState") in _WAITING]
+        return found, [digests[job] for job, _data in found]
+
     def _admit_batch(self, signed: list[tuple[str, int, str, bool, str]], strays: list[str],
-                     decided: list[str], grouper: Grouper) -> None:
-        """admit_signed.lua for one batch, with the autoclusters' representatives as the
-        leader makes them, and the decided jobs' staged digests dropped; once more after
-        NOSCRIPT (a restarted server lost its scripts: what the pipeline ran before it is
-        run again, and a job no longer waiting is left alone)."""
-        self._own_reps(grouper)
-        for attempt in (1, 2):
-            pipe = self.store.client.pipeline(transaction=False)
+                     decided: list[str], grouper: Grouper) -> list[str]:
+        """admit_signed.lua for one batch, the autoclusters' representatives as the
+        leader makes them (one a submission wrote differently, as a submit.lua call made
+        by hand may, is replaced), the strays out of the validating set and the decided
+        jobs' staged digests dropped, in one round trip; the next batch's ids."""
+        store = self.store
+        reps = {gid: rep_entry(rep) for gid, rep in grouper.reps.items()}
+
+        def admit() -> Any:
+            pipe = store.client.pipeline(transaction=False)
+            if reps:
+                pipe.hset(store.keys.ac_reps, mapping=reps)
             if signed:
-                calls.admit_signed(self.store, pipe, jobs=signed,
+                calls.admit_signed(store, pipe, jobs=signed,
                                    blocked_reason=poolrules.WAITING_REASON)
             if strays:
-                pipe.zrem(self.store.keys.validating, *strays)
-            forget_staged(pipe, self.store, decided)
-            try:
-                pipe.execute()
-                return
-            except NoScriptError:
-                self.store.scripts.forget()
-                if attempt == 2:
-                    raise
+                pipe.zrem(store.keys.validating, *strays)
+            forget_staged(pipe, store, decided)
+            pipe.zrange(store.keys.validating, 0, BATCH - 1)
+            return pipe.execute()[-1]
 
-    def _own_reps(self, grouper: Grouper) -> None:
-        """Make the autoclusters' representatives of a batch the leader's own: one a
-        submission wrote differently (a submit.lua call made by hand may name any) is
-        replaced."""
-        if not grouper.reps:
-            return
-        keys, client = self.store.keys, self.store.client
-        gids = list(grouper.reps)
-        stored = client.hmget(keys.ac_reps, gids)
-        wanted = {gid: rep_entry(grouper.reps[gid]) for gid in gids}
-        wrong = {gid: entry for (gid, entry), found in zip(wanted.items(), stored, strict=True)
-                 if found != entry}
-        if wrong:
-            if any(found is not None for found in stored):
-                log.info("autocluster representatives written again by the leader: %s",
-                         " ".join(sorted(wrong)))
-            client.hset(keys.ac_reps, mapping=wrong)
+        return Store.ids(self._once_more(admit))
+
+    def _once_more(self, step: Callable[[], Any]) -> Any:
+        """`step()`, run again once after NOSCRIPT (a restarted server lost its scripts:
+        what the pipeline ran before it is run again, and a job no longer waiting is
+        left alone)."""
+        try:
+            return step()
+        except NoScriptError:
+            self.store.scripts.forget()
+            return step()
 
     def _rule_defaults(self, ad: Mapping[str, Any]) -> dict[str, Any]:
         """What the pool's rules add to an admitted job: the BlockedReason that keeps it
@@ -454,12 +468,6 @@ def request_facts(request: Mapping[Any, Any]) -> tuple[Facts, float]:
                   backfill=False, resource_count=int(cpus) if isinstance(cpus, int) else 1,
                   slot_ad=slot_ad)
     return facts, int(field("deadline")) / 1000.0
-
-
-def _matched(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored job's attributes as grouped into autoclusters (its own, not the
-    bookkeeping the broker keeps in the hash)."""
-    return {name: value for name, value in data.items() if not is_managed(name)}
 
 
 def _prio_of(data: Mapping[str, Any]) -> int:

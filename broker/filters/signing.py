@@ -37,31 +37,43 @@ def _split(job: str) -> tuple[str, str]:
     return cluster, proc
 
 
-def read_staged(store: Store, jobs: Sequence[str]) -> list[bytes | None]:
-    """The staged digest of each of `jobs` (None where there is none), in one round trip."""
-    by_cluster: dict[str, list[str]] = {}
-    for job in jobs:
-        cluster, proc = _split(job)
-        by_cluster.setdefault(cluster, []).append(proc)
-    if not by_cluster:
-        return []
-    pipe = store.client.pipeline(transaction=False)
+def queue_staged(pipe: Pipeline, store: Store, jobs: Sequence[str]) -> int:
+    """Queue on `pipe` the reads of the staged digests of `jobs`; the number of replies
+    they take (for `staged_of`)."""
+    by_cluster = _by_cluster(jobs)
     for cluster, procs in by_cluster.items():
         pipe.hmget(store.keys.staged(cluster), procs)
+    return len(by_cluster)
+
+
+def staged_of(jobs: Sequence[str], replies: Sequence[Any]) -> list[bytes | None]:
+    """The staged digest of each of `jobs` (None where there is none), from the replies
+    of the reads `queue_staged` queued for them."""
     found: dict[str, Any] = {}
-    for (cluster, procs), values in zip(by_cluster.items(), pipe.execute(), strict=True):
+    for (cluster, procs), values in zip(_by_cluster(jobs).items(), replies, strict=True):
         for proc, value in zip(procs, values, strict=True):
             found[f"{cluster}.{proc}"] = value
     return [found.get(job) for job in jobs]
 
 
-def forget_staged(pipe: Pipeline, store: Store, jobs: Sequence[str]) -> None:
-    """Drop the staged digests of `jobs` (decided), queued on `pipe`."""
+def read_staged(store: Store, jobs: Sequence[str]) -> list[bytes | None]:
+    """The staged digest of each of `jobs` (None where there is none), in one round trip."""
+    pipe = store.client.pipeline(transaction=False)
+    queue_staged(pipe, store, jobs)
+    return staged_of(jobs, pipe.execute())
+
+
+def _by_cluster(jobs: Sequence[str]) -> dict[str, list[str]]:
     by_cluster: dict[str, list[str]] = {}
     for job in jobs:
         cluster, proc = _split(job)
         by_cluster.setdefault(cluster, []).append(proc)
-    for cluster, procs in by_cluster.items():
+    return by_cluster
+
+
+def forget_staged(pipe: Pipeline, store: Store, jobs: Sequence[str]) -> None:
+    """Drop the staged digests of `jobs` (decided), queued on `pipe`."""
+    for cluster, procs in _by_cluster(jobs).items():
         pipe.hdel(store.keys.staged(cluster), *procs)
 
 

@@ -25,7 +25,6 @@ from fetchwork.broker.connections.clients import connect
 from fetchwork.broker.leader.service import BrokerService
 from fetchwork.broker.store import calls, codec
 from fetchwork.broker.store.keys import PoolKeys
-from fetchwork.broker.store.states import is_managed
 from fetchwork.broker.store.scripts import sha
 from fetchwork.broker.trust.people import identity_line
 from fetchwork.broker.trust.signer import ensure_key_pair
@@ -374,8 +373,7 @@ def _hand_made(submitter: Broker, attrs: dict) -> str:
     client.hset(keys.job(job), mapping={name: codec.pack(value)
                                         for name, value in data.items()})
     client.hset(keys.staged(cluster), "0", signedjob.staged_digest(data))
-    true_gid = Grouper().gid({name: value for name, value in data.items()
-                              if not is_managed(name)})
+    true_gid = Grouper().gid(data)
     pipe = client.pipeline(transaction=True)
     calls.submit(submitter.store, pipe,
                  batch=codec.pack_for_lua([[job, 1, str(-10**12), False, False, "fake"]]),
