@@ -14,6 +14,11 @@ broker named by FETCHWORK_BROKER), so both systems use the same server.
   --idle-s after the previous one finished); the time from
   submit to the moment the job's program runs (`/bin/date +%s.%N` writes
   it), median and p99. rq: one worker, the job function returns time.time().
+- signed: N jobs submitted to the pool, whose broker service signs (as
+  `fetchwork up` does): the time from the first submit to the last job
+  admitted (checked, signed a batch at a time, IDLE) by the pool's leader in
+  its own process; and the CPU per job of the leader's signing and the
+  starter's check (signing_bench.py).
 """
 
 from __future__ import annotations
@@ -34,12 +39,16 @@ import redis
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.filters.gate import summary_of
+from fetchwork.broker.filters.leader import BATCH
 from fetchwork.broker.filters.settings import load_settings
 from fetchwork.broker.leader.publish import RulesPublisher
 from fetchwork.config.loader import Config
 from fetchwork.pool import Pool
 
 BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR.parent) not in sys.path:  # run as a script: bench/ is not a package then
+    sys.path.insert(0, str(BENCH_DIR.parent))
+from bench.signing_bench import signing_cpu  # noqa: E402
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -179,6 +188,23 @@ def _wait_rq(job: object) -> float:
     raise SystemExit("rq job did not finish within 60 s")
 
 
+def signed_throughput(broker: Broker, jobs: int, cluster_size: int) -> None:
+    """Submit `jobs` to a pool whose leader signs, until every one is admitted."""
+    ad = {"Cmd": "/bin/true", "Iwd": "/tmp", "Requirements": False}  # never runs
+    started = time.perf_counter()
+    job_ids: list[str] = []
+    for first in range(0, jobs, cluster_size):
+        job_ids += broker.submit([ad] * min(cluster_size, jobs - first), owner="bench")
+    submitted = time.perf_counter() - started
+    while broker.client.zcard(broker.keys.validating):
+        time.sleep(0.005)
+    spent = time.perf_counter() - started
+    last = broker.get(job_ids[-1])
+    assert last is not None and str(last["FetchworkSignature"]).startswith("v2:"), last
+    print(f"  {jobs} signed jobs through the leader   {spent:6.2f} s  {jobs / spent:8.0f} "
+          f"jobs/s (submitted in {submitted:.2f} s; target < 5 s)")
+
+
 def report(name: str, latencies: list[float]) -> None:
     ms = [value * 1000 for value in latencies]
     print(f"  {name:<28} median {statistics.median(ms):8.1f} ms   "
@@ -237,6 +263,9 @@ def main() -> None:
                    rq_latency(pool.url, options.latency_samples, options.idle_s))
         else:
             print("rq is not installed (pip install 'fetchwork[rq]'): no rq figures")
+        print(f"signed jobs, {options.jobs} (batches of {options.cluster_size}):")
+        signed_throughput(latency_broker, options.jobs, options.cluster_size)
+        signing_cpu(20_000, BATCH)
         print("resident memory of the pool:")
         rss_report(pool)
     finally:

@@ -59,7 +59,16 @@ from .codes import Activation, backfill_action
 from .gate import Summary, summary_of
 from .runner import Facts, FilterRun, FilterSpec, run_filter
 from .settings import FilterSettings
-from .signing import BatchSigner, forget_staged, queue_staged, read_staged, refusal, staged_of
+from .signing import (
+    BatchSigner,
+    forget_staged,
+    names_of,
+    queue_staged,
+    read_staged,
+    refusal,
+    rules_refusal,
+    staged_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -278,9 +287,12 @@ class FilterLeader:
         pipe.execute()
 
     def _signing_only(self) -> bool:
-        """Whether signing is all of a waiting job's admission: no submission filter or
-        template, and no pool rule that adds attributes at admission."""
-        return self.signer is not None and not summary_of(self.settings).submit
+        """Whether signing (with the pool's rules) is all of a waiting job's admission:
+        no submission filter or template, and no DEFAULT_JOB_EXCLUSIVE to add (which
+        changes the job's autocluster: admit_waiting does that)."""
+        rules = self.rules
+        return (self.signer is not None and not summary_of(self.settings).submit
+                and not (rules is not None and rules.default_exclusive))
 
     def _admit_signed(self, first: list[str]) -> bool:
         """Check, sign and admit waiting jobs in batches until none is left or
@@ -296,9 +308,11 @@ class FilterLeader:
             grouper = Grouper()
             admitted: list[tuple[str, int, bool, str]] = []
             texts: list[bytes] = []
+            rules = self.rules
             for (job, data), digest in zip(found, staged, strict=True):
                 text = signed_text_of(data)
-                why = poolrules.refusal(data, self.rules) if self.rules is not None else None
+                names = names_of(data)
+                why = rules_refusal(data, names, rules) if rules is not None else None
                 why = f"refused: {why}" if why else refusal(job, data, text, digest)
                 if why is not None:
                     log.warning("job %s refused at admission: %s", job, why)
@@ -307,7 +321,10 @@ class FilterLeader:
                 # The pool's rules and the job's own attributes decide, never what the
                 # submitting client passed beside them (its autocluster, its flags).
                 gid = grouper.gid(data)
-                admitted.append((job, _prio_of(data), "BlockedReason" in self._rule_defaults(data),
+                blocked = (rules is not None and rules.limits and not names.blocked_reason
+                           and data.get("HoldReasonCode") != int(HoldCode.SUBMITTED_ON_HOLD))
+                prio = _prio_of(data, data[names.prio] if names.prio else 0)
+                admitted.append((job, prio, blocked,
                                  "" if data.get(AUTOCLUSTER_ATTR) == gid else gid))
                 texts.append(text)
             signatures = self.signer.sign_texts(texts) if texts else []
@@ -470,9 +487,8 @@ def request_facts(request: Mapping[Any, Any]) -> tuple[Facts, float]:
     return facts, int(field("deadline")) / 1000.0
 
 
-def _prio_of(data: Mapping[str, Any]) -> int:
-    """A stored job's JobPrio, clamped (a literal read as is; else evaluated)."""
-    prio = next((value for name, value in data.items() if name.lower() == "jobprio"), 0)
+def _prio_of(data: Mapping[str, Any], prio: Any) -> int:
+    """A stored job's JobPrio `prio`, clamped (a literal read as is; else evaluated)."""
     if isinstance(prio, int) and not isinstance(prio, bool):
         return clamp_prio(prio)
     try:

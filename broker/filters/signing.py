@@ -18,11 +18,12 @@ the jobs it decided are then dropped.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from redis.client import Pipeline
 
-from fetchwork.broker.store import Store
+from fetchwork.broker.store import Store, poolrules
 from fetchwork.config.signedjob import leaf_digest
 
 
@@ -90,3 +91,40 @@ def refusal(job: str, data: Mapping[str, Any], text: bytes,
         return ("its signed attributes changed while it waited for admission "
                 "(written by someone holding a role's credentials)")
     return None
+
+
+@dataclass(frozen=True)
+class Names:
+    """What admission needs of a stored job's attribute names: how it spells
+    AllowedJobDuration and JobPrio (None: absent), how many attributes
+    SUBMIT_MAX_JOB_ATTRS counts, whether it has a BlockedReason. Jobs of one
+    submission share their names, so this is worked out once for them all."""
+
+    walltime: str | None
+    prio: str | None
+    counted: int
+    blocked_reason: bool
+
+
+_NAMES: dict[tuple[str, ...], Names] = {}
+_NAMES_KEPT = 1024
+
+
+def names_of(data: Mapping[str, Any]) -> Names:
+    key = tuple(data)
+    found = _NAMES.get(key)
+    if found is None:
+        spelled = {name.lower(): name for name in key}
+        found = Names(spelled.get("allowedjobduration"), spelled.get("jobprio"),
+                      poolrules.counted_attrs(data), "blockedreason" in spelled)
+        if len(_NAMES) < _NAMES_KEPT:
+            _NAMES[key] = found
+    return found
+
+
+def rules_refusal(data: Mapping[str, Any], names: Names,
+                  rules: poolrules.PoolRules) -> str | None:
+    """poolrules.refusal of a stored job, from its names worked out once."""
+    asked = {"AllowedJobDuration": data[names.walltime]} if names.walltime else {}
+    return (poolrules.walltime_refusal(asked, rules)
+            or poolrules.attrs_refusal(names.counted, rules))
