@@ -98,6 +98,11 @@ SELECTED: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = {
         (("xfer:refs", "xfer:chunkrefs"), ("hdel",)),
     ),
 }
+# Signed admission (broker/filters/signing.py): the staged digests of jobs that wait
+# for the leader live in `staged:*`, which stage.lua (the submitter role and the
+# broker service) writes and the leader drops. No execute selector may name that
+# family: a job's hash is the execute role's to write, its staged digest never is,
+# and that is what lets the leader refuse a job rewritten while it waited.
 # Kept from the admin too: commands whose reach is the whole server, not one pool.
 SERVER_WIDE = ("keys", "scan", "randomkey", "flushall", "flushdb", "swapdb", "config", "debug",
                "shutdown", "monitor", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",

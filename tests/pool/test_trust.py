@@ -1,6 +1,7 @@
-"""A pool on one machine signs its jobs and its startd checks them: a job whose
-command was rewritten in Redis after admission is held, naming the check and the
-slot, and never runs; the pool says it is unauthenticated."""
+"""A pool on one machine signs its jobs, a batch at a time, and its startd checks
+them: a job whose command was rewritten in Redis after admission is held, naming the
+check and the slot, and never runs; untouched jobs of one batch all run; the pool
+says it is unauthenticated."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_a_job_rewritten_after_admission_is_held_and_never_runs(pool: UpPool) ->
     fw(pool.env, "submit", "job.sub", cwd=work)
     [ad] = q_json(pool.env)
     job = f"{ad['ClusterId']}.{ad['ProcId']}"
-    assert ad["FetchworkSignature"].startswith("v1:")
+    assert ad["FetchworkSignature"].startswith("v2:")
     broker = Broker.from_config(Config.load(environ=pool.env))
     since = broker.last_event_id()
     # What a stolen execute credential may do: write the queued job's hash.
@@ -51,11 +52,14 @@ def test_a_job_rewritten_after_admission_is_held_and_never_runs(pool: UpPool) ->
     broker.remove([job])
 
 
-def test_an_untouched_job_runs_and_the_pool_says_it_is_unauthenticated(pool: UpPool) -> None:
+def test_untouched_jobs_run_and_the_pool_says_it_is_unauthenticated(pool: UpPool) -> None:
     work = pool.folder("fine")
-    fw(pool.env, "submit", "--", "/bin/touch", str(work / "ran"), cwd=work)
-    wait_until(lambda: (work / "ran").exists(), timeout_s=120, fail_if=pool.up.died,
-               what="the job ran")
+    # Three jobs admitted in one batch: one signature, each job its own proof path.
+    (work / "three.sub").write_text("executable = /bin/touch\narguments = ran.$(Process)\n"
+                                    "queue 3\n")
+    fw(pool.env, "submit", "three.sub", cwd=work)
+    wait_until(lambda: all((work / f"ran.{n}").exists() for n in range(3)), timeout_s=120,
+               fail_if=pool.up.died, what="the three jobs ran")
     assert "This pool is unauthenticated" in " ".join(fw(pool.env, "status").stdout.split())
     key = Path(pool.env["FETCHWORK_STATE_DIR"]) / "keys" / "job-signing.key"
     assert key.stat().st_mode & 0o077 == 0
