@@ -365,12 +365,12 @@ class FilterLeader:
         by hand may, is replaced), the strays out of the validating set and the decided
         jobs' staged digests dropped, in one round trip; the next batch's ids."""
         store = self.store
-        reps = {gid: rep_entry(rep) for gid, rep in grouper.reps.items()}
+        reps = [value for gid, rep in grouper.reps.items() for value in (gid, rep_entry(rep))]
 
         def admit() -> Any:
             pipe = store.client.pipeline(transaction=False)
             if reps:
-                pipe.hset(store.keys.ac_reps, mapping=reps)
+                pipe.hset(store.keys.ac_reps, items=reps)
             if signed:
                 calls.admit_signed(store, pipe, jobs=signed,
                                    blocked_reason=poolrules.WAITING_REASON)

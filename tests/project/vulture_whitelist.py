@@ -103,10 +103,5 @@ _.procad
 _.retrieve
 _.__getattr__
 
-# The pool's rules (broker/store/poolrules.py): `filtered` is read by stage.lua and
-# submit.lua from the published fields only.
-_.filtered
-
-
 # File transfer's commands, loaded by name (fetchwork/cli.py COMMANDS).
 _.transfer_data_command
