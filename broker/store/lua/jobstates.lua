@@ -192,6 +192,15 @@ local function to_history(key, id, kind, state, status)
       xfer_release(string.sub(K_QUEUE, 1, #K_QUEUE - #'queue'), held, this_job)
     end
   end
+  -- A job leaving while it waits for admission takes its staged digest along (the
+  -- leader drops those of the jobs it admits: filters/signing.py).
+  if getv(key, 'FetchworkState') == 'VALIDATING' then
+    local cluster, proc = string.match(id, '^(%d+)%.(%d+)$')
+    if cluster then
+      redis.call('HDEL', string.sub(K_QUEUE, 1, #K_QUEUE - #'queue') .. 'staged:' .. cluster,
+                 proc)
+    end
+  end
   detach(key)  -- history keeps the whole ad (read while the job is still queued)
   redis.call('ZREM', K_QUEUE, id)
   idle_remove(key, id)

@@ -172,3 +172,12 @@ def test_a_listed_job_that_no_longer_waits_leaves_the_validating_set(signing) ->
     settle(leader)
     assert state(broker, jobs[0]) == "IDLE" and state(broker, jobs[1]) == "RUNNING"
     assert broker.client.zcard(broker.keys.validating) == 0
+
+
+def test_a_job_removed_while_it_waits_leaves_no_staged_digest(signing) -> None:
+    broker, _leader, _public = signing
+    jobs = broker.submit([{"Cmd": "/bin/true"}] * 2, owner="alice")
+    staged = broker.keys.staged(jobs[0].split(".")[0])
+    assert broker.client.hlen(staged) == 2
+    broker.remove(jobs)
+    assert not broker.client.exists(staged)
