@@ -25,10 +25,10 @@ said, before its filters run.
 A pool that signs its jobs (broker/trust/signer.py) makes every submission
 wait here, and each admitted job gets its FetchworkSignature, after the
 checks of filters/signing.py (its staged digest). With no submission filter
-or template, signing is the whole admission: jobs are checked against the
-pool's rules, signed a batch at a time (one signature per batch) and
-admitted in batches (admit_signed.lua, which also applies the scheduling
-limits and DEFAULT_JOB_EXCLUSIVE) on the pass's own thread.
+or template (and no DEFAULT_JOB_EXCLUSIVE to add), signing is the whole
+admission: jobs are checked against the pool's rules, signed a batch at a
+time (one signature per batch) and admitted in batches (admit_signed.lua,
+which also applies the scheduling limits) on the pass's own thread.
 """
 
 from __future__ import annotations
@@ -136,6 +136,11 @@ class FilterLeader:
         # Events are worth a pass only when submissions or claims may ask for a verdict.
         summary = self.summary()
         self.reads_events = summary.submit or summary.activate or bool(summary.templates)
+        # Only signing makes jobs wait (no filter, no template): a pass is worth it for
+        # the events of new waiting jobs alone, not for every claim and exit.
+        configured = summary_of(settings)
+        self._every_event = (signer is None or configured.submit or configured.activate
+                             or bool(configured.templates))
         self._pass_due = True
         self._passed_at: float | None = None  # monotonic time of the last pass
         self._signing_left = False
@@ -149,7 +154,9 @@ class FilterLeader:
         pass
 
     def on_events(self, events: Sequence[tuple[str, dict[str, str]]]) -> None:
-        self._pass_due = True
+        if self._every_event or any(fields.get("state") == State.VALIDATING.value
+                                    for _id, fields in events):
+            self._pass_due = True
 
     def due_in_s(self, now_s: float) -> float:
         if self._pass_due or self._passed_at is None:

@@ -181,3 +181,14 @@ def test_a_job_removed_while_it_waits_leaves_no_staged_digest(signing) -> None:
     assert broker.client.hlen(staged) == 2
     broker.remove(jobs)
     assert not broker.client.exists(staged)
+
+
+def test_only_new_waiting_jobs_wake_a_signing_pass(signing) -> None:
+    _broker, leader, _public = signing
+    leader.run_due(100.0)
+    assert leader.due_in_s(100.1) > 0
+    leader.on_events([("1-0", {"type": "exit", "job": "1.0", "state": "COMPLETED"}),
+                      ("1-1", {"type": "claim", "job": "2.0", "state": "RUNNING"})])
+    assert leader.due_in_s(100.1) > 0  # claims and exits need no admission
+    leader.on_events([("1-2", {"type": "submit", "job": "3.0", "state": "VALIDATING"})])
+    assert leader.due_in_s(100.1) == 0
