@@ -41,19 +41,22 @@ local function cluster_key(key)
   return prefix .. 'cluster:' .. cluster
 end
 
--- Derived attribute `name` of a job linked to cluster hash `ckey`, packed.
-local function derived(key, ckey, name)
+-- Derived attribute `name` of a job linked to cluster hash `ckey`, packed;
+-- `book` (optional) holds the cluster hash's bookkeeping fields already read.
+local function derived(key, ckey, name, book)
   if name == 'ProcId' then
     return cmsgpack.pack(tonumber(string.match(key, '%.(%d+)$')))
   end
   if name == 'FetchworkOrder' then
-    local base = redis.call('HGET', ckey, CLUSTER_ORDER)
+    local base
+    if book then base = book[CLUSTER_ORDER] else base = redis.call('HGET', ckey, CLUSTER_ORDER) end
     local prefix, id = string.match(key, '^(.*)job:([^:]*)$')
     local seq = base and redis.call('ZSCORE', prefix .. 'queue', id)
     if not seq then return false end
     return cmsgpack.pack(tonumber(base) + tonumber(seq))
   end
-  local parts = redis.call('HGET', ckey, CLUSTER_GJID)
+  local parts
+  if book then parts = book[CLUSTER_GJID] else parts = redis.call('HGET', ckey, CLUSTER_GJID) end
   if not parts then return false end
   local before, after = string.match(parts, '^([^\n]*)\n(.*)$')
   return cmsgpack.pack(before .. string.match(key, 'job:([^:]*)$') .. after)
@@ -101,9 +104,24 @@ end
 
 -- Append to `out` the cluster's attributes that the job (its own field names
 -- `seen`) does not override, derived ones included: {name, packed value, ...}.
-local function shared_fields(key, seen, out)
+-- `clusters` (optional, a table kept across the jobs of one call) keeps each
+-- cluster hash read, so the jobs of one cluster read it once.
+local function shared_fields(key, seen, out, clusters)
   local ckey = cluster_key(key)
-  local shared = redis.call('HGETALL', ckey)
+  local shared, book
+  if clusters then
+    local kept = clusters[ckey]
+    if not kept then
+      kept = {redis.call('HGETALL', ckey), {}}
+      for i = 1, #kept[1], 2 do
+        if not is_attr(kept[1][i]) then kept[2][kept[1][i]] = kept[1][i + 1] end
+      end
+      clusters[ckey] = kept
+    end
+    shared, book = kept[1], kept[2]
+  else
+    shared = redis.call('HGETALL', ckey)
+  end
   for i = 1, #shared, 2 do
     local name = shared[i]
     if not seen[name] and is_attr(name) then
@@ -113,7 +131,7 @@ local function shared_fields(key, seen, out)
   end
   for _, name in ipairs(DERIVED) do
     if not seen[name] then
-      local value = derived(key, ckey, name)
+      local value = derived(key, ckey, name, book)
       if value then
         out[#out + 1] = name
         out[#out + 1] = value
@@ -124,7 +142,7 @@ end
 
 -- The job's whole ad as a flat {name, packed value, ...}: the cluster's
 -- attributes the job does not override, then the job's own; {} for no job.
-local function ad_flat(key)
+local function ad_flat(key, clusters)
   local own = redis.call('HGETALL', key)
   local linked, seen = false, {}
   for i = 1, #own, 2 do
@@ -132,7 +150,7 @@ local function ad_flat(key)
     if own[i] == JOB_LINK then linked = true end
   end
   local out = {}
-  if linked then shared_fields(key, seen, out) end
+  if linked then shared_fields(key, seen, out, clusters) end
   for i = 1, #own, 2 do
     if is_attr(own[i]) then
       out[#out + 1] = own[i]

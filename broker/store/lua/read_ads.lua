@@ -17,8 +17,9 @@ local function name_header(len)
   return header(len, 0xa0, 32, 0xda, 0xdb)
 end
 local out = {header(#KEYS, 0x90, 16, 0xdc, 0xdd)}
+local clusters = {}  -- each cluster hash read once for all its jobs here
 for i = 1, #KEYS do
-  local flat = ad_flat(KEYS[i])
+  local flat = ad_flat(KEYS[i], clusters)
   out[#out + 1] = header(#flat / 2, 0x80, 16, 0xde, 0xdf)
   for j = 1, #flat, 2 do
     out[#out + 1] = name_header(#flat[j])
