@@ -128,6 +128,8 @@ class FilterLeader:
                                 "Rerunnable": True}
         self.call: Call = call or run_filter_call
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="filters")
+        # Signed admission reads the next batch here while it signs and admits one.
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="admission-read")
         self._in_hand: set[str] = set()
         self._lock = threading.Lock()
         # Whether a job's start would be a backfill start (the leader's backfill pass
@@ -238,6 +240,7 @@ class FilterLeader:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._ahead.shutdown(wait=False, cancel_futures=True)
 
     # -- admission --------------------------------------------------------------
 
@@ -305,13 +308,24 @@ class FilterLeader:
         """Check, sign and admit waiting jobs in batches until none is left or
         SIGNED_PER_PASS are done; whether any is left. A batch takes two round trips:
         one reads its ads and staged digests, one admits it (admit_signed.lua), with
-        the autoclusters' representatives, the staged digests dropped and the next
-        batch's ids. Its Python work is one signed text, one leaf and one grouping a
-        job, and one signature for the batch."""
+        the autoclusters' representatives, the staged digests dropped and the head of
+        the validating set. Its Python work is one signed text, one leaf and one
+        grouping a job, and one signature for the batch; the next batch is read on
+        another thread meanwhile, so Redis works while this one is signed."""
         assert self.signer is not None
+        store = self.store
         batch, done = first, 0
-        while batch and done < SIGNED_PER_PASS:
-            found, staged = self._read_waiting(batch)
+        ahead = self._ahead.submit(self._read_waiting, batch) if batch else None
+        while batch and ahead is not None and done < SIGNED_PER_PASS:
+            found, staged = ahead.result()
+            ahead = None
+            # The jobs after this batch (a job joins the set with a later sequence).
+            inhand = set(batch)
+            following = [job for job in Store.ids(store.client.zrange(
+                store.keys.validating, len(batch), len(batch) + BATCH - 1))
+                if job not in inhand]
+            if following and done + len(batch) < SIGNED_PER_PASS:
+                ahead = self._ahead.submit(self._read_waiting, following)
             grouper = Grouper()
             admitted: list[tuple[str, int, bool, str]] = []
             texts: list[bytes] = []
@@ -339,10 +353,13 @@ class FilterLeader:
             waiting = [job for job, _data in found]
             kept = set(waiting)
             done += len(batch)
-            batch = self._admit_batch(
+            head = self._admit_batch(
                 [(job, prio, signature, blocked, gid) for (job, prio, blocked, gid), signature
                  in zip(admitted, signatures, strict=True)],
                 [job for job in batch if job not in kept], waiting, grouper)
+            batch = following if ahead is not None else head
+            if ahead is None and batch and done < SIGNED_PER_PASS:
+                ahead = self._ahead.submit(self._read_waiting, batch)
         return bool(batch)
 
     def _read_waiting(self, batch: list[str]
