@@ -16,12 +16,13 @@ JOB = {"GlobalJobId": "p#3.0#1700000000", "ClusterId": 3, "ProcId": 0, "Owner": 
 
 
 def _check(key: Ed25519PrivateKey, data: dict) -> str | None:
-    return signedjob.check(key.public_key(), parse_ad(format_ad(from_dict(data))))
+    return signedjob.check(key.public_key(), parse_ad(format_ad(from_dict(data))), "p")
 
 
 def test_another_input_sandbox_breaks_the_signature() -> None:
     key = Ed25519PrivateKey.generate()
-    data = {**JOB, signedjob.SIGNATURE_ATTR: signedjob.sign(key, signedjob.signed_text_of(JOB))}
+    [signature] = signedjob.sign_batch(key, "p", "b1", [signedjob.signed_text_of(JOB)])
+    data = {**JOB, signedjob.SIGNATURE_ATTR: signature}
     assert _check(key, data) is None
     for changed in ({INPUT_MANIFEST_ATTR: "b" * 64}, {INPUT_MANIFEST_ATTR: None}):
         tampered = {**data, **changed}
