@@ -36,7 +36,7 @@ from fetchwork.startd.signals import SignalInbox
 from fetchwork.startd.slots.carving import new_carving
 from fetchwork.startd.slots.localid import name_if_anonymous
 from fetchwork.startd.slots.slot import Claim, Slot, new_claim_id
-from fetchwork.startd.slots.slotad import build_slot_ad, gather_facts, job_label, slot_name
+from fetchwork.startd.slots.slotad import gather_facts, job_label, slot_ad_attrs, slot_name
 from fetchwork.startd.slots.slotadcache import SlotAdCache
 from fetchwork.startd.starters.outcomes import OutcomeReporter
 from fetchwork.startd.starters.sandboxes import remove_stale_sandboxes
@@ -180,9 +180,16 @@ class Startd:
         now, view = time.time(), slot.claim.view() if slot.claim is not None else None
         inputs = (slot.status, view, self.facts, int(now), self.carving.signature(slot, self.slots))
         return self._slot_ads.ad(slot.name, inputs, lambda: self.carving.decorate(
-            slot, build_slot_ad(slot.slot_id, self.name, self.settings.num_slots, self.facts,
+            slot, slot_ad_attrs(slot.slot_id, self.name, self.settings.num_slots, self.facts,
                                 slot.status, self.settings.policies[slot.slot_id], now, view),
             self.slots))
+
+    def slot_ad_text(self, slot: Slot) -> str:
+        """The slot's current ad as its hooks read it (formatted once per change)."""
+        return self._slot_ads.text(slot.name, self.slot_ad(slot))
+
+    def slot_gone(self, slot: Slot) -> None:
+        self._slot_ads.forget(slot.name)
 
     def update_owner(self, slot: Slot) -> None:
         """Owner <-> Unclaimed as START (without a job) is false or not (HTCondor's IS_OWNER)."""
@@ -214,7 +221,7 @@ class Startd:
         assert spec is not None
         slot.clock.started()
         log.debug("%s: running fetch hook %s", slot.label, spec.value)
-        start_hook(spec, self._slot_ads.text(slot.name, self.slot_ad(slot)),
+        start_hook(spec, self.slot_ad_text(slot),
                    on_done=self._poster(_FETCH, slot.slot_id, ""))
 
     def _poster(self, kind: str, slot_id: int, job_id: str) -> Callable[[HookResult], None]:
@@ -274,7 +281,9 @@ class Startd:
                 slot.label, result.duration_s, job_label(job_ad), decision.reply,
                 decision.reason, note(result, fetched))
         if decision.verdict is Verdict.REJECT:
-            self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("reject",))
+            if slot.hooks.reply is not None:
+                self.advise(slot, slot.hooks.reply, job_ad, self._slot_ads.text(slot.name, slot_ad),
+                            ("reject",))
             self._no_more_work(slot)
             return
         self._accept(slot, job_ad, slot_ad, decision)
@@ -288,8 +297,13 @@ class Startd:
         job_ad["ClaimId"] = claim_id
         claim = Claim(claim_id=claim_id, job_ad=job_ad, rank=decision.rank)
 
+        # The reply hook reads the slot ad as it was when the job was accepted (the
+        # slot's one ad changes in place as the starter starts).
+        accepted_text = (self._slot_ads.text(slot.name, slot_ad)
+                         if slot.hooks.reply is not None else "")
+
         def reply() -> None:
-            self.advise(slot, slot.hooks.reply, job_ad, slot_ad, ("accept",))
+            self.advise(slot, slot.hooks.reply, job_ad, accepted_text, ("accept",))
 
         if decision.verdict is Verdict.PREEMPT:
             reply()
@@ -310,12 +324,12 @@ class Startd:
             self.starters.evict(slot, "no more work")
 
     def advise(self, slot: Slot, spec: HookSpec | None, job_ad: classad2.ClassAd,
-               slot_ad: classad2.ClassAd, args: tuple[str, ...]) -> None:
+               slot_ad_text: str, args: tuple[str, ...]) -> None:
         """Start a reply or evict hook (job ad, `-----`, slot ad); the startd never waits."""
         if spec is None:
             return
         self._advisory += 1
-        start_hook(spec, ads.join_pair(job_ad, slot_ad), args,
+        start_hook(spec, ads.join_texts(ads.format_ad(job_ad), slot_ad_text), args,
                    on_done=self._poster(_ADVISORY, slot.slot_id, job_label(job_ad)))
 
     @property

@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, MutableMapping, Sequence
 from typing import Any
 
 import classad2
@@ -120,8 +120,8 @@ class Carving:
         kept = None if partition is None else (partition.free, partition.next_index())
         return (slot.name, kept, self.running_jobs(slots), self.exclusive_running(slots))
 
-    def decorate(self, slot: Slot, ad: classad2.ClassAd,
-                 slots: Sequence[Slot]) -> classad2.ClassAd:
+    def decorate(self, slot: Slot, ad: MutableMapping[str, Any],
+                 slots: Sequence[Slot]) -> MutableMapping[str, Any]:
         """Add the slot's kind and resources and the machine's state to its ad (returned)."""
         spec = self.specs[slot.slot_id]
         partition = self.partitions.get(slot.slot_id)

@@ -111,12 +111,14 @@ def _policy_expr(text: str) -> Any:
     return ads.parse_expr(text)
 
 
-def build_slot_ad(slot_id: int, startd_name: str, num_slots: int, facts: MachineFacts,
+def slot_ad_attrs(slot_id: int, startd_name: str, num_slots: int, facts: MachineFacts,
                   status: SlotStatus, policy: SlotPolicy, now: float,
-                  claim: ClaimView | None = None) -> classad2.ClassAd:
-    """The ad of slot `slot_id` (1-based) of `num_slots` static slots."""
+                  claim: ClaimView | None = None) -> dict[str, Any]:
+    """The attributes of slot `slot_id` (1-based) of `num_slots` static slots, as plain
+    values (and the policy expressions, parsed once): the startd keeps one ClassAd per
+    slot and sets in it only what changed (startd/slots/slotadcache.py)."""
     share = max(num_slots, 1)
-    ad = classad2.ClassAd()
+    ad: dict[str, Any] = {}
     # Admin attributes first, so the attributes below always win.
     for name, text in policy.extra_attrs.items():
         try:
@@ -155,6 +157,17 @@ def build_slot_ad(slot_id: int, startd_name: str, num_slots: int, facts: Machine
             ad["JobId"] = claim.job_id
         if claim.job_started_at is not None:
             ad["JobStart"] = int(claim.job_started_at)
+    return ad
+
+
+def build_slot_ad(slot_id: int, startd_name: str, num_slots: int, facts: MachineFacts,
+                  status: SlotStatus, policy: SlotPolicy, now: float,
+                  claim: ClaimView | None = None) -> classad2.ClassAd:
+    """`slot_ad_attrs` as a new ClassAd."""
+    ad = classad2.ClassAd()
+    for name, value in slot_ad_attrs(slot_id, startd_name, num_slots, facts, status, policy,
+                                     now, claim).items():
+        ad[name] = value
     return ad
 
 

@@ -48,13 +48,14 @@ class StarterProcess:
         os.set_blocking(proc.stdout.fileno(), False)
 
     @classmethod
-    def spawn(cls, slot_id: int, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
+    def spawn(cls, slot_id: int, job_ad: classad2.ClassAd, slot_ad_text: str,
               sandboxes: Sandboxes, keyword: str | None,
               zygote: ZygoteClient) -> StarterProcess:
-        """Make the sandbox with both ads in it and have the zygote start the
-        starter (one it forked ahead, when it has one)."""
+        """Make the sandbox with both ads in it (the slot ad as the startd formatted
+        it for its hooks) and have the zygote start the starter (one it forked
+        ahead, when it has one)."""
         try:
-            sandbox = sandboxes.make(slot_id, ads.format_ad(job_ad), ads.format_ad(slot_ad))
+            sandbox = sandboxes.make(slot_id, ads.format_ad(job_ad), slot_ad_text)
         except OSError as exc:
             where = exc.filename or sandboxes.execute_dir
             raise StarterError(f"cannot set up the sandbox {where}: {exc.strerror or exc} "

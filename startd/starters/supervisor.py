@@ -50,8 +50,12 @@ class SupervisorHost(Protocol):
 
     def slot_ad(self, slot: Slot) -> classad2.ClassAd: ...
 
+    def slot_ad_text(self, slot: Slot) -> str: ...
+
+    def slot_gone(self, slot: Slot) -> None: ...
+
     def advise(self, slot: Slot, spec: HookSpec | None, job_ad: classad2.ClassAd,
-               slot_ad: classad2.ClassAd, args: tuple[str, ...]) -> None: ...
+               slot_ad_text: str, args: tuple[str, ...]) -> None: ...
 
     def update_owner(self, slot: Slot) -> None: ...
 
@@ -87,7 +91,7 @@ class StarterSupervisor:
         keyword = keywords.starter_keyword(self.host.config,
                                            keywords.hook_keyword_of(claim.job_ad))
         try:
-            starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad(slot),
+            starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad_text(slot),
                                            self.sandboxes, keyword, self.zygote)
         except StarterError as exc:
             log.error("%s: job %s not started: %s; the claim is given back", slot.label,
@@ -126,7 +130,8 @@ class StarterSupervisor:
 
     def _evict_hook(self, slot: Slot, job_ad: classad2.ClassAd) -> None:
         """The evict-claim hook: job ad, `-----`, slot ad; never waited for."""
-        self.host.advise(slot, slot.hooks.evict, job_ad, self.host.slot_ad(slot), ())
+        if slot.hooks.evict is not None:
+            self.host.advise(slot, slot.hooks.evict, job_ad, self.host.slot_ad_text(slot), ())
 
     def _killing_timeout_s(self) -> float:
         if self.host.shutdown_plan is not None and self.host.shutdown_plan.fast:
@@ -169,6 +174,7 @@ class StarterSupervisor:
             # A dynamic slot is gone with its claim; its resources go back to its p-slot.
             self.zygote.let_go_kept(slot.slot_id)
             self.host.carving.drop(slot, self.host.slots)
+            self.host.slot_gone(slot)
             return
         if slot.pending is not None and self.host.shutdown_plan is None:
             slot.claim, slot.pending = slot.pending, None

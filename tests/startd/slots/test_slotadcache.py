@@ -1,0 +1,88 @@
+"""One ClassAd per slot, changed in place: only what differs is set or deleted."""
+
+from __future__ import annotations
+
+import time
+
+import classad2
+import psutil
+
+from fetchwork.config.ads import format_ad, parse_expr
+from fetchwork.startd.slots.slotad import MachineFacts, SlotPolicy, build_slot_ad, slot_ad_attrs
+from fetchwork.startd.slots.slotadcache import SlotAdCache, changes, same_value
+from fetchwork.startd.states import Activity, SlotStatus, State
+
+FACTS = MachineFacts("m.example", "LINUX", "X86_64", 4, 8192, 10**8, 0.5)
+POLICY = SlotPolicy(start="TARGET.RequestMemory <= 4096", rank="TARGET.JobPrio",
+                    extra_attrs={"Site": '"here"'})
+
+
+def _attrs(state: State, activity: Activity, now: float) -> dict[str, object]:
+    return slot_ad_attrs(1, "m", 2, FACTS, SlotStatus(state, activity, now, now), POLICY, now)
+
+
+def test_values_compare_by_type_and_expressions_by_object() -> None:
+    expr = parse_expr("A + 1")
+    assert same_value(expr, expr)
+    assert not same_value(expr, classad2.ExprTree("A + 1"))  # another object is set again
+    assert same_value(3, 3) and same_value("x", "x")
+    assert not same_value(1, True) and not same_value(True, 1)
+    assert not same_value(2, 2.0)
+
+
+def test_changes_names_only_what_differs() -> None:
+    to_set, to_delete = changes({"A": 1, "B": "x", "C": 3}, {"A": 1, "B": "y", "D": False})
+    assert to_set == {"B": "y", "D": False}
+    assert to_delete == ["C"]
+
+
+def test_the_kept_ad_is_the_same_object_and_reads_as_a_new_one() -> None:
+    cache = SlotAdCache()
+    first = cache.ad("s", 1, lambda: _attrs(State.UNCLAIMED, Activity.IDLE, 100.0))
+    text = cache.text("s", first)
+    assert cache.text("s", first) is text  # formatted once while nothing changes
+    claimed = _attrs(State.CLAIMED, Activity.BUSY, 101.0)
+    claimed["JobId"] = "7.0"
+    second = cache.ad("s", 2, lambda: claimed)
+    assert second is first
+    assert cache.text("s", second) != text
+    fresh = build_slot_ad(1, "m", 2, FACTS,
+                          SlotStatus(State.CLAIMED, Activity.BUSY, 101.0, 101.0), POLICY, 101.0)
+    fresh["JobId"] = "7.0"
+    assert format_ad(second) == format_ad(fresh)
+    # Back to unclaimed: JobId is deleted, not left behind.
+    third = cache.ad("s", 3, lambda: _attrs(State.UNCLAIMED, Activity.IDLE, 102.0))
+    assert "JobId" not in third and third["State"] == "Unclaimed"
+    assert third.eval("Requirements") is not None
+
+
+def test_the_same_inputs_do_not_build_again() -> None:
+    cache = SlotAdCache()
+    builds = []
+
+    def build() -> dict[str, object]:
+        builds.append(1)
+        return _attrs(State.UNCLAIMED, Activity.IDLE, 100.0)
+
+    cache.ad("s", "inputs", build)
+    cache.ad("s", "inputs", build)
+    assert len(builds) == 1
+    cache.forget("s")
+    cache.ad("s", "inputs", build)
+    assert len(builds) == 2
+
+
+def test_changing_a_slots_ad_many_times_does_not_grow_the_process() -> None:
+    cache = SlotAdCache()
+    me = psutil.Process()
+    states = [(State.UNCLAIMED, Activity.IDLE), (State.CLAIMED, Activity.IDLE),
+              (State.CLAIMED, Activity.BUSY)]
+    for round_ in range(2_000):  # warm up
+        cache.ad("s", round_, lambda r=round_: _attrs(*states[r % 3], time.time()))
+    before_kb = me.memory_info().rss // 1024
+    for round_ in range(20_000):
+        ad = cache.ad("s", -round_ - 1, lambda r=round_: _attrs(*states[r % 3], time.time()))
+    grown_kb = me.memory_info().rss // 1024 - before_kb
+    assert isinstance(ad, classad2.ClassAd)
+    # A new ClassAd for each change kept about 2.8 MB over 20,000 changes.
+    assert grown_kb < 1024, f"20,000 changes grew the process by {grown_kb} KB"
