@@ -16,14 +16,21 @@ log = logging.getLogger(__name__)
 
 
 class Events:
-    """One JSON object per line on the starter's stdout, flushed at once."""
+    """One JSON object per line on the starter's stdout.
+
+    An event is written and flushed at once, unless it is `held`: then it goes
+    out with the next one, in the same write. Each write wakes the startd's
+    loop, and `prepared`, `started` and the Running state come within a
+    millisecond of each other, so one write carries them (the lines and their
+    order are the same)."""
 
     def __init__(self, stream: IO[str]):
         self._stream = stream
         self._lock = threading.Lock()
         self._broken = False
+        self._held: list[str] = []
 
-    def emit(self, event: str, **fields: Any) -> None:
+    def emit(self, event: str, held: bool = False, **fields: Any) -> None:
         for name, value in fields.items():
             if isinstance(value, classad2.ClassAd):
                 fields[name] = to_dict(value)
@@ -31,8 +38,12 @@ class Events:
         with self._lock:
             if self._broken:
                 return
+            self._held.append(line + "\n")
+            if held:
+                return
+            text, self._held = "".join(self._held), []
             try:
-                self._stream.write(line + "\n")
+                self._stream.write(text)
                 self._stream.flush()
             except (BrokenPipeError, OSError, ValueError):
                 # The startd went away; the job still runs its course.

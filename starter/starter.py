@@ -213,7 +213,7 @@ class Starter:
         """Run the prepare hook and merge its output; the failure reason or None."""
         spec = resolve_hook(self.config, self.keyword, keywords.PREPARE_JOB)
         if spec is None:
-            self.events.emit("prepared")
+            self.events.emit("prepared", held=True)  # goes out with the next event
             return None
         self._write_ads(spec)
         done_read, done_write = os.pipe()
@@ -260,7 +260,7 @@ class Starter:
             except AdError as exc:
                 return f"the prepare hook printed bad output: {exc}"
             self._write_ads()
-        self.events.emit("prepared")
+        self.events.emit("prepared", held=True)  # goes out with the next event
         return None
 
     def _prepare_input(self) -> str:
@@ -304,7 +304,7 @@ class Starter:
         self.ad["JobState"] = "Running"
         log.info("job %s started: pid %s, %s", self.ad.get("GlobalJobId", ""), pid,
                  " ".join(plan.argv))
-        self.events.emit("started", pid=pid)
+        self.events.emit("started", held=True, pid=pid)
         self.events.emit("state", state="Running")
 
     # -- while the job runs ------------------------------------------------
