@@ -114,9 +114,13 @@ class Claimer:
               wait_s: float = 0.0) -> classad2.ClassAd | None:
         slot = slot_ad if isinstance(slot_ad, classad2.ClassAd) else from_dict(slot_ad)
         name = slot_name(slot)
-        if wait_s <= 0:
-            return self._find(slot, name)[0]
         deadline = time.monotonic() + wait_s
+        job, final = self._find(slot, name)
+        if job is not None or final or wait_s <= 0:
+            return job
+        # Nothing now: note where the event stream is, then look once more (a job
+        # that became idle between the two is found by that look, not waited for).
+        # A busy queue claims at the first look and never reads the stream.
         last_id = self.store.last_event_id()
         try:
             while True:
