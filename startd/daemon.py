@@ -282,8 +282,8 @@ class Startd:
                 decision.reason, note(result, fetched))
         if decision.verdict is Verdict.REJECT:
             if slot.hooks.reply is not None:
-                self.advise(slot, slot.hooks.reply, job_ad, self._slot_ads.text(slot.name, slot_ad),
-                            ("reject",))
+                self.advise(slot, slot.hooks.reply, job_label(job_ad), ads.format_ad(job_ad),
+                            self._slot_ads.text(slot.name, slot_ad), ("reject",))
             self._no_more_work(slot)
             return
         self._accept(slot, job_ad, slot_ad, decision)
@@ -303,7 +303,8 @@ class Startd:
                          if slot.hooks.reply is not None else "")
 
         def reply() -> None:
-            self.advise(slot, slot.hooks.reply, job_ad, accepted_text, ("accept",))
+            self.advise(slot, slot.hooks.reply, claim.job_id, claim.job_ad_text(), accepted_text,
+                        ("accept",))
 
         if decision.verdict is Verdict.PREEMPT:
             reply()
@@ -323,14 +324,14 @@ class Startd:
                 and slot.pending is None:
             self.starters.evict(slot, "no more work")
 
-    def advise(self, slot: Slot, spec: HookSpec | None, job_ad: classad2.ClassAd,
+    def advise(self, slot: Slot, spec: HookSpec | None, job: str, job_ad_text: str,
                slot_ad_text: str, args: tuple[str, ...]) -> None:
         """Start a reply or evict hook (job ad, `-----`, slot ad); the startd never waits."""
         if spec is None:
             return
         self._advisory += 1
-        start_hook(spec, ads.join_texts(ads.format_ad(job_ad), slot_ad_text), args,
-                   on_done=self._poster(_ADVISORY, slot.slot_id, job_label(job_ad)))
+        start_hook(spec, ads.join_texts(job_ad_text, slot_ad_text), args,
+                   on_done=self._poster(_ADVISORY, slot.slot_id, job))
 
     @property
     def shutdown_plan(self) -> ShutdownPlan | None:

@@ -22,7 +22,7 @@ from typing import Any
 import classad2
 
 from fetchwork.config.loader import Config
-from fetchwork.config.matching import EXCLUSIVE_RUNNING, RUNNING_JOBS, is_exclusive, requested
+from fetchwork.config.matching import EXCLUSIVE_RUNNING, RUNNING_JOBS, requested
 from fetchwork.config.resources import Resources
 from fetchwork.startd.settings import StartdSettings
 from fetchwork.startd.states import Activity, SlotStatus, State
@@ -89,7 +89,7 @@ class Carving:
 
     @staticmethod
     def exclusive_running(slots: Iterable[Slot]) -> bool:
-        return any(_busy(slot) and slot.claim is not None and is_exclusive(slot.claim.job_ad)
+        return any(_busy(slot) and slot.claim is not None and slot.claim.exclusive
                    for slot in slots)
 
     def may_fetch(self, slot: Slot, slots: Sequence[Slot]) -> bool:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import classad2
 
+from fetchwork.config import ads
+from fetchwork.config.matching import is_exclusive
 from fetchwork.startd.fetchdelay import FetchClock
 from fetchwork.startd.settings import SlotHooks
 from fetchwork.startd.starters.eviction import Deadlines
@@ -41,13 +43,37 @@ class Claim:
     rank: float
     job_started_at: float | None = None   # wall clock, from the starter's "started" event
     ended: bool = False                    # its job ran and ended (the claim may fetch again)
+    # What the loop asks of the job ad several times a round (its id, label and
+    # Exclusive), read once per ad: (the ad they were read from, id, label, exclusive).
+    _read: tuple[classad2.ClassAd, str | None, str, bool] | None = field(
+        default=None, repr=False, compare=False)
+    _text: tuple[classad2.ClassAd, str] | None = field(default=None, repr=False, compare=False)
+
+    def _facts(self) -> tuple[classad2.ClassAd, str | None, str, bool]:
+        read = self._read
+        if read is None or read[0] is not self.job_ad:  # a new ad came from the starter
+            ad = self.job_ad
+            read = self._read = (ad, job_id_of(ad), job_label(ad), is_exclusive(ad))
+        return read
 
     @property
     def job_id(self) -> str:
-        return job_label(self.job_ad)
+        return self._facts()[2]
+
+    def job_ad_text(self) -> str:
+        """The job ad as the starter and the hooks read it, formatted once per ad (the
+        ad is not changed in place once claimed; the starter's updates replace it)."""
+        if self._text is None or self._text[0] is not self.job_ad:
+            self._text = (self.job_ad, ads.format_ad(self.job_ad))
+        return self._text[1]
+
+    @property
+    def exclusive(self) -> bool:
+        """The job's Exclusive is true (it runs alone on its machine)."""
+        return self._facts()[3]
 
     def view(self) -> ClaimView:
-        return ClaimView(job_id=job_id_of(self.job_ad), rank=self.rank,
+        return ClaimView(job_id=self._facts()[1], rank=self.rank,
                          job_started_at=self.job_started_at)
 
 

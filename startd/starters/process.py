@@ -16,9 +16,6 @@ import shutil
 import signal
 from typing import Any
 
-import classad2
-
-from fetchwork.config import ads
 from fetchwork.config.protocol import CONTROL_WORDS, JOB_AD_FILE, MACHINE_AD_FILE
 from fetchwork.errors import StarterError
 from fetchwork.hooks.pipes import read_available
@@ -48,14 +45,14 @@ class StarterProcess:
         os.set_blocking(proc.stdout.fileno(), False)
 
     @classmethod
-    def spawn(cls, slot_id: int, job_ad: classad2.ClassAd, slot_ad_text: str,
+    def spawn(cls, slot_id: int, job_ad_text: str, slot_ad_text: str,
               sandboxes: Sandboxes, keyword: str | None,
               zygote: ZygoteClient) -> StarterProcess:
         """Make the sandbox with both ads in it (the slot ad as the startd formatted
         it for its hooks) and have the zygote start the starter (one it forked
         ahead, when it has one)."""
         try:
-            sandbox = sandboxes.make(slot_id, ads.format_ad(job_ad), slot_ad_text)
+            sandbox = sandboxes.make(slot_id, job_ad_text, slot_ad_text)
         except OSError as exc:
             where = exc.filename or sandboxes.execute_dir
             raise StarterError(f"cannot set up the sandbox {where}: {exc.strerror or exc} "

@@ -25,7 +25,7 @@ from fetchwork.startd.running import RunAction, running_action
 from fetchwork.startd.settings import StartdSettings
 from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.slots.carving import Carving
-from fetchwork.startd.slots.slot import Slot
+from fetchwork.startd.slots.slot import Claim, Slot
 from fetchwork.startd.states import Activity, State
 
 from . import eviction
@@ -54,7 +54,7 @@ class SupervisorHost(Protocol):
 
     def slot_gone(self, slot: Slot) -> None: ...
 
-    def advise(self, slot: Slot, spec: HookSpec | None, job_ad: classad2.ClassAd,
+    def advise(self, slot: Slot, spec: HookSpec | None, job: str, job_ad_text: str,
                slot_ad_text: str, args: tuple[str, ...]) -> None: ...
 
     def update_owner(self, slot: Slot) -> None: ...
@@ -91,8 +91,9 @@ class StarterSupervisor:
         keyword = keywords.starter_keyword(self.host.config,
                                            keywords.hook_keyword_of(claim.job_ad))
         try:
-            starter = StarterProcess.spawn(slot.slot_id, claim.job_ad, self.host.slot_ad_text(slot),
-                                           self.sandboxes, keyword, self.zygote)
+            starter = StarterProcess.spawn(slot.slot_id, claim.job_ad_text(),
+                                           self.host.slot_ad_text(slot), self.sandboxes, keyword,
+                                           self.zygote)
         except StarterError as exc:
             log.error("%s: job %s not started: %s; the claim is given back", slot.label,
                       claim.job_id, exc)
@@ -115,7 +116,7 @@ class StarterSupervisor:
         """Evict the slot's claim: evict hook, then vacate (or kill) its job."""
         now = time.monotonic()
         if slot.claim is not None and slot.is_in(State.CLAIMED):
-            self._evict_hook(slot, slot.claim.job_ad)
+            self._evict_hook(slot, slot.claim)
         activity = Activity.KILLING if fast else Activity.VACATING
         if slot.is_in(State.CLAIMED):
             slot.move(State.PREEMPTING, activity, time.time(), why)
@@ -128,10 +129,11 @@ class StarterSupervisor:
         else:
             self._step(slot, eviction.Vacate(self.host.settings.max_vacate_s), now)
 
-    def _evict_hook(self, slot: Slot, job_ad: classad2.ClassAd) -> None:
+    def _evict_hook(self, slot: Slot, claim: Claim) -> None:
         """The evict-claim hook: job ad, `-----`, slot ad; never waited for."""
         if slot.hooks.evict is not None:
-            self.host.advise(slot, slot.hooks.evict, job_ad, self.host.slot_ad_text(slot), ())
+            self.host.advise(slot, slot.hooks.evict, claim.job_id, claim.job_ad_text(),
+                             self.host.slot_ad_text(slot), ())
 
     def _killing_timeout_s(self) -> float:
         if self.host.shutdown_plan is not None and self.host.shutdown_plan.fast:
@@ -183,7 +185,7 @@ class StarterSupervisor:
             self.spawn(slot)
             return
         if slot.pending is not None:
-            self._evict_hook(slot, slot.pending.job_ad)
+            self._evict_hook(slot, slot.pending)
             slot.pending = None
         slot.move(State.OWNER, Activity.IDLE, time.time(), "claim released")
         self.host.update_owner(slot)
