@@ -150,6 +150,9 @@ class Startd:
                 wake = min(wake, now + _REAP_POLL_S)
         if self._shutdown is not None:
             wake = min(wake, self._shutdown.next_deadline())
+        if self._waits_for_advisory() and not self._results.empty():
+            wake = now  # a hook ended before the loop began to wait for hooks
+
         return min(wake, self._withdrawer.wake_at())
 
     def _tick(self, now: float) -> None:
@@ -227,6 +230,10 @@ class Startd:
     def _poster(self, kind: str, slot_id: int, job_id: str) -> Callable[[HookResult], None]:
         def post(result: HookResult) -> None:
             self._results.put((kind, slot_id, job_id, result))
+            if kind == _ADVISORY and not self._waits_for_advisory():
+                # A reply or evict hook's end changes nothing in the loop: it is read
+                # at the next wake (one a job fewer), unless the loop waits for it.
+                return
             try:
                 os.write(self._wake_w, b"h")
             except (BlockingIOError, OSError):
@@ -378,6 +385,10 @@ class Startd:
                 self.starters.evict(slot, "the startd is shutting down", fast=fast)
             if slot.pending is not None and slot.starter is None:
                 self.starters.release(slot)
+
+    def _waits_for_advisory(self) -> bool:
+        """Whether the end of a reply or evict hook may end the loop (a shutdown, --once)."""
+        return self._shutdown is not None or self.once
 
     def _busy(self) -> bool:
         return (any(s.starter is not None or s.clock.outstanding for s in self.slots)
