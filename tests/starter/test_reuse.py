@@ -3,11 +3,12 @@
 Every test runs the same jobs through the zygote's client twice: with a new
 starter process for every job (STARTER_JOBS_PER_PROCESS = 1) and with one
 starter running them in turn (3 and more), and makes the same assertions
-both ways: each job's environment, sandbox, ids, limits, signal dispositions,
-measurements and hooks (in-process `python:` hooks, program hooks, and a
-prepare hook written for HTCondor that merges attributes into the job ad);
-a hook's crash or a job's crash never reaches the next job; and a starter is
-replaced after its N jobs.
+both ways: each job's environment, sandbox, ids, limits (CPU affinity, the
+memory hold), signal dispositions and kill signal, measurements and hooks
+(in-process `python:` hooks, program hooks, and a prepare hook written for
+HTCondor that merges attributes into the job ad); a prepare or exit hook's
+crash or a job's crash never reaches the next job; and a starter is replaced
+after its N jobs (under load: tests/startd/starters/test_replacement.py).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def prepare(args, stdin_text):
 def exit_hook(args, stdin_text):
     with open(RECORD, "a") as handle:
         handle.write("exit %d %s\\n" % (os.getpid(), args[-1]))
+    if "CrashExitHook = true" in stdin_text:
+        raise RuntimeError("this exit hook fails for this job")
     return None
 """
 
@@ -111,6 +114,11 @@ class Slot:
     def run(self, job: dict[str, Any], slot_ad: dict[str, Any] | None = None
             ) -> tuple[int, list[dict[str, Any]]]:
         """Run one job to its end; its starter's status and events."""
+        return self.finish(self.start(job, slot_ad))
+
+    def start(self, job: dict[str, Any], slot_ad: dict[str, Any] | None = None
+              ) -> ForkedStarter:
+        """Hand one job to the slot's starter (kept or new); the starter."""
         self.count += 1
         name = f"job{self.count}"
         sandbox = self.base / "execute" / name
@@ -125,6 +133,10 @@ class Slot:
                                      "--slot-ad", str(sandbox / ".machine.ad"),
                                      "--slot", "1", "--sandbox", str(sandbox)], 1)
         self.starters.append(starter.pid)
+        return starter
+
+    def finish(self, starter: ForkedStarter) -> tuple[int, list[dict[str, Any]]]:
+        """Wait for the job `start` gave `starter` to end; the starter's status and events."""
         events = _events(starter)
         status = _status(self.client, starter)
         self.client.take_back(1, starter)
@@ -194,7 +206,8 @@ def slot(request: pytest.FixtureRequest, job_tmp: Path) -> Iterator[Slot]:
     config = ("T_HOOK_PREPARE_JOB = python:reusehooks:prepare\n"
               "T_HOOK_JOB_EXIT = python:reusehooks:exit_hook\n"
               f"HTC_HOOK_PREPARE_JOB = {prepare}\n"
-              f"STARTER_OUTCOME_DIR = {job_tmp / 'outcomes'}\n")
+              f"STARTER_OUTCOME_DIR = {job_tmp / 'outcomes'}\n"
+              "MEMORY_LIMIT_POLICY = hold\n")
     one = Slot(job_tmp, request.param, config)
     yield one
     one.close()
@@ -305,6 +318,58 @@ def test_a_jobs_crash_does_not_reach_the_next_job(slot: Slot, job_tmp: Path) -> 
     # `sleep 30` of their own meanwhile) was killed with it.
     session = int(_exit_ad(crashed)["JobPid"])
     assert not any(_cmdline(pid) == "sleep 30" and _session(pid) == session for pid in _pids())
+
+
+def test_a_python_exit_hooks_crash_does_not_reach_the_next_job(slot: Slot,
+                                                               job_tmp: Path) -> None:
+    status, crashed = slot.run({"Cmd": "/bin/true", "CrashExitHook": True})
+    assert _exit_ad(crashed)["ExitCode"] == 0  # the job itself ran and ended
+    out = _world_writable(job_tmp, "after_exit_crash")
+    status, events = slot.run({"Cmd": "/bin/sh", "Arguments": f"-c 'echo ran > {out}'"})
+    assert status == 0 and events[-1]["how"] == "exit" and _exit_ad(events)["ExitCode"] == 0
+    assert out.read_text().strip() == "ran"
+    exits = [line.split() for line in slot.record.read_text().splitlines()
+             if line.startswith("exit")]
+    assert len(exits) == 2  # the second job's exit hook ran too
+    if _reused(slot):
+        assert slot.starters[0] == slot.starters[1]
+
+
+def test_each_job_gets_its_own_kill_signal(slot: Slot, job_tmp: Path) -> None:
+    """Vacated, each job gets its own KillSig (HTCondor's default: SIGTERM)."""
+    for index, kill_sig in enumerate(["SIGUSR1", None, "SIGUSR1"]):
+        out = _world_writable(job_tmp, f"signal{index}")
+        ready = _world_writable(job_tmp, f"ready{index}")
+        script = job_tmp / f"trapping{index}.sh"
+        script.write_text(f"#!/bin/sh\ntrap 'echo USR1 > {out}; exit 0' USR1\n"
+                          f"trap 'echo TERM > {out}; exit 0' TERM\n"
+                          f"echo up > {ready}\nwhile :; do sleep 0.05; done\n")
+        script.chmod(0o755)
+        job: dict[str, Any] = {"Cmd": str(script)}
+        if kill_sig:
+            job["KillSig"] = kill_sig
+        starter = slot.start(job)
+        wait_until(lambda ready=ready: ready.read_text().strip() == "up", 60,
+                   what=f"job {index} to run")
+        starter.stdin.write(b"vacate\n")
+        starter.stdin.flush()
+        status, events = slot.finish(starter)
+        assert status == 0 and events[-1]["how"] == "evict"
+        assert out.read_text().strip() == ("USR1" if kill_sig else "TERM"), index
+
+
+def test_a_job_held_for_its_memory_does_not_hold_the_next_one(slot: Slot,
+                                                             job_tmp: Path) -> None:
+    """MEMORY_LIMIT_POLICY = hold: the job over its RequestMemory is held, and the
+    request to hold it ends with it."""
+    big = {"Cmd": "/usr/bin/python3", "RequestMemory": 8,
+           "Arguments": "-c 'x = b\"x\" * (64 * 2**20); import time; time.sleep(60)'"}
+    status, held = slot.run(big)
+    assert status == 0 and held[-1]["how"] == "hold"
+    assert _exit_ad(held)["MemoryExceeded"] is True
+    status, events = slot.run({"Cmd": "/bin/true", "RequestMemory": 8})
+    assert status == 0 and events[-1]["how"] == "exit"
+    assert _exit_ad(events).get("MemoryExceeded") is not True
 
 
 def test_a_control_word_reaches_only_the_job_it_was_sent_for(slot: Slot, job_tmp: Path) -> None:
