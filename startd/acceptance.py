@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import classad2
 
@@ -71,10 +72,14 @@ def decide(status: SlotStatus, slot_ad: classad2.ClassAd, job_ad: classad2.Class
                     rank)
 
 
-def start_is_false(slot_ad: classad2.ClassAd) -> bool:
-    """HTCondor's IS_OWNER: START evaluates to false without any job (`START =?= false`)."""
+def start_is_false(slot_ad: classad2.ClassAd, start: Any = None) -> bool:
+    """HTCondor's IS_OWNER: START evaluates to false without any job (`START =?= false`).
+
+    `start`: the ad's Start as it was set (an expression object or a literal), to
+    evaluate in the ad rather than read back out of it; None: read it."""
     try:
-        value = ads.evaluate_attr(slot_ad, "Start", None)
+        value = (ads.evaluate_attr(slot_ad, "Start", None) if start is None
+                 else ads.evaluate(start, slot_ad, None))
     except AdError:
         return False
     return value is False

@@ -194,10 +194,16 @@ class Startd:
     def slot_gone(self, slot: Slot) -> None:
         self._slot_ads.forget(slot.name)
 
+    def _start_is_false(self, slot: Slot, slot_ad: classad2.ClassAd) -> bool:
+        """start_is_false, evaluated once per change of the slot's ad (twice a round)."""
+        return bool(self._slot_ads.derived(
+            slot.name, slot_ad, "start_is_false",
+            lambda ad, attrs: start_is_false(ad, attrs.get("Start"))))
+
     def update_owner(self, slot: Slot) -> None:
         """Owner <-> Unclaimed as START (without a job) is false or not (HTCondor's IS_OWNER)."""
         if slot.is_in(State.UNCLAIMED) or slot.is_in(State.OWNER):
-            start_false = start_is_false(self.slot_ad(slot))
+            start_false = self._start_is_false(slot, self.slot_ad(slot))
             if slot.is_in(State.UNCLAIMED) and start_false:
                 slot.move(State.OWNER, Activity.IDLE, time.time(), "START is false")
             elif slot.is_in(State.OWNER) and not start_false and self._shutdown is None:
@@ -209,7 +215,7 @@ class Startd:
         if slot.clock.outstanding or not self.carving.may_fetch(slot, self.slots):
             return None
         slot_ad = self.slot_ad(slot)
-        if not fetchdelay.may_fetch(slot.status, start_is_false(slot_ad)):
+        if not fetchdelay.may_fetch(slot.status, self._start_is_false(slot, slot_ad)):
             return None
         delay_s, problem = fetchdelay.fetch_delay_s(self.settings.fetch_delay, slot_ad,
                                                 slot.running_job_ad)

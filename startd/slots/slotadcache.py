@@ -7,14 +7,20 @@ keeps a little memory (about 0.14 KB) from every ClassAd object made, even
 once it is freed, so a startd that made a new ad at each change grew with
 every job it ran. Here each slot has one ad for its whole life: the
 attributes are built as plain values, compared with the last ones, and only
-those that differ are set (or deleted) in the kept ad. Its text for the hooks
-is formatted once per change. Nothing outside the loop's thread may keep the
-ad itself across a change: hooks get its text.
+those that differ are set (or deleted) in the kept ad. Nothing outside the
+loop's thread may keep the ad itself across a change: hooks get its text.
+
+Reading an expression attribute back out of a ClassAd (`ad["Start"]`, which
+formatting and `evaluate_attr` do) makes a new ExprTree object, which leaks
+the same way. So the text is written from the built values, one line per
+attribute and only the changed lines again, and what the loop evaluates of
+the ad at every round (whether START is false) is kept until the ad changes
+(`derived`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, MutableMapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,15 +49,25 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[dict[str, A
     return to_set, [name for name in old if name not in new]
 
 
-def apply_changes(ad: MutableMapping[str, Any], old: Mapping[str, Any],
-                  new: Mapping[str, Any]) -> bool:
-    """Make `ad` (holding `old`) hold `new`; whether anything changed."""
-    to_set, to_delete = changes(old, new)
-    for name, value in to_set.items():
-        ad[name] = value
-    for name in to_delete:
-        del ad[name]
-    return bool(to_set or to_delete)
+class _LineWriter:
+    """`Name = value` lines of built values, without reading them back from an ad: a
+    literal goes through a scratch ad that only ever holds literals, an expression is
+    unparsed from the object the value is (the policy expressions are few objects)."""
+
+    def __init__(self) -> None:
+        self._scratch = classad2.ClassAd()
+        self._unparsed: dict[int, tuple[Any, str]] = {}
+
+    def line(self, name: str, value: Any) -> str:
+        if isinstance(value, classad2.ExprTree):
+            kept = self._unparsed.get(id(value))
+            if kept is None or kept[0] is not value:
+                if len(self._unparsed) >= 256:
+                    self._unparsed.clear()
+                kept = self._unparsed[id(value)] = (value, ads.unparse(value))
+            return f"{name} = {kept[1]}"
+        self._scratch["v"] = value
+        return f"{name} = {ads.attr_text(self._scratch, 'v')}"
 
 
 @dataclass
@@ -59,7 +75,9 @@ class _Kept:
     ad: classad2.ClassAd = field(default_factory=classad2.ClassAd)
     inputs: Hashable = _NOTHING
     attrs: Mapping[str, Any] = field(default_factory=dict)
+    lines: dict[str, str] = field(default_factory=dict)
     text: str | None = None
+    derived: dict[str, Any] = field(default_factory=dict)
 
 
 class SlotAdCache:
@@ -67,6 +85,7 @@ class SlotAdCache:
 
     def __init__(self) -> None:
         self._slots: dict[Hashable, _Kept] = {}
+        self._writer = _LineWriter()
 
     def ad(self, slot_id: Hashable, inputs: Hashable,
            build: Callable[[], Mapping[str, Any]]) -> classad2.ClassAd:
@@ -77,19 +96,38 @@ class SlotAdCache:
         elif kept.inputs == inputs:
             return kept.ad
         attrs = build()
-        if apply_changes(kept.ad, kept.attrs, attrs):
+        to_set, to_delete = changes(kept.attrs, attrs)
+        for name, value in to_set.items():
+            kept.ad[name] = value
+            kept.lines[name] = self._writer.line(name, value)
+        for name in to_delete:
+            del kept.ad[name]
+            del kept.lines[name]
+        if to_set or to_delete:
             kept.text = None
+            kept.derived.clear()
         kept.inputs, kept.attrs = inputs, attrs
         return kept.ad
 
     def text(self, slot_id: Hashable, ad: classad2.ClassAd) -> str:
-        """format_ad of the slot's current `ad`, formatted once per change."""
+        """The text of the slot's current `ad` (as format_ad writes it), once per change."""
         kept = self._slots.get(slot_id)
         if kept is None or kept.ad is not ad:
             return ads.format_ad(ad)
         if kept.text is None:
-            kept.text = ads.format_ad(ad)
+            kept.text = "".join(line + "\n" for line in kept.lines.values())
         return kept.text
+
+    def derived(self, slot_id: Hashable, ad: classad2.ClassAd, what: str,
+                compute: Callable[[classad2.ClassAd, Mapping[str, Any]], Any]) -> Any:
+        """`compute(ad, attrs)` for the slot's current `ad` and the values it was built
+        from (evaluate those rather than read expressions back), once per change."""
+        kept = self._slots.get(slot_id)
+        if kept is None or kept.ad is not ad:
+            return compute(ad, {})
+        if what not in kept.derived:
+            kept.derived[what] = compute(ad, kept.attrs)
+        return kept.derived[what]
 
     def forget(self, slot_id: Hashable) -> None:
         """A slot that is gone (a dynamic slot reaped) keeps no ad here."""
