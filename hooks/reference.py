@@ -105,8 +105,8 @@ def _job_ad_of(stdin_text: str) -> classad2.ClassAd:
     return ads.first_of_pair(stdin_text, source="hook input")
 
 
-def _publish(slot_ad: classad2.ClassAd, config: Any) -> None:
-    slotads.publish(slot_ad, config, broker)
+def _publish(slot_ad: classad2.ClassAd, config: Any, text: str | None = None) -> None:
+    slotads.publish(slot_ad, config, broker, text)
 
 
 def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
@@ -122,7 +122,7 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     busy = slot_ad.get("Activity") == "Busy"
     wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL")
     try:
-        _publish(slot_ad, config)
+        _publish(slot_ad, config, stdin_text)
         job_ad = broker().claim(slotclaim.claiming_ad(slot_ad), wait_s=wait_s)
     except RedisUnavailableError:
         # Fail no faster than a long poll would: a startd retrying a fetch

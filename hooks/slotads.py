@@ -39,16 +39,32 @@ def forget() -> None:
         _published.clear()
 
 
-def publish(slot_ad: classad2.ClassAd, config: Any, connect: Callable[[], Any]) -> None:
+def text_shape(text: str) -> str:
+    """What `publish` compares of a slot ad, from the text it was parsed from: reading
+    its expressions back out of the ad would make an ExprTree object each, which
+    classad2 never gives back (the fetch hook publishes at every fetch)."""
+    found = []
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        key = name.strip().lower()
+        if sep and key and key not in _VOLATILE:
+            found.append(f"{key}={value.strip()}")
+    return "\n".join(sorted(found))
+
+
+def publish(slot_ad: classad2.ClassAd, config: Any, connect: Callable[[], Any],
+            text: str | None = None) -> None:
     """Show the slot to `fetchwork status` for SLOT_AD_LIFETIME seconds: when it
-    changed, and again after a third of that lifetime, so it never lapses."""
+    changed, and again after a third of that lifetime, so it never lapses. `text`:
+    the text `slot_ad` was parsed from, when it is at hand."""
     name = slot_ad.get("Name")
     if not isinstance(name, str):
         return
     lifetime_s = config.get_duration_s("SLOT_AD_LIFETIME")
-    shape = slotadtext.shape(slot_ad, lambda ad: "\n".join(sorted(
-        f"{key.lower()}={ads.attr_text(ad, key)}" for key in ad.keys()
-        if key.lower() not in _VOLATILE)))
+    shape = text_shape(text) if text is not None else slotadtext.shape(
+        slot_ad, lambda ad: "\n".join(sorted(
+            f"{key.lower()}={ads.attr_text(ad, key)}" for key in ad.keys()
+            if key.lower() not in _VOLATILE)))
     now = time.monotonic()
     with _published_lock:
         last = _published.get(name)
