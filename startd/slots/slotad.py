@@ -1,7 +1,8 @@
 """The slot ClassAd: what a slot tells its hooks about itself.
 
-`build_slot_ad` is pure: machine facts, the slot's status and claim, and the
-policy expressions go in, a ClassAd comes out. `gather_facts` is the one
+`slot_ad_attrs` is pure: machine facts, the slot's status and claim, and the
+policy expressions go in, the ad's attributes come out (the startd sets them
+in the slot's one ClassAd: slotadcache.py). `gather_facts` is the one
 function here that looks at the machine.
 """
 
@@ -157,17 +158,6 @@ def slot_ad_attrs(slot_id: int, startd_name: str, num_slots: int, facts: Machine
             ad["JobId"] = claim.job_id
         if claim.job_started_at is not None:
             ad["JobStart"] = int(claim.job_started_at)
-    return ad
-
-
-def build_slot_ad(slot_id: int, startd_name: str, num_slots: int, facts: MachineFacts,
-                  status: SlotStatus, policy: SlotPolicy, now: float,
-                  claim: ClaimView | None = None) -> classad2.ClassAd:
-    """`slot_ad_attrs` as a new ClassAd."""
-    ad = classad2.ClassAd()
-    for name, value in slot_ad_attrs(slot_id, startd_name, num_slots, facts, status, policy,
-                                     now, claim).items():
-        ad[name] = value
     return ad
 
 

@@ -221,8 +221,9 @@ EXPRS = st.one_of(st.integers(), st.floats(allow_nan=False).map(repr),
 
 def test_any_fetched_job_ad_gets_a_decision_not_an_exception():
     from fetchwork.startd.acceptance import decide
-    from fetchwork.startd.slots.slotad import MachineFacts, SlotPolicy, build_slot_ad
+    from fetchwork.startd.slots.slotad import MachineFacts, SlotPolicy
     from fetchwork.startd.states import Activity, SlotStatus, State
+    from tests.support.slotads import build_slot_ad
 
     tally = Tally("fetched job ads decided")
     facts = MachineFacts("m", "LINUX", "X86_64", 2, 2048, 10**6, 0.5)

@@ -12,8 +12,9 @@ import time
 import psutil
 import pytest
 
-from fetchwork.startd.slots.slotad import MachineFacts, SlotPolicy, build_slot_ad
+from fetchwork.startd.slots.slotad import MachineFacts, SlotPolicy
 from fetchwork.startd.states import initial_status
+from tests.support.slotads import build_slot_ad
 
 pytestmark = pytest.mark.timeout(120)
 

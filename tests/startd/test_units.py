@@ -20,7 +20,6 @@ from fetchwork.startd.slots.slotad import (
     ClaimView,
     MachineFacts,
     SlotPolicy,
-    build_slot_ad,
     job_id_of,
     job_label,
     read_policy,
@@ -34,6 +33,7 @@ from fetchwork.startd.states import (
     initial_status,
     transition,
 )
+from tests.support.slotads import build_slot_ad
 
 FACTS = MachineFacts(machine="host.example", opsys="LINUX", arch="X86_64", cpus=4,
                      memory_mb=8000, disk_kb=4_000_000, load_avg=2.0)

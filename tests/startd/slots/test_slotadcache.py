@@ -11,9 +11,10 @@ import psutil
 
 from fetchwork.config.ads import format_ad, parse_ad, parse_expr
 from fetchwork.startd.acceptance import start_is_false
-from fetchwork.startd.slots.slotad import MachineFacts, SlotPolicy, build_slot_ad, slot_ad_attrs
+from fetchwork.startd.slots.slotad import MachineFacts, SlotPolicy, slot_ad_attrs
 from fetchwork.startd.slots.slotadcache import SlotAdCache, changes, same_value
 from fetchwork.startd.states import Activity, SlotStatus, State
+from tests.support.slotads import build_slot_ad
 
 FACTS = MachineFacts("m.example", "LINUX", "X86_64", 4, 8192, 10**8, 0.5)
 POLICY = SlotPolicy(start="TARGET.RequestMemory <= 4096", rank="TARGET.JobPrio",
