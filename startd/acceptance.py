@@ -38,10 +38,13 @@ class Decision:
         return "reject" if self.verdict is Verdict.REJECT else "accept"
 
 
-def job_rank(slot_ad: classad2.ClassAd, job_ad: classad2.ClassAd) -> float:
-    """The slot's RANK of the job (MY = slot, TARGET = job); not a number counts as 0."""
+def job_rank(slot_ad: classad2.ClassAd, job_ad: classad2.ClassAd, rank: Any = None) -> float:
+    """The slot's RANK of the job (MY = slot, TARGET = job); not a number counts as 0.
+    `rank`: the slot ad's Rank as it was set, evaluated rather than read back (as
+    `start_is_false`'s `start`); None: read it."""
     try:
-        value = ads.evaluate_attr(slot_ad, "Rank", job_ad)
+        value = (ads.evaluate_attr(slot_ad, "Rank", job_ad) if rank is None
+                 else _value_of_set(rank, slot_ad, job_ad))
     except AdError:
         return 0.0
     number = ads.as_number(value, 0.0)
@@ -49,15 +52,16 @@ def job_rank(slot_ad: classad2.ClassAd, job_ad: classad2.ClassAd) -> float:
 
 
 def decide(status: SlotStatus, slot_ad: classad2.ClassAd, job_ad: classad2.ClassAd,
-           current_rank: float | None) -> Decision:
-    """What the slot does with a fetched job (`current_rank`: the running job's RANK)."""
+           current_rank: float | None, rank: Any = None) -> Decision:
+    """What the slot does with a fetched job (`current_rank`: the running job's RANK;
+    `rank`: the slot's Rank as set, for `job_rank`)."""
     pair = status.pair
     idle_claim = pair == (State.CLAIMED, Activity.IDLE)
     running = pair in ((State.CLAIMED, Activity.BUSY), (State.CLAIMED, Activity.SUSPENDED))
     if pair != (State.UNCLAIMED, Activity.IDLE) and not idle_claim and not running:
         return Decision(Verdict.REJECT, f"slot is unavailable ({status})")
     reason = mismatch(slot_ad, job_ad)
-    rank = job_rank(slot_ad, job_ad)
+    rank = job_rank(slot_ad, job_ad, rank)
     if reason is not None:
         return Decision(Verdict.REJECT, reason, rank)
     if not running:
@@ -79,7 +83,15 @@ def start_is_false(slot_ad: classad2.ClassAd, start: Any = None) -> bool:
     evaluate in the ad rather than read back out of it; None: read it."""
     try:
         value = (ads.evaluate_attr(slot_ad, "Start", None) if start is None
-                 else ads.evaluate(start, slot_ad, None))
+                 else _value_of_set(start, slot_ad, None))
     except AdError:
         return False
     return value is False
+
+
+def _value_of_set(value: Any, my: classad2.ClassAd, target: classad2.ClassAd | None) -> Any:
+    """What an attribute set to `value` evaluates to: an expression object is
+    evaluated (MY = `my`), a literal (a string too) is itself, as `evaluate_attr`."""
+    if isinstance(value, classad2.ExprTree):
+        return ads.evaluate(value, my, target)
+    return value

@@ -288,7 +288,8 @@ class Startd:
             decision = Decision(Verdict.REJECT, "the startd is shutting down")
         else:
             running = slot.claim.rank if slot.claim and slot.starter else None
-            decision = decide(slot.status, slot_ad, job_ad, running)
+            decision = decide(slot.status, slot_ad, job_ad, running,
+                              self._slot_ads.value(slot.name, slot_ad, "Rank"))
         slot.clock.finished(now, found_work=decision.verdict is not Verdict.REJECT)
         log.log(log_level(result, fetched), "%s: fetch hook took %.3fs: job %s %sed (%s)%s",
                 slot.label, result.duration_s, job_label(job_ad), decision.reply,

@@ -118,6 +118,15 @@ class SlotAdCache:
             kept.text = "".join(line + "\n" for line in kept.lines.values())
         return kept.text
 
+    def value(self, slot_id: Hashable, ad: classad2.ClassAd, name: str) -> Any:
+        """The value attribute `name` of the slot's current `ad` was set to (an
+        expression object or a literal), to evaluate rather than read back; None when
+        `ad` is not the slot's current one or has no such attribute."""
+        kept = self._slots.get(slot_id)
+        if kept is None or kept.ad is not ad:
+            return None
+        return kept.attrs.get(name)
+
     def derived(self, slot_id: Hashable, ad: classad2.ClassAd, what: str,
                 compute: Callable[[classad2.ClassAd, Mapping[str, Any]], Any]) -> Any:
         """`compute(ad, attrs)` for the slot's current `ad` and the values it was built

@@ -9,8 +9,8 @@ from typing import Any
 import classad2
 import psutil
 
-from fetchwork.config.ads import format_ad, parse_ad, parse_expr
-from fetchwork.startd.acceptance import start_is_false
+from fetchwork.config.ads import format_ad, from_dict, parse_ad, parse_expr
+from fetchwork.startd.acceptance import job_rank, start_is_false
 from fetchwork.startd.slots.slotad import MachineFacts, SlotPolicy, slot_ad_attrs
 from fetchwork.startd.slots.slotadcache import SlotAdCache, changes, same_value
 from fetchwork.startd.states import Activity, SlotStatus, State
@@ -125,10 +125,21 @@ def test_what_is_derived_is_computed_once_per_change() -> None:
 
 
 def test_start_evaluated_from_its_value_says_what_reading_it_back_says() -> None:
-    for start in ("true", "false", "TARGET.RequestMemory <= 4096", "MyCurrentTime < 0"):
+    for start in ("true", "false", "TARGET.RequestMemory <= 4096", "MyCurrentTime < 0",
+                  '"false"', "undefined"):
         policy = SlotPolicy(start=start)
         now = 100.0
         status = SlotStatus(State.UNCLAIMED, Activity.IDLE, now, now)
         attrs = slot_ad_attrs(1, "m", 2, FACTS, status, policy, now)
         ad = build_slot_ad(1, "m", 2, FACTS, status, policy, now)
         assert start_is_false(ad, attrs["Start"]) is start_is_false(ad), start
+
+
+def test_rank_evaluated_from_its_value_says_what_reading_it_back_says() -> None:
+    job = from_dict({"JobPrio": 7, "Cmd": "/bin/true"})
+    for rank in ("TARGET.JobPrio * 2", "3", '"high"', "1.5"):
+        policy = SlotPolicy(rank=rank)
+        status = SlotStatus(State.UNCLAIMED, Activity.IDLE, 100.0, 100.0)
+        attrs = slot_ad_attrs(1, "m", 2, FACTS, status, policy, 100.0)
+        ad = build_slot_ad(1, "m", 2, FACTS, status, policy, 100.0)
+        assert job_rank(ad, job, attrs["Rank"]) == job_rank(ad, job), rank
