@@ -123,8 +123,11 @@ def test_a_job_no_claim_takes_is_reserved_for_once_it_settled(served):
     broker, leader = served
     submitted_at = time.monotonic()
     (head,) = broker.submit([job("head", 16, 3600)])
-    wait_until(lambda: broker.client.get(broker.keys.backfill) is not None, 30,
-               what="a reservation for the job no slot has room for")
-    assert leader.last_plan is not None and leader.last_plan.reservation is not None
-    assert leader.last_plan.reservation.job_id == head
+    # The pass stores the reservation, then records its plan: wait for both (the
+    # leader's thread may be between the two when the key appears).
+    plan = wait_until(lambda: broker.client.get(broker.keys.backfill) is not None
+                      and (last := leader.last_plan) is not None
+                      and last.reservation is not None and last, 30,
+                      what="a reservation for the job no slot has room for")
+    assert plan.reservation.job_id == head
     assert leader.full_passes[0] - submitted_at >= SETTLE_S * 0.9
