@@ -25,6 +25,7 @@ from fetchwork.errors import TransferError
 
 from . import safefiles, stored
 from .chunks import ChunkStore
+from .manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,25 @@ def deliver(store: Store, job_id: str, ad: Mapping[str, Any]) -> Delivery | None
     ident = output_manifest(ad)
     if ident is None or not stored.is_waiting(store, job_id, ident):
         return None
+    iwd = iwd_of(job_id, ad)
+    manifest = stored.load(store, ident)
+    write_outputs(store, manifest, iwd)
+    stored.settle(store, ident, job_id, DELIVERED)
+    log.info("job %s: delivered %d file(s) into %s", job_id, len(manifest.files), iwd)
+    return Delivery(job_id, len(manifest.files), manifest.size)
+
+
+def iwd_of(job_id: str, ad: Mapping[str, Any]) -> str:
+    """The job's Iwd, where its outputs land; TransferError when it has no absolute one."""
     iwd = ad.get("Iwd")
     if not isinstance(iwd, str) or not os.path.isabs(iwd):
         raise TransferError(f"job {job_id} has no absolute Iwd to deliver its outputs into")
-    manifest = stored.load(store, ident)
+    return iwd
+
+
+def write_outputs(store: Store, manifest: Manifest, iwd: str) -> None:
+    """Write the folders and files `manifest` names into `iwd`, each checked and written
+    through safefiles; TransferError naming the file when one cannot be written."""
     chunk_store = ChunkStore(store, 0)
     code = HoldCode.TRANSFER_OUTPUT_ERROR
     for folder in manifest.dirs:
@@ -64,9 +80,6 @@ def deliver(store: Store, job_id: str, ad: Mapping[str, Any]) -> Delivery | None
     for entry in manifest.files:
         safefiles.write_file(iwd, entry.name, entry.mode,
                              functools.partial(chunk_store.download, entry), code)
-    stored.settle(store, ident, job_id, DELIVERED)
-    log.info("job %s: delivered %d file(s) into %s", job_id, len(manifest.files), iwd)
-    return Delivery(job_id, len(manifest.files), manifest.size)
 
 
 def expire_due(store: Store, now_s: float | None = None) -> list[str]:

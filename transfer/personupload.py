@@ -17,22 +17,18 @@ settles them.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.trust.client import PersonClient
 from fetchwork.broker.trust.personfiles import DELIVERED, OUTPUTS, chunk_field, manifest_field
-from fetchwork.config.protocol import HoldCode
 from fetchwork.errors import TransferError
 
-from . import safefiles
 from .chunks import CHUNK_BYTES, ChunkStore, read_exact
-from .delivery import Delivery
+from .delivery import Delivery, iwd_of, write_outputs
 from .inputs import INPUT_MANIFEST_ATTR, InputPlan, Uploader, input_plan, transfers
 from .manifest import FileEntry, Manifest, unpack
 
@@ -113,21 +109,13 @@ def deliver(broker: Broker, person: PersonClient, job_id: str,
     TransferError naming the file when one cannot be written."""
     if job_id not in person.act(OUTPUTS, [job_id]):
         return None
-    iwd = ad.get("Iwd")
-    if not isinstance(iwd, str) or not os.path.isabs(iwd):
-        raise TransferError(f"job {job_id} has no absolute Iwd to deliver its outputs into")
+    iwd = iwd_of(job_id, ad)
     handed: Any = broker.client.hget(broker.keys.person_outputs(person.name), job_id)
     if not isinstance(handed, bytes):
         raise TransferError(f"job {job_id}: the broker's hand-over of its outputs lapsed; "
                             "fetch them again")
     manifest = unpack(handed)
-    chunk_store = ChunkStore(broker.store, 0)
-    code = HoldCode.TRANSFER_OUTPUT_ERROR
-    for folder in manifest.dirs:
-        safefiles.make_folder(iwd, folder, code)
-    for entry in manifest.files:
-        safefiles.write_file(iwd, entry.name, entry.mode,
-                             functools.partial(chunk_store.download, entry), code)
+    write_outputs(broker.store, manifest, iwd)
     person.act(DELIVERED, [job_id])
     log.info("job %s: delivered %d file(s) into %s", job_id, len(manifest.files), iwd)
     return Delivery(job_id, len(manifest.files), manifest.size)

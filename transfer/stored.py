@@ -13,31 +13,22 @@ from typing import Any
 
 from fetchwork.broker.store import Store, calls, poolrules
 from fetchwork.config.loader import Config
-from fetchwork.errors import SubmitError, TransferError
+from fetchwork.errors import TransferError
 
 from .manifest import Manifest, unpack
 
 log = logging.getLogger(__name__)
 
-CAP_KNOB = "TRANSFER_POOL_MAX_MB"
 # Attach attempts while chunks lapse between upload and attach (each retry sends
 # the lapsed ones again).
 _ATTACH_TRIES = 3
 
 
-def pool_cap_bytes(store: Store) -> int:
-    """The pool's cap on the bytes of transferred files (0: none): the value its broker
-    service published (TRANSFER_POOL_MAX_MB), never a submitting client's own; before
-    any publication, the packaged default."""
-    return max(0, int(float(pool_knob(store, CAP_KNOB)))) * 1024 * 1024
-
-
-def pool_knob(store: Store, name: str) -> str:
-    """A transfer knob as the pool's leader published it, else the packaged default."""
-    published = poolrules.read(store)
-    if published is not None and name in published.knobs:
-        return published.knobs[name]
-    return Config.load(environ={}, config_file=os.devnull).require(name)
+# The pool's cap on the bytes of transferred files (TRANSFER_POOL_MAX_MB, 0: none) and
+# its transfer knobs: what its broker service published, never a submitting client's
+# own; before any publication, the packaged default.
+pool_cap_bytes = poolrules.transfer_cap_bytes
+pool_knob = poolrules.published_knob
 
 
 def pool_seconds(store: Store, name: str) -> float:
@@ -70,11 +61,7 @@ def attach(store: Store, manifest: Manifest, jobs: int, cap_bytes: int,
         if verdict == -1:
             assert isinstance(detail, tuple)
             held, new = detail
-            raise SubmitError(
-                f"the pool holds {_mb(held)} of transferred files and these add {_mb(new)}, "
-                f"more than {CAP_KNOB} = {cap_bytes // (1024 * 1024)} MB allows; "
-                "nothing was queued (fetch or remove jobs' outputs, or ask the pool's "
-                "administrator)")
+            raise poolrules.transfer_cap_refusal(held, new, cap_bytes)
         assert isinstance(detail, list)
         log.info("%d chunk(s) lapsed before the manifest was attached; sending them again",
                  len(detail))
@@ -119,7 +106,3 @@ def waiting_outputs(store: Store) -> dict[str, tuple[str, float]]:
         job, _, ident = text.partition("|")
         found[job] = (ident, float(score))
     return found
-
-
-def _mb(size: int) -> str:
-    return f"{size / (1024 * 1024):.1f} MB"

@@ -31,9 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
+
+from fetchwork.config.loader import Config
+from fetchwork.errors import SubmitError
 
 from . import calls, codec
 from .states import MANAGED_ATTRS
@@ -180,6 +184,32 @@ def from_rule_values(values: list[Any]) -> Published | None:
 def read(store: Store) -> Published | None:
     """The pool's published rules, or None before its leader published any."""
     return from_fields(store.client.hgetall(store.keys.settings))
+
+
+def published_knob(store: Store, name: str) -> str:
+    """A pool knob's value as the leader published it, else the packaged default (never
+    the reading client's own configuration)."""
+    published = read(store)
+    if published is not None and name in published.knobs:
+        return published.knobs[name]
+    return Config.load(environ={}, config_file=os.devnull).require(name)
+
+
+TRANSFER_CAP_KNOB = "TRANSFER_POOL_MAX_MB"
+
+
+def transfer_cap_bytes(store: Store) -> int:
+    """The pool's cap on the bytes of transferred files it holds (0: none)."""
+    return max(0, int(float(published_knob(store, TRANSFER_CAP_KNOB)))) * 1024 * 1024
+
+
+def transfer_cap_refusal(held: int, new: int, cap_bytes: int) -> SubmitError:
+    """The error of a submission whose files would take the pool past its cap."""
+    return SubmitError(
+        f"the pool holds {held / 1048576:.1f} MB of transferred files and these add "
+        f"{new / 1048576:.1f} MB, more than {TRANSFER_CAP_KNOB} = {cap_bytes // 1048576} MB "
+        "allows; nothing was queued (fetch or remove jobs' outputs, or ask the pool's "
+        "administrator)")
 
 
 def publish(store: Store, rules: PoolRules, knobs: Mapping[str, str],

@@ -55,7 +55,6 @@ log = logging.getLogger(__name__)
 # The job attributes transfer/inputs.py and transfer/delivery.py name them by.
 INPUT_MANIFEST_ATTR = "FetchworkInputManifest"
 OUTPUT_MANIFEST_ATTR = "FetchworkOutputManifest"
-CAP_KNOB = "TRANSFER_POOL_MAX_MB"
 # The request kinds of outputs (requests.py): hand a job's outputs out, settle them.
 OUTPUTS, DELIVERED = "outputs", "delivered"
 OUTPUT_KINDS = (OUTPUTS, DELIVERED)
@@ -94,14 +93,6 @@ def manifest_digests(packed: bytes) -> list[str]:
 
 def _packaged(name: str) -> str:
     return Config.load(environ={}, config_file=os.devnull).require(name)
-
-
-def pool_cap_bytes(store: Store) -> int:
-    """TRANSFER_POOL_MAX_MB as the leader published it (the packaged default before)."""
-    published = poolrules.read(store)
-    text = (published.knobs.get(CAP_KNOB) if published is not None else None) or _packaged(
-        CAP_KNOB)
-    return max(0, int(float(text))) * 1024 * 1024
 
 
 @dataclass
@@ -235,7 +226,7 @@ def _drop_unattached(store: Store, digests: list[str]) -> None:
 
 
 def _attach(store: Store, ident: str, packed: bytes, digests: list[str], jobs: int) -> None:
-    cap = pool_cap_bytes(store)
+    cap = poolrules.transfer_cap_bytes(store)
     verdict, detail = calls.transfer_attach(store, manifest_id=ident, packed=packed,
                                             digests=digests, jobs=jobs, cap_bytes=cap)
     if verdict == 1:
@@ -243,11 +234,7 @@ def _attach(store: Store, ident: str, packed: bytes, digests: list[str], jobs: i
     if verdict == -1:
         assert isinstance(detail, tuple)
         held, new = detail
-        raise SubmitError(
-            f"the pool holds {held / 1048576:.1f} MB of transferred files and these add "
-            f"{new / 1048576:.1f} MB, more than {CAP_KNOB} = {cap // 1048576} MB allows; "
-            "nothing was queued (fetch or remove jobs' outputs, or ask the pool's "
-            "administrator)")
+        raise poolrules.transfer_cap_refusal(held, new, cap)
     raise SubmitError(f"{len(detail) if isinstance(detail, list) else 'some'} chunk(s) of "
                       "the inputs lapsed before they were attached: submit again")
 
