@@ -17,7 +17,8 @@ broker named by FETCHWORK_BROKER), so both systems use the same server.
 - signed: N jobs submitted to the pool, whose broker service signs (as
   `fetchwork up` does): the time from the first submit to the last job
   admitted (checked, signed a batch at a time, IDLE) by the pool's leader in
-  its own process; and the CPU per job of the leader's signing and the
+  its own process; the Redis bytes per queued job once they are admitted (beside
+  the unsigned figure above); and the CPU per job of the leader's signing and the
   starter's check (signing_bench.py).
 """
 
@@ -191,6 +192,7 @@ def _wait_rq(job: object) -> float:
 def signed_throughput(broker: Broker, jobs: int, cluster_size: int) -> None:
     """Submit `jobs` to a pool whose leader signs, until every one is admitted."""
     ad = {"Cmd": "/bin/true", "Iwd": "/tmp", "Requirements": False}  # never runs
+    before = used_memory(broker.client)
     started = time.perf_counter()
     job_ids: list[str] = []
     for first in range(0, jobs, cluster_size):
@@ -203,6 +205,10 @@ def signed_throughput(broker: Broker, jobs: int, cluster_size: int) -> None:
     assert last is not None and str(last["FetchworkSignature"]).startswith("v2:"), last
     print(f"  {jobs} signed jobs through the leader   {spent:6.2f} s  {jobs / spent:8.0f} "
           f"jobs/s (submitted in {submitted:.2f} s; target < 5 s)")
+    per_job = (used_memory(broker.client) - before) / jobs
+    print(f"  signed jobs, queued and admitted       {per_job:6.0f} bytes of Redis per queued "
+          f"job (unsigned above; rq's figure is the target)")
+    print(f"    of which (bytes/job): {where_bytes_go(broker, job_ids)}")
 
 
 def report(name: str, latencies: list[float]) -> None:
