@@ -44,7 +44,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from fetchwork.broker.autoclusters import Grouper, rep_entry
-from fetchwork.broker.store import Store, calls, codec, poolrules
+from fetchwork.broker.store import Store, batchads, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import ad_prio
 from fetchwork.broker.store.states import State, clamp_prio, is_managed
@@ -365,19 +365,20 @@ class FilterLeader:
     def _read_waiting(self, batch: list[str]
                       ) -> tuple[list[tuple[str, dict[str, Any]]], list[bytes | None]]:
         """The ads of the jobs of `batch` that wait for admission, and their staged
-        digests, in one round trip."""
+        digests, in one round trip of plain reads (store/batchads.py: each cluster's
+        shared ad read and decoded once, not rebuilt for every job by a script)."""
         store = self.store
 
-        def read() -> tuple[Any, list[Any]]:
+        def read() -> list[Any]:
             pipe = store.client.pipeline(transaction=False)
-            calls.read_ads_queued(store, pipe, job_ids=batch)
+            batchads.queue_reads(pipe, store, batch)
             queue_staged(pipe, store, batch)
-            ads, *staged = pipe.execute()
-            return ads, staged
+            return pipe.execute()
 
-        ads, replies = self._once_more(read)
-        digests = dict(zip(batch, staged_of(batch, replies), strict=True))
-        found = [(job, data) for job, data in zip(batch, codec.decode_packed_hashes(ads),
+        replies = read()
+        reads = batchads.reads_of(batch)
+        digests = dict(zip(batch, staged_of(batch, replies[reads:]), strict=True))
+        found = [(job, data) for job, data in zip(batch, batchads.ads_of(batch, replies[:reads]),
                                                   strict=True)
                  if data and data.get("FetchworkState") in _WAITING]
         return found, [digests[job] for job, _data in found]

@@ -1,0 +1,57 @@
+"""Batch reads of job ads with plain commands (store/batchads.py) give what
+read_ads.lua gives, names, values and order, for every shape a job can have."""
+
+from __future__ import annotations
+
+import pytest
+
+from fetchwork.broker.client import Broker
+from fetchwork.broker.store import batchads, calls, codec
+from fetchwork.config.loader import Config
+
+AD = {"Cmd": "/bin/true", "Iwd": "/tmp", "Arguments": "a b", "MyShared": 7}
+
+
+@pytest.fixture
+def broker(redis_client, pool_name):
+    config = Config.load(environ={}).with_values(JOB_DEFAULT_LEASE_DURATION=600)
+    return Broker(redis_client, pool_name, config)
+
+
+def by_script(broker: Broker, jobs: list[str]) -> list[dict]:
+    return codec.decode_packed_hashes(calls.read_ads(broker.store, job_ids=jobs))
+
+
+def by_reads(broker: Broker, jobs: list[str]) -> list[dict]:
+    pipe = broker.client.pipeline(transaction=False)
+    count = batchads.queue_reads(pipe, broker.store, jobs)
+    replies = pipe.execute()
+    assert count == len(replies) == batchads.reads_of(jobs)
+    return batchads.ads_of(jobs, replies)
+
+
+def test_the_ads_read_are_read_ads_lua_s(broker):
+    linked = broker.submit([AD] * 4, owner="alice")
+    mixed = broker.submit([AD, {**AD, "Arguments": "other", "arguments": "x"}, AD,
+                           {**AD, "JobPrio": 5}], owner="bob")
+    [single] = broker.submit([{**AD, "JobPrio": -2}], owner="carol")
+    # A job whose own hash overrides a shared attribute, one removed (its ad unlinked).
+    fields = codec.fields_of({"Iwd": "/elsewhere", "Extra": [1, 2]})
+    broker.client.hset(broker.keys.job(linked[1]), items=list(fields))
+    broker.remove([mixed[2]])
+    jobs = [*linked, *mixed, single, "999.0", f"{linked[0].split('.')[0]}.99"]
+    read = by_reads(broker, jobs)
+    expected = by_script(broker, jobs)
+    assert read == expected
+    for got, want in zip(read, expected, strict=True):
+        assert list(got) == list(want)  # the same order too (signed texts depend on it)
+    assert read[1]["Iwd"] == "/elsewhere" and read[1]["Extra"] == [1, 2]
+    assert read[6]["Arguments"] == "a b" and "JobStatus" in read[6]
+    assert read[0]["GlobalJobId"].endswith(f"#{linked[0]}#{read[0]['QDate']}")
+    assert read[-1] == {} and read[-2] == {}
+
+
+def test_an_empty_batch_reads_nothing(broker):
+    pipe = broker.client.pipeline(transaction=False)
+    assert batchads.queue_reads(pipe, broker.store, []) == 0 == batchads.reads_of([])
+    assert batchads.ads_of([], pipe.execute()) == []
