@@ -125,45 +125,60 @@ def signed_text(ad: classad2.ClassAd) -> bytes:
 
 def signed_text_of(data: Mapping[str, Any]) -> bytes:
     """`signed_text` of a stored job (a to_dict-style mapping). Literals are written
-    as `attr_text` writes them, without building an ad (the leader signs every job);
-    anything else goes through a one-attribute ad."""
+    as `attr_text` writes them, without building an ad (the leader signs every job,
+    and a submission computes every job's staged digest); anything else goes through
+    a one-attribute ad."""
     names = tuple(data)
     plan = _PLANS.get(names)
     if plan is None:
         plan = _plan(names)
     lines = []
-    for attr, name in zip(SIGNED_ATTRIBUTES, plan, strict=True):
+    for head, name in plan:
         if name is None:
-            lines.append(f"{attr}!")
+            lines.append(head)
             continue
         value = data[name]
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, int):
-            text = str(value)
-        elif isinstance(value, str) and _PLAIN_STRING_RE.match(value):
-            text = f'"{value}"'
+        kind = type(value)
+        # A plain string literal: printable ASCII without '"' or '\\' (_PLAIN_STRING_RE),
+        # tested with str's own methods, the common case first.
+        if kind is str and value.isascii() and value.isprintable() and '"' not in value \
+                and "\\" not in value:
+            lines.append(f'{head}"{value}"')
+        elif kind is int:
+            lines.append(f"{head}{value}")
         else:
-            text = attr_text(from_dict({name: value}), name)
-        lines.append(f"{attr}={text}")
+            lines.append(head + _value_text(name, value))
     return _HEADER + "\n".join(lines).encode("utf-8")
 
 
+def _value_text(name: str, value: Any) -> str:
+    """The ClassAd text of stored attribute `name`'s `value`, as `attr_text` writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str) and _PLAIN_STRING_RE.match(value):
+        return f'"{value}"'
+    return attr_text(from_dict({name: value}), name)
+
+
 _POSITION = {name.lower(): index for index, name in enumerate(SIGNED_ATTRIBUTES)}
-# For each set of names a stored job has (jobs of one submission share theirs): which
-# name spells each signed attribute, in the order of SIGNED_ATTRIBUTES (None: absent;
-# of two spellings, the later). Bounded: names come from users.
-_PLANS: dict[tuple[str, ...], tuple[str | None, ...]] = {}
+# For each set of names a stored job has (jobs of one submission share theirs): per
+# signed attribute in the order of SIGNED_ATTRIBUTES, its line's head (`Name=`, or the
+# whole `Name!` line when absent) and the name that spells it (None: absent; of two
+# spellings, the later). Bounded: names come from users.
+_PLANS: dict[tuple[str, ...], tuple[tuple[str, str | None], ...]] = {}
 _PLANS_KEPT = 1024
 
 
-def _plan(names: tuple[str, ...]) -> tuple[str | None, ...]:
+def _plan(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
     found: list[str | None] = [None] * len(SIGNED_ATTRIBUTES)
     for name in names:
         index = _POSITION.get(name.lower())
         if index is not None:
             found[index] = name
-    plan = tuple(found)
+    plan = tuple((f"{attr}=", name) if name is not None else (f"{attr}!", None)
+                 for attr, name in zip(SIGNED_ATTRIBUTES, found, strict=True))
     if len(_PLANS) < _PLANS_KEPT:
         _PLANS[names] = plan
     return plan

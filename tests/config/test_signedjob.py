@@ -151,3 +151,15 @@ def test_the_root_cache_keeps_the_latest_roots_only(key):
         roots.add(public, f"m{n}".encode(), b"s")
     assert not roots.known(public, b"m0", b"s")
     assert roots.known(public, b"m1", b"s") and roots.known(public, b"m2", b"s")
+
+
+@pytest.mark.parametrize("value", [
+    "", "plain", 'a "quoted" word', "back\\slash", "tab\there", "new\nline", "é", "\x7f",
+    "~!#[]{}", 0, -7, 2**40, True, False, 1.5, [1, "a"], {"$expr": "Memory > 2"}, None])
+def test_the_stored_jobs_text_is_the_ads_text(value):
+    """signed_text_of (the leader and a submission, from a stored mapping) writes each
+    value as signed_text does from the ad the starter parses back."""
+    data = {**JOB, "Cmd": value, "args": value}
+    if value is None:
+        del data["Cmd"]
+    assert signedjob.signed_text_of(data) == signedjob.signed_text(as_the_starter_reads_it(data))
