@@ -365,18 +365,17 @@ class FilterLeader:
     def _read_waiting(self, batch: list[str]
                       ) -> tuple[list[tuple[str, dict[str, Any]]], list[bytes | None]]:
         """The ads of the jobs of `batch` that wait for admission, and their staged
-        digests, in one round trip of plain reads (store/batchads.py: each cluster's
-        shared ad read and decoded once, not rebuilt for every job by a script)."""
+        digests, in one round trip (store/batchads.py: each cluster's shared ad read
+        and decoded once, not rebuilt for every job by the script)."""
         store = self.store
 
-        def read() -> list[Any]:
+        def read() -> tuple[list[Any], int]:
             pipe = store.client.pipeline(transaction=False)
-            batchads.queue_reads(pipe, store, batch)
+            reads = batchads.queue_reads(pipe, store, batch)
             queue_staged(pipe, store, batch)
-            return pipe.execute()
+            return pipe.execute(), reads
 
-        replies = read()
-        reads = batchads.reads_of(batch)
+        replies, reads = self._once_more(read)
         digests = dict(zip(batch, staged_of(batch, replies[reads:]), strict=True))
         found = [(job, data) for job, data in zip(batch, batchads.ads_of(batch, replies[:reads]),
                                                   strict=True)

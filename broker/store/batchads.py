@@ -1,15 +1,15 @@
-"""Reading a batch of job ads with plain reads: each cluster's shared ad once.
+"""Reading a batch of job ads: each cluster's shared ad read once.
 
 A job of a linked cluster (lua/jobad.lua) keeps only what is its own in its
 hash (often just the link); its ad is the cluster hash's attributes it does
 not override, its derived ones (ProcId, GlobalJobId, FetchworkOrder), then
 its own. read_ads.lua builds that whole ad in Redis for every job, which for
 a batch of one cluster's jobs repeats the same concatenation hundreds of
-times on the server's one thread. Here one pipeline reads each job's own
-hash, each cluster hash of the batch once and the jobs' queue sequences; the
-ads are put together in the reader's process, each cluster's values decoded
-once. The result is the mapping read_ads.lua gives (same names, values and
-order), so a caller may use either.
+times on the server's one thread. Here read_ads.lua's 'split' mode returns
+each job's own hash and each cluster hash once, the queue sequences come
+from one ZMSCORE in the same pipeline, and the ads are put together in the
+reader's process. The result is the mapping read_ads.lua gives (same
+names, values and order), so a caller may use either.
 """
 
 from __future__ import annotations
@@ -17,53 +17,37 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgpack
 from redis.client import Pipeline
 
-from . import Store, codec
+from . import Store, calls
 
-JOB_LINK = b"#c"
-_BOOKKEEPING = ord("#")
-_GJID, _ORDER = b"#gjid", b"#order"
-DERIVED = ("ProcId", "GlobalJobId", "FetchworkOrder")
-
-
-def _clusters(job_ids: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys(job.partition(".")[0] for job in job_ids))
-
-
-def reads_of(job_ids: Sequence[str]) -> int:
-    """How many replies `queue_reads` takes for `job_ids`."""
-    if not job_ids:
-        return 0
-    return len(job_ids) + len(_clusters(job_ids)) + 1
+JOB_LINK = "#c"
+_GJID, _ORDER = "#gjid", "#order"
+# The replies `queue_reads` takes: read_ads.lua's, the queue sequences'.
+READS = 2
 
 
 def queue_reads(pipe: Pipeline, store: Store, job_ids: Sequence[str]) -> int:
-    """Queue on `pipe` the reads of the ads of `job_ids`; the number of replies they
-    take (for `ads_of`)."""
+    """Queue on `pipe` the reads of the ads of `job_ids` (none for no job); the number
+    of replies they take (for `ads_of`)."""
     if not job_ids:
         return 0
-    for job in job_ids:
-        pipe.hgetall(store.keys.job(job))
-    clusters = _clusters(job_ids)
-    for cluster in clusters:
-        pipe.hgetall(store.keys.cluster(cluster))
+    calls.read_ads_split_queued(store, pipe, job_ids=job_ids)
     pipe.zmscore(store.keys.queue, list(job_ids))
-    return len(job_ids) + len(clusters) + 1
+    return READS
 
 
 class _Shared:
-    """One cluster hash, read: its attributes decoded, its bookkeeping kept raw."""
+    """One cluster hash, read: its attributes, and the bookkeeping jobs derive from."""
 
-    def __init__(self, raw: dict[bytes, bytes]):
-        self.attrs = {name.decode(): codec.unpack(value) for name, value in raw.items()
-                      if name[0] != _BOOKKEEPING}
-        gjid = raw.get(_GJID)
-        self.gjid = gjid.decode().split("\n", 1) if gjid is not None else None
-        if self.gjid is not None and len(self.gjid) != 2:
-            self.gjid = None
-        order = raw.get(_ORDER)
-        self.order = float(order) if order is not None else None
+    def __init__(self, fields: dict[str, Any]):
+        self.attrs = {name: value for name, value in fields.items() if name[:1] != "#"}
+        gjid = fields.get(_GJID)
+        parts = gjid.decode().split("\n", 1) if isinstance(gjid, bytes) else []
+        self.gjid = (parts[0], parts[1]) if len(parts) == 2 else None
+        order = fields.get(_ORDER)
+        self.order = float(order) if isinstance(order, bytes) and order else None
 
 
 def _number(value: float) -> int | float:
@@ -74,20 +58,19 @@ def _number(value: float) -> int | float:
 def ads_of(job_ids: Sequence[str], replies: Sequence[Any]) -> list[dict[str, Any]]:
     """The ad of each of `job_ids` ({} for a missing job), from the replies of the reads
     `queue_reads` queued for them."""
-    count = len(job_ids)
-    if not count:
+    if not job_ids:
         return []
-    clusters = _clusters(job_ids)
-    shared = {cluster: _Shared(raw) for cluster, raw
-              in zip(clusters, replies[count:count + len(clusters)], strict=True)}
-    seqs = replies[count + len(clusters)]
+    packed, seqs = replies
+    maps = msgpack.unpackb(packed, raw=False)
+    count = len(job_ids)
+    owns = maps[:count]
+    linked = list(dict.fromkeys(job.partition(".")[0] for job, own
+                                in zip(job_ids, owns, strict=True) if JOB_LINK in own))
+    shared = {cluster: _Shared(fields) for cluster, fields
+              in zip(linked, maps[count:], strict=True)}
     ads: list[dict[str, Any]] = []
-    for job, own, seq in zip(job_ids, replies[:count], seqs, strict=True):
-        if not own:
-            ads.append({})
-            continue
-        mine = {name.decode(): codec.unpack(value) for name, value in own.items()
-                if name[0] != _BOOKKEEPING}
+    for job, own, seq in zip(job_ids, owns, seqs, strict=True):
+        mine = {name: value for name, value in own.items() if name[:1] != "#"}
         if JOB_LINK not in own:
             ads.append(mine)
             continue

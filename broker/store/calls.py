@@ -403,6 +403,12 @@ def read_ads(store: Store, *, job_ids: Sequence[str]) -> bytes:
     return store.scripts.call("read_ads", [store.keys.job(job) for job in job_ids], [])
 
 
+def read_ads_split_queued(store: Store, pipe: Pipeline, *, job_ids: Sequence[str]) -> None:
+    """read_ads.lua's 'split' mode queued on `pipe` (signed admission reads a batch's
+    ads and staged digests in one round trip: store/batchads.py)."""
+    _queue(store, pipe, "read_ads", [store.keys.job(job) for job in job_ids], ["split"])
+
+
 def read_fields(store: Store, *, job_ids: Sequence[str], names: Sequence[str]) -> bytes:
     """read_fields.lua: one packed array of the values of attributes `names` (None where
     absent) of each of `job_ids`, in order."""

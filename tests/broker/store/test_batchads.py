@@ -1,4 +1,4 @@
-"""Batch reads of job ads with plain commands (store/batchads.py) give what
+"""Batch reads of job ads, each cluster hash once (store/batchads.py), give what
 read_ads.lua gives, names, values and order, for every shape a job can have."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def by_reads(broker: Broker, jobs: list[str]) -> list[dict]:
     pipe = broker.client.pipeline(transaction=False)
     count = batchads.queue_reads(pipe, broker.store, jobs)
     replies = pipe.execute()
-    assert count == len(replies) == batchads.reads_of(jobs)
+    assert count == len(replies)
     return batchads.ads_of(jobs, replies)
 
 
@@ -53,5 +53,5 @@ def test_the_ads_read_are_read_ads_lua_s(broker):
 
 def test_an_empty_batch_reads_nothing(broker):
     pipe = broker.client.pipeline(transaction=False)
-    assert batchads.queue_reads(pipe, broker.store, []) == 0 == batchads.reads_of([])
+    assert batchads.queue_reads(pipe, broker.store, []) == 0
     assert batchads.ads_of([], pipe.execute()) == []
