@@ -50,7 +50,7 @@ from fetchwork.broker.store.jobads import ad_prio
 from fetchwork.broker.store.states import State, clamp_prio, is_managed
 from fetchwork.config.ads import from_dict
 from fetchwork.config.protocol import HoldCode
-from fetchwork.config.signedjob import SIGNATURE_ATTR, signed_text_of
+from fetchwork.config.signedjob import SIGNATURE_ATTR, leaf_digest, signed_text_of
 from fetchwork.errors import AdError
 
 from .admission import activate, admit
@@ -259,7 +259,8 @@ class FilterLeader:
             calls.admit_fail(self.store, job_id=job, reason=f"refused: {why}")
             return
         if self.signer is not None:
-            why = refusal(job, data, signed_text_of(data), read_staged(self.store, [job])[0])
+            why = refusal(job, data, leaf_digest(signed_text_of(data)),
+                          read_staged(self.store, [job])[0])
             if why is not None:
                 log.warning("job %s refused at admission: %s", job, why)
                 self._fail(job, why)
@@ -328,13 +329,13 @@ class FilterLeader:
                 ahead = self._ahead.submit(self._read_waiting, following)
             grouper = Grouper()
             admitted: list[tuple[str, int, bool, str]] = []
-            texts: list[bytes] = []
+            leaves: list[bytes] = []
             rules = self.rules
             for (job, data), digest in zip(found, staged, strict=True):
-                text = signed_text_of(data)
+                leaf = leaf_digest(signed_text_of(data))
                 names = names_of(data)
                 why = rules_refusal(data, names, rules) if rules is not None else None
-                why = f"refused: {why}" if why else refusal(job, data, text, digest)
+                why = f"refused: {why}" if why else refusal(job, data, leaf, digest)
                 if why is not None:
                     log.warning("job %s refused at admission: %s", job, why)
                     calls.admit_fail(self.store, job_id=job, reason=why)
@@ -347,8 +348,8 @@ class FilterLeader:
                 prio = _prio_of(data, data[names.prio] if names.prio else 0)
                 admitted.append((job, prio, blocked,
                                  "" if data.get(AUTOCLUSTER_ATTR) == gid else gid))
-                texts.append(text)
-            signatures = self.signer.sign_texts(texts) if texts else []
+                leaves.append(leaf)
+            signatures = self.signer.sign_leaves(leaves) if leaves else []
             # Jobs gone or no longer waiting leave the validating set (admit.lua's rule).
             waiting = [job for job, _data in found]
             kept = set(waiting)

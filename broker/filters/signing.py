@@ -24,13 +24,14 @@ from typing import Any, Protocol
 from redis.client import Pipeline
 
 from fetchwork.broker.store import Store, poolrules
-from fetchwork.config.signedjob import leaf_digest
 
 
 class BatchSigner(Protocol):
     """The broker service's signer (broker/trust/signer.py), as admission uses it."""
 
     def sign_texts(self, texts: Sequence[bytes]) -> list[str]: ...
+
+    def sign_leaves(self, leaves: Sequence[bytes]) -> list[str]: ...
 
 
 def _split(job: str) -> tuple[str, str]:
@@ -78,16 +79,17 @@ def forget_staged(pipe: Pipeline, store: Store, jobs: Sequence[str]) -> None:
         pipe.hdel(store.keys.staged(cluster), *procs)
 
 
-def refusal(job: str, data: Mapping[str, Any], text: bytes,
+def refusal(job: str, data: Mapping[str, Any], leaf: bytes,
             staged: bytes | None) -> str | None:
-    """Why waiting job `job` (its stored attributes `data`, their signed text `text`)
-    must not be signed, given its staged digest; None when it may be."""
+    """Why waiting job `job` (its stored attributes `data`, the leaf of their signed
+    text: leaf_digest) must not be signed, given its staged digest; None when it may
+    be."""
     if f"{data.get('ClusterId')}.{data.get('ProcId')}" != job:
         return f"its ClusterId and ProcId do not name job {job}: its ad was changed"
     if staged is None:
         return ("it has no staged digest of its signed attributes: it was not submitted "
                 "through the pool's submit scripts, so it is not signed")
-    if leaf_digest(text) != staged:
+    if leaf != staged:
         return ("its signed attributes changed while it waited for admission "
                 "(written by someone holding a role's credentials)")
     return None

@@ -61,8 +61,14 @@ class Signer:
     def sign_texts(self, texts: Sequence[bytes]) -> list[str]:
         """The FetchworkSignature of each job of one batch, from their signed texts
         (signedjob.signed_text_of), in order."""
-        return signedjob.sign_batch(self._key, self.pool,
-                                    f"{self._prefix}.{next(self._count)}", texts)
+        return signedjob.sign_batch(self._key, self.pool, self._batch_id(), texts)
+
+    def sign_leaves(self, leaves: Sequence[bytes]) -> list[str]:
+        """`sign_texts` from the jobs' leaves (signedjob.leaf_digest of their texts)."""
+        return signedjob.sign_leaves(self._key, self.pool, self._batch_id(), leaves)
+
+    def _batch_id(self) -> str:
+        return f"{self._prefix}.{next(self._count)}"
 
     def signature(self, data: Mapping[str, Any]) -> str:
         """The FetchworkSignature of one stored job (a to_dict-style mapping), a batch

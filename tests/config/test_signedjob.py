@@ -163,3 +163,10 @@ def test_the_stored_jobs_text_is_the_ads_text(value):
     if value is None:
         del data["Cmd"]
     assert signedjob.signed_text_of(data) == signedjob.signed_text(as_the_starter_reads_it(data))
+
+
+def test_signing_leaves_is_signing_their_texts(key):
+    texts = [signedjob.signed_text_of({**JOB, "ProcId": n}) for n in range(5)]
+    leaves = [signedjob.leaf_digest(text) for text in texts]
+    assert signedjob.sign_leaves(key, POOL, "b1", leaves) == \
+        signedjob.sign_batch(key, POOL, "b1", texts)
