@@ -29,10 +29,11 @@ from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
 from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
 from fetchwork.startd.fetchoutput import describe, log_level, note, read_fetch_output
-from fetchwork.startd.metrics import serve_startd_metrics
+from fetchwork.startd.metricsswitch import serve_startd_metrics
 from fetchwork.startd.settings import StartdSettings, keep_slots, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
 from fetchwork.startd.signals import SignalInbox
+from fetchwork.startd.signingnotice import startup_notice
 from fetchwork.startd.slots.carving import new_carving
 from fetchwork.startd.slots.localid import name_if_anonymous
 from fetchwork.startd.slots.slot import Claim, Slot, new_claim_id
@@ -43,7 +44,6 @@ from fetchwork.startd.starters.sandboxes import remove_stale_sandboxes
 from fetchwork.startd.starters.supervisor import StarterSupervisor
 from fetchwork.startd.states import Activity, State, initial_status
 from fetchwork.startd.withdrawal import Withdrawer
-from fetchwork.starter.jobsignature import startup_notice
 
 log = logging.getLogger(__name__)
 

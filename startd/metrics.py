@@ -1,4 +1,4 @@
-"""The startd's Prometheus metrics, served on STARTD_METRICS_PORT (off when empty).
+"""The startd's Prometheus metrics, served on STARTD_METRICS_PORT (metricsswitch.py).
 
 Counted as they happen: runs of the hooks the startd itself runs (fetch,
 reply, evict) by hook and exit code, their failures, and their durations.
@@ -12,28 +12,18 @@ from __future__ import annotations
 import logging
 from collections import Counter as Tally
 from collections.abc import Iterator
-from typing import Protocol
 
 import psutil
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from fetchwork.config.loader import Config
-from fetchwork.config.metricsport import metrics_port
 from fetchwork.hooks.runner import HookResult
-from fetchwork.startd.slots.slot import Slot
+from fetchwork.startd.metricsswitch import SlotHost
 
 log = logging.getLogger(__name__)
 
 HOOK_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-
-
-class SlotHost(Protocol):
-    """What the metrics read from the startd: its name and slots."""
-
-    name: str
-    slots: list[Slot]
 
 
 def exit_label(result: HookResult) -> str:
@@ -118,18 +108,8 @@ class StartdMetrics:
         self.hook_duration.labels(hook).observe(result.duration_s)
 
 
-class NoMetrics:
-    """Stands in when STARTD_METRICS_PORT is empty."""
-
-    def hook_done(self, result: HookResult) -> None:
-        pass
-
-
-def serve_startd_metrics(host: SlotHost, config: Config) -> StartdMetrics | NoMetrics:
-    """Serve the startd's metrics on STARTD_METRICS_PORT, or nothing when it is empty."""
-    port = metrics_port(config, "STARTD_METRICS_PORT")
-    if port is None:
-        return NoMetrics()
+def serve(host: SlotHost, port: int) -> StartdMetrics:
+    """The startd's metrics, served on `port` from now on."""
     metrics = StartdMetrics(host)
     start_http_server(port, registry=metrics.registry)
     log.info("serving metrics on port %s", port)

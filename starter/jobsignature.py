@@ -101,18 +101,3 @@ def hold_attributes(slot_ad: Any, slot: int, refusal: str) -> dict[str, Any]:
     where = name if isinstance(name, str) and name else f"slot{slot}"
     return {"HoldReason": f"Error from {where}: {refusal}",
             "HoldReasonCode": int(HoldCode.SIGNATURE_INVALID), "HoldReasonSubCode": 0}
-
-
-def startup_notice(config: Config) -> tuple[bool, str]:
-    """What a startd says at start about the jobs' owners (its log's first lines), and
-    whether it is a warning."""
-    try:
-        key = public_key(config)
-    except ConfigError as exc:
-        return True, f"{exc}: every job will be held until the key can be read"
-    if key is None:
-        return True, (f"{KNOB} is empty: job signatures are not checked, and jobs run only "
-                      "as the slot's user, never as their Owner")
-    return False, (f"jobs are checked against the pool's public key {config.get(KNOB)}: a "
-                   "job whose signature does not check is held, and only signed jobs run "
-                   "as their Owner")
