@@ -10,12 +10,15 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import classad2
 
 from fetchwork.config import ads
 from fetchwork.config.matching import is_exclusive
+from fetchwork.errors import AdError
 from fetchwork.startd.fetchdelay import FetchClock
 from fetchwork.startd.settings import SlotHooks
 from fetchwork.startd.starters.eviction import Deadlines
@@ -48,10 +51,31 @@ class Claim:
     _read: tuple[classad2.ClassAd, str | None, str, bool] | None = field(
         default=None, repr=False, compare=False)
     _text: tuple[classad2.ClassAd, str] | None = field(default=None, repr=False, compare=False)
+    # The last ad the starter reported, as it came (a dict), until something reads it:
+    # a job's exit report is seldom read, and each ClassAd made costs classad2 memory.
+    _reported: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    job_exited: bool = False               # the starter reported the job's exit
+
+    def report(self, attrs: Mapping[str, Any], exited: bool = False) -> None:
+        """The starter's ad of the job (an update or its exit), made a ClassAd when read."""
+        self._reported = attrs
+        self.job_exited = self.job_exited or exited
+
+    def current_ad(self) -> classad2.ClassAd:
+        """The job ad as last reported (the fetched one until the starter reports)."""
+        reported, self._reported = self._reported, None
+        if reported is not None:
+            try:
+                self.job_ad = ads.from_dict(reported)
+            except AdError as exc:
+                log.warning("job %s: the starter sent an unreadable ad: %s", self.job_id, exc)
+        return self.job_ad
 
     def _facts(self) -> tuple[classad2.ClassAd, str | None, str, bool]:
         read = self._read
-        if read is None or read[0] is not self.job_ad:  # a new ad came from the starter
+        # The job's id, label and Exclusive are the same in every ad the starter reports:
+        # they are read from the last ad made, never a reason to make one.
+        if read is None or read[0] is not self.job_ad:
             ad = self.job_ad
             read = self._read = (ad, job_id_of(ad), job_label(ad), is_exclusive(ad))
         return read
@@ -63,8 +87,9 @@ class Claim:
     def job_ad_text(self) -> str:
         """The job ad as the starter and the hooks read it, formatted once per ad (the
         ad is not changed in place once claimed; the starter's updates replace it)."""
-        if self._text is None or self._text[0] is not self.job_ad:
-            self._text = (self.job_ad, ads.format_ad(self.job_ad))
+        ad = self.current_ad()
+        if self._text is None or self._text[0] is not ad:
+            self._text = (ad, ads.format_ad(ad))
         return self._text[1]
 
     @property
@@ -112,7 +137,7 @@ class Slot:
     def running_job_ad(self) -> classad2.ClassAd | None:
         """The job ad of the job running now (FetchWorkDelay's TARGET), or None."""
         if self.claim is not None and self.starter is not None:
-            return self.claim.job_ad
+            return self.claim.current_ad()
         return None
 
     def is_in(self, state: State, *activities: Activity) -> bool:

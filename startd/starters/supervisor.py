@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import classad2
 
-from fetchwork.config import ads, keywords
+from fetchwork.config import keywords
 from fetchwork.config.loader import Config
-from fetchwork.errors import AdError, StarterError
+from fetchwork.errors import StarterError
 from fetchwork.hooks.runner import HookSpec
 from fetchwork.startd.running import RunAction, running_action
 from fetchwork.startd.settings import StartdSettings
@@ -89,7 +89,7 @@ class StarterSupervisor:
         claim = slot.claim
         assert claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
         keyword = keywords.starter_keyword(self.host.config,
-                                           keywords.hook_keyword_of(claim.job_ad))
+                                           keywords.hook_keyword_of(claim.current_ad()))
         try:
             starter = StarterProcess.spawn(slot.slot_id, claim.job_ad_text(),
                                            self.host.slot_ad_text(slot), self.sandboxes, keyword,
@@ -192,9 +192,9 @@ class StarterSupervisor:
 
     def apply_policy(self, slot: Slot) -> None:
         """SUSPEND / CONTINUE / PREEMPT for the slot's running job (HTCondor's policy)."""
-        if slot.starter is None or slot.claim is None:
-            return
-        action = running_action(slot.status, self.host.slot_ad(slot), slot.claim.job_ad,
+        if slot.starter is None or slot.claim is None or slot.claim.job_exited:
+            return  # a job that exited is past suspending or preempting
+        action = running_action(slot.status, self.host.slot_ad(slot), slot.claim.current_ad(),
                                        self.host.settings.running)
         if action is RunAction.VACATE:
             self.evict(slot, "PREEMPT is true")
@@ -235,10 +235,7 @@ class StarterSupervisor:
         elif kind in ("update", "exited"):
             ad = event.get("ad")
             if isinstance(ad, dict):
-                try:
-                    claim.job_ad = ads.from_dict(ad)
-                except AdError as exc:
-                    log.warning("%s: starter sent an unreadable ad: %s", slot.label, exc)
+                claim.report(ad, exited=kind == "exited")
             if kind == "exited":
                 log.info("%s: job %s exited (%s)", slot.label, claim.job_id, event.get("how"))
 

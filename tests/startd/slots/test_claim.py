@@ -23,3 +23,22 @@ def test_a_claim_reads_its_ad_once_and_again_when_the_ad_is_replaced() -> None:
 def test_a_claim_without_ids_is_labelled_as_before() -> None:
     claim = Claim(claim_id="c", job_ad=from_dict({"Cmd": "/bin/true"}), rank=0.0)
     assert claim.job_id == "(no id)" and claim.view().job_id is None
+
+
+def test_a_reported_ad_is_made_a_classad_only_when_read() -> None:
+    fetched = from_dict({"ClusterId": 3, "ProcId": 1, "Cmd": "/bin/true"})
+    claim = Claim(claim_id="c", job_ad=fetched, rank=0.0)
+    claim.report({"ClusterId": 3, "ProcId": 1, "Cmd": "/bin/true", "ExitCode": 0},
+                 exited=True)
+    # The id and label come from the ad already made: no new one for them.
+    assert claim.job_id == "3.1" and claim.job_ad is fetched and claim.job_exited
+    text = claim.job_ad_text()
+    assert "ExitCode = 0" in text and claim.job_ad is not fetched
+    assert claim.current_ad() is claim.job_ad and claim.job_ad_text() is text
+
+
+def test_an_unreadable_report_keeps_the_last_ad() -> None:
+    fetched = from_dict({"ClusterId": 3, "ProcId": 1, "Cmd": "/bin/true"})
+    claim = Claim(claim_id="c", job_ad=fetched, rank=0.0)
+    claim.report({"ClusterId": 3, "Bad": {"$expr": "((("}})
+    assert claim.current_ad() is fetched and not claim.job_exited
