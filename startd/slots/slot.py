@@ -135,8 +135,9 @@ class Slot:
 
     @property
     def running_job_ad(self) -> classad2.ClassAd | None:
-        """The job ad of the job running now (FetchWorkDelay's TARGET), or None."""
-        if self.claim is not None and self.starter is not None:
+        """The job ad of the job running now (FetchWorkDelay's TARGET), or None: a job
+        whose exit its starter reported runs no more (a kept starter waits for the next)."""
+        if self.claim is not None and self.starter is not None and not self.claim.job_exited:
             return self.claim.current_ad()
         return None
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fetchwork.config.ads import format_ad, from_dict
-from fetchwork.startd.slots.slot import Claim
+from fetchwork.startd.settings import SlotHooks
+from fetchwork.startd.slots.slot import Claim, Slot
 
 
 def test_a_claim_reads_its_ad_once_and_again_when_the_ad_is_replaced() -> None:
@@ -42,3 +43,16 @@ def test_an_unreadable_report_keeps_the_last_ad() -> None:
     claim = Claim(claim_id="c", job_ad=fetched, rank=0.0)
     claim.report({"ClusterId": 3, "Bad": {"$expr": "((("}})
     assert claim.current_ad() is fetched and not claim.job_exited
+
+
+def test_the_running_job_ad_is_none_once_the_job_exited() -> None:
+    slot = Slot(1, "slot1@alpha", SlotHooks("Q", None, None, None))
+    fetched = from_dict({"ClusterId": 3, "ProcId": 1, "Cmd": "/bin/true"})
+    slot.claim = Claim(claim_id="c", job_ad=fetched, rank=0.0)
+    slot.starter = object()  # type: ignore[assignment]  # any starter: only its presence counts
+    assert slot.running_job_ad is fetched
+    slot.claim.report({"ClusterId": 3, "ProcId": 1, "Cmd": "/bin/true", "JobPid": 7})
+    assert slot.running_job_ad is not None and slot.running_job_ad["JobPid"] == 7
+    slot.claim.report({"ClusterId": 3, "ProcId": 1, "Cmd": "/bin/true", "ExitCode": 0},
+                      exited=True)
+    assert slot.running_job_ad is None
