@@ -38,7 +38,8 @@ from fetchwork.config import ads, protocol
 from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
-from fetchwork.hooks import brokerconn, control, slotads, slotadtext, slotclaim
+from fetchwork.hooks import brokerconn, control, slotads, slotclaim
+from fetchwork.hooks.referenceslotad import SlotAds
 from fetchwork.hooks.retrying import quietly, through_outage
 from fetchwork.hooks.workers import WORKERS
 
@@ -58,6 +59,8 @@ CLAIM_ATTR = "FetchworkClaim"
 # Seconds from a job's start to its lease keeper's first check of the claim.
 FIRST_CHECK_S = 1.0
 
+# The slot ads fetch_work claims with, one per slot, changed in place (referenceslotad.py).
+_slot_ads = SlotAds()
 _keepers: dict[str, LeaseKeeper] = {}
 _keepers_lock = threading.Lock()
 
@@ -117,18 +120,18 @@ def _publish_running_slot(job_ad: classad2.ClassAd, job_id: str) -> None:
 
 def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
     """Claim a job for the slot ad on stdin; its ad, or None when there is no work."""
-    slot_ad = slotadtext.parsed(stdin_text, source="slot ad")
     config = get_config()
-    busy = slot_ad.get("Activity") == "Busy"
-    wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL")
-    try:
-        _publish(slot_ad, config, stdin_text)
-        job_ad = broker().claim(slotclaim.claiming_ad(slot_ad), wait_s=wait_s)
-    except RedisUnavailableError:
-        # Fail no faster than a long poll would: a startd retrying a fetch
-        # against a broker that is down must not spin.
-        time.sleep(max(wait_s, 1.0))
-        raise
+    with _slot_ads.lend(stdin_text, source="slot ad") as slot_ad:
+        busy = slot_ad.get("Activity") == "Busy"
+        wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL")
+        try:
+            _publish(slot_ad, config, stdin_text)
+            job_ad = broker().claim(slotclaim.claiming_ad(slot_ad), wait_s=wait_s)
+        except RedisUnavailableError:
+            # Fail no faster than a long poll would: a startd retrying a fetch
+            # against a broker that is down must not spin.
+            time.sleep(max(wait_s, 1.0))
+            raise
     if job_ad is None:
         return None
     return ads.AdText(job_ad)  # the startd takes the ad rather than parse the text
