@@ -44,6 +44,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -166,9 +167,50 @@ def start_job_reads(slot_ad: classad2.ClassAd) -> frozenset[str] | None:
     A reference counts as the job's when it says TARGET., or when it names
     nothing in the slot ad (an unscoped name falls through to the job).
     """
-    if "Start" not in slot_ad:
+    # The names, not `"Start" in slot_ad`: that looks START up, an ExprTree object made.
+    slot_names = frozenset(name.lower() for name in slot_ad.keys())
+    if "start" not in slot_names:
         return frozenset()
-    slot_names = {name.lower() for name in slot_ad.keys()}
+    key = _start_key(slot_ad, slot_names)
+    if key is not None:
+        known = _start_reads.get(key, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
+    reads = _start_reads_of(slot_ad, slot_names)
+    if key is not None:
+        if len(_start_reads) >= START_READS_KEPT:
+            _start_reads.clear()
+        _start_reads[key] = reads
+    return reads
+
+
+# What the START of each slot ad shape reads (a claim judges its groups again for
+# every new slot ad text, a few a job): reading START out of the ad makes an ExprTree
+# object, and classad2 keeps a little memory from each one made, even once freed.
+START_READS_KEPT = 256
+_start_reads: dict[tuple[frozenset[str], tuple[str, ...]], frozenset[str] | None] = {}
+_UNKNOWN = object()
+# A printed literal value: a number, a string, a boolean (it can refer to nothing).
+_LITERAL_RE = re.compile(r'\s*(?:-?[0-9][0-9.eE+-]*|"(?:[^"\\]|\\.)*"|true|false)\s*\Z',
+                         re.IGNORECASE)
+
+
+def _start_key(slot_ad: classad2.ClassAd, slot_names: frozenset[str]
+               ) -> tuple[frozenset[str], tuple[str, ...]] | None:
+    """What decides `start_job_reads` of `slot_ad`, read from the ad as the library
+    prints it (a string, no object): the names of its attributes and every line whose
+    value is not a literal (START and whatever it refers to are among them, while the
+    clocks and states that change at every job are literals). None when a value of
+    the ad spans lines."""
+    lines = slot_ad.printOld().splitlines()
+    if len(lines) != len(slot_names):
+        return None
+    return slot_names, tuple(sorted(line for line in lines
+                                    if not _LITERAL_RE.match(line.partition("=")[2])))
+
+
+def _start_reads_of(slot_ad: classad2.ClassAd,
+                    slot_names: frozenset[str]) -> frozenset[str] | None:
     try:
         expr = slot_ad.lookup("Start")
         refs = list(slot_ad.externalRefs(expr)) + list(slot_ad.internalRefs(expr))
