@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import classad2
 import redis
@@ -25,8 +25,6 @@ from fetchwork.broker.jobpolicy.onexit import POLICY, POLICY_ATTRS, finished, ju
 from fetchwork.broker.scheduling.settings import scheduling_in_force
 from fetchwork.broker.store import calls, codec, editable, poolrules
 from fetchwork.broker.store.jobads import caller_attrs
-from fetchwork.broker.submission.submitter import Submitted, Submitter
-from fetchwork.broker.trust.client import PersonClient
 from fetchwork.broker.trust.people import person_of
 from fetchwork.config.ads import as_bool, evaluate, from_dict, parse_expr, to_dict, unparse
 from fetchwork.config.loader import Config, get_config
@@ -34,6 +32,13 @@ from fetchwork.config.protocol import EXIT, EXIT_HOWS, HOLD, HoldCode, job_id_ke
 from fetchwork.errors import AdError, BrokerError, EditError
 
 from .store import READ_BATCH, Store
+
+if TYPE_CHECKING:
+    # Imported where first used: a connection that only claims and finishes jobs (an
+    # execute machine's in-process hooks) loads neither the submission path nor the
+    # people's request path, nor the signing library both bring (some 8 MB).
+    from fetchwork.broker.submission.submitter import Submitted, Submitter
+    from fetchwork.broker.trust.client import PersonClient
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +72,18 @@ class Broker:
         self._person: PersonClient | bool | None = None  # person(): None until asked
         # The pool's rules are its leader's (store/poolrules.py): these two knobs only
         # stand in while it has published none.
-        self._submitter = Submitter(self.store, self.default_lease_s,
-                                    config.get_bool("DEFAULT_JOB_EXCLUSIVE"),
-                                    ReplicaWait.from_config(config))
+        self._submitter_made: Submitter | None = None
+
+    @property
+    def _submitter(self) -> Submitter:
+        """The submission path, made at the first submission."""
+        if self._submitter_made is None:
+            from fetchwork.broker.submission.submitter import Submitter
+
+            self._submitter_made = Submitter(self.store, self.default_lease_s,
+                                             self.config.get_bool("DEFAULT_JOB_EXCLUSIVE"),
+                                             ReplicaWait.from_config(self.config))
+        return self._submitter_made
 
     @classmethod
     def from_config(cls, config: Config | None = None, start: bool = True) -> Broker:
@@ -113,6 +127,8 @@ class Broker:
         person = self.person()
         if person is not None:
             jobs, validating = person.submit([_as_dict(ad) for ad in ads], cluster_id)
+            from fetchwork.broker.submission.submitter import Submitted
+
             return Submitted(jobs, validating)
         return self._submitter.submit(ads, owner, cluster_id)
 
@@ -124,6 +140,8 @@ class Broker:
     def person(self) -> PersonClient | None:
         """The request path when this connection is a person's (`ACL WHOAMI` says
         fw-<pool>-u-<name>, broker/trust/people.py); None for a role or no ACL."""
+        from fetchwork.broker.trust.client import PersonClient
+
         if self._person is None:
             name = person_of(self.client, self.pool)
             self._person = PersonClient(self.client, self.pool, name) if name else False

@@ -42,11 +42,13 @@ def test_a_key_that_cannot_serve_warns_that_every_job_is_held(tmp_path: Path):
         assert warn and "held" in notice and path in notice, notice
 
 
-def test_the_startd_loads_neither_crypto_nor_the_metrics_client():
-    # What it does not import is memory the long-lived daemon does not carry.
+def test_the_startd_and_its_reference_hooks_load_neither_crypto_nor_the_metrics_client():
+    # What it does not import is memory the long-lived daemon does not carry. (redis
+    # imports the top of the cryptography package to see whether it is there.)
     code = ("import sys, fetchwork.startd.cli, fetchwork.startd.daemon\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'cryptography', 'prometheus_client'}))")
+            "import fetchwork.hooks.reference\n"
+            "print(sorted(set(sys.modules) & {'cryptography.hazmat.bindings._rust', "
+            "'fetchwork.config.signedjob', 'prometheus_client'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
