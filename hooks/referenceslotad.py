@@ -35,10 +35,6 @@ from fetchwork.errors import AdError
 KEPT = 64
 
 _LINE_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=(.*)\Z")
-# The literals parse_ad reads without the parser, read the same way here.
-_INT_RE = re.compile(r"-?(?:0|[1-9][0-9]{0,17})\Z")
-_PLAIN_QUOTED_RE = re.compile(r'"([ !#-\[\]-~]*)"\Z')
-_BOOLEANS = {"true": True, "false": False}
 
 
 def lines_of(text: str) -> dict[str, str] | None:
@@ -64,15 +60,7 @@ def lines_of(text: str) -> dict[str, str] | None:
 
 def value_of(text: str) -> Any:
     """The value of one attribute's text, as `ads.parse_ad` sets it."""
-    if _INT_RE.match(text):
-        return int(text)
-    quoted = _PLAIN_QUOTED_RE.match(text)
-    if quoted:
-        return quoted.group(1)
-    boolean = _BOOLEANS.get(text)
-    if boolean is not None:
-        return boolean
-    return ads.parse_expr(text)
+    return ads.plain_literal(text)
 
 
 @dataclass
