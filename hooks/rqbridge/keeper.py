@@ -125,6 +125,8 @@ class Keeper:
         return pubsub
 
     def _handle(self, message: dict[str, Any]) -> None:
+        if listener.is_sync(message):
+            return
         try:
             self.worker.handle_payload(message)
         except Exception:  # a bad command must not stop the heartbeats

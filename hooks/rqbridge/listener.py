@@ -12,9 +12,11 @@ every slot worker it has fetched for: the fetch hook calls `follow` before it
 marks a job started, and `follow` returns once Redis has confirmed the
 subscription. Each command heard is kept, with the job the worker ran when it
 was heard, in a short list in rq's Redis (`rq:fetchwork:commands:<worker>`,
-the newest KEEP_COMMANDS for KEEP_S). The keeper subscribes first and then
-reads what was kept for its job (`kept_for`), so every command reaches the
-job once its worker name is known: the ones sent before, from the list, and
+the newest KEEP_COMMANDS for KEEP_S). The keeper subscribes first, then
+publishes a mark on the channel and reads what was kept for its job once
+the startd has kept the mark too (`kept_for`; the startd hears a channel's
+messages in order), so every command reaches the job once its worker name
+is known: the ones sent before, from the list, and
 the ones after, from its own subscription (a command may arrive both ways;
 acting on it twice does what acting once does).
 """
@@ -25,6 +27,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from typing import Any
 
 import redis
@@ -41,6 +44,12 @@ KEEP_COMMANDS = 16
 CONFIRM_S = 5.0
 # Pause before listening again after the connection failed.
 RETRY_S = 1.0
+# A keeper's mark on the channel (not one of rq's commands): the startd keeps it in
+# turn, so once it is kept, every command published before it is kept too.
+SYNC = "fetchwork-sync"
+# Longest wait for the startd to keep the mark, and the pause between looks.
+SYNC_S = 2.0
+SYNC_POLL_S = 0.005
 
 
 def key(worker_name: str) -> str:
@@ -135,8 +144,11 @@ def keep(connection: redis.Redis, worker_name: str, message: dict[str, Any]) -> 
     except (ValueError, KeyError, AttributeError):
         log.warning("rq worker %s: a command that is not rq's JSON, ignored", worker_name)
         return
-    job_id = payload.get("job_id") or _current_job(connection, worker_name)
-    entry = json.dumps({"job": job_id, "payload": payload})
+    if payload.get("command") == SYNC:  # a keeper's mark: everything before it is kept
+        entry = json.dumps({"sync": payload.get("token")})
+    else:
+        job_id = payload.get("job_id") or _current_job(connection, worker_name)
+        entry = json.dumps({"job": job_id, "payload": payload})
     try:
         with connection.pipeline(transaction=True) as pipe:
             pipe.rpush(key(worker_name), entry)
@@ -158,24 +170,48 @@ def _current_job(connection: redis.Redis, worker_name: str) -> str | None:
         return None
 
 
-def kept_for(connection: redis.Redis, worker_name: str, job_id: str) -> list[dict[str, Any]]:
+def kept_for(connection: redis.Redis, worker_name: str, job_id: str,
+             wait_s: float = SYNC_S) -> list[dict[str, Any]]:
     """The commands kept for `job_id` on `worker_name`'s channel, oldest first, as
-    pubsub messages (what `Worker.handle_payload` takes)."""
+    pubsub messages (what `Worker.handle_payload` takes). Call it once subscribed to
+    the channel: it publishes a mark there and waits (up to `wait_s`) until the
+    startd has kept it, so every command published before the subscription, which
+    the startd hears before the mark, is kept by then."""
+    token = uuid.uuid4().hex
     try:
-        entries = connection.lrange(key(worker_name), 0, -1)
+        connection.publish(PUBSUB_CHANNEL_TEMPLATE % worker_name,
+                           json.dumps({"command": SYNC, "token": token}))
+        deadline = time.monotonic() + wait_s
+        while True:
+            entries = [_entry(raw) for raw in connection.lrange(key(worker_name), 0, -1)]
+            if any(entry.get("sync") == token for entry in entries):
+                break
+            if time.monotonic() >= deadline:
+                log.info("rq job %s: the startd did not answer within %.0f s; taking the "
+                         "commands it kept so far", job_id, wait_s)
+                break
+            time.sleep(SYNC_POLL_S)
     except redis.RedisError as exc:
         log.warning("rq job %s: commands sent before it started not read: %s", job_id, exc)
         return []
-    found = []
-    for raw in entries:
-        try:
-            entry = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and entry.get("job") == job_id:
-            found.append({"type": "message",
-                          "data": json.dumps(entry.get("payload")).encode()})
-    return found
+    return [{"type": "message", "data": json.dumps(entry.get("payload")).encode()}
+            for entry in entries if entry.get("job") == job_id]
+
+
+def _entry(raw: Any) -> dict[str, Any]:
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return {}
+    return entry if isinstance(entry, dict) else {}
+
+
+def is_sync(message: dict[str, Any]) -> bool:
+    """Whether a pubsub message is a keeper's mark rather than one of rq's commands."""
+    try:
+        return parse_payload(message).get("command") == SYNC
+    except (ValueError, KeyError, AttributeError):
+        return False
 
 
 _lock = threading.Lock()

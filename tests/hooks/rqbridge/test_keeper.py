@@ -8,6 +8,7 @@ read here as the starter's loop would read it.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -134,6 +135,27 @@ def test_a_stop_sent_before_the_starter_listens_reaches_the_job(rq_url: str,
     try:
         assert wait_until(lambda: _read(requests), 10) == ["remove", "kill"]
         assert not kept.killed
+    finally:
+        keeper.stop(kept.job.id)
+
+
+def test_a_stop_the_startd_is_slow_to_keep_still_reaches_the_job(
+        rq_url: str, requests: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The startd heard the stop but has not kept it yet when the keeper starts: the
+    # keeper's mark on the channel comes after the stop, so the keeper waits for it.
+    worker, kept = _running(rq_url, "slow-keep", followed=True)
+    kept.kill_after_s = None
+    keep = listener.keep
+
+    def slow_keep(*args: object) -> None:
+        time.sleep(0.3)
+        keep(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(listener, "keep", slow_keep)
+    send_stop_job_command(worker.connection, kept.job.id)
+    keeper.start(kept)
+    try:
+        assert wait_until(lambda: _read(requests), 10) == ["remove", "kill"]
     finally:
         keeper.stop(kept.job.id)
 
