@@ -91,10 +91,10 @@ def test_a_job_submitted_before_the_pool_started_waits_for_its_filters():
         assert "has not published the pool's rules yet" in early.stderr
         assert [ad["JobStatus"] for ad in q_json(user)] == [1]
         assert calls(root) == []
+        # Read while the pool runs: a query after it stopped would start its Redis again.
         with up_with_file(root, FILTERED_POOL.format(root=root), wait_for_slot=False) as up:
-            wait_until(lambda: history_json(user), 120, fail_if=up.died,
-                       what="the first job finishing")
-        [done] = history_json(user)
+            [done] = wait_until(lambda: history_json(user), 120, fail_if=up.died,
+                                what="the first job finishing")
         assert done["JobStatus"] == 4 and done["Audited"] == "by the template"
         assert calls(root) == ['audit submit "first"']
 
@@ -107,8 +107,7 @@ def test_the_first_job_right_after_up_goes_through_the_filters(run: int):
         (root / "first.sub").write_text(f"executable = /bin/true\n+Tag = \"run{run}\"\nqueue\n")
         with up_with_file(root, FILTERED_POOL.format(root=root), wait_for_slot=False) as up:
             fw(user, "submit", "--no-wait", "first.sub", cwd=root)
-            wait_until(lambda: history_json(user), 120, fail_if=up.died,
-                       what="the first job finishing")
-        [done] = history_json(user)
+            [done] = wait_until(lambda: history_json(user), 120, fail_if=up.died,
+                                what="the first job finishing")
         assert done["JobStatus"] == 4 and done["Audited"] == "by the template"
         assert calls(root) == [f'audit submit "run{run}"']
