@@ -26,28 +26,8 @@ local NAMES = {'FetchworkState', 'HoldReasonCode', 'BlockedReason', 'FetchworkWa
 local AWAITS = {[cmsgpack.pack('VALIDATING')] = 'always', [cmsgpack.pack('IDLE')] = 'listed',
                 [cmsgpack.pack('BLOCKED')] = 'listed', [cmsgpack.pack('HELD')] = 'listed'}
 local admitted, gone, idle, members, best = 0, {}, {}, {}, {}
--- What the jobs' cluster hashes hold of NAMES, read once per cluster (this script
--- writes job hashes only), as hmget_raw reads them.
+-- Each cluster hash is read once for the batch (this script writes job hashes only).
 local clusters = {}
-local function read(key)
-  local n = #NAMES
-  NAMES[n + 1] = JOB_LINK
-  local got = redis.call('HMGET', key, unpack(NAMES))
-  NAMES[n + 1] = nil
-  local linked = got[n + 1]
-  got[n + 1] = nil
-  if not linked then return got end
-  local ckey = cluster_key(key)
-  local shared = clusters[ckey]
-  if not shared then
-    shared = redis.call('HMGET', ckey, unpack(NAMES))
-    clusters[ckey] = shared
-  end
-  for i = 1, n do
-    if not got[i] then got[i] = shared[i] end
-  end
-  return got
-end
 local PACKED_IDLE_STATUS, PACKED_NOW = cmsgpack.pack(STATUS_IDLE), cmsgpack.pack(NOW_S)
 local PACKED_STATE = {IDLE = cmsgpack.pack('IDLE'), BLOCKED = cmsgpack.pack('BLOCKED')}
 for j = 0, count - 1 do
@@ -55,7 +35,7 @@ for j = 0, count - 1 do
   local at = 4 + 5 * j
   local id, prio, signature = ARGV[at], ARGV[at + 1], ARGV[at + 2]
   local blocked, group = ARGV[at + 3], ARGV[at + 4]
-  local got = read(key)
+  local got = hmget_raw(key, NAMES, clusters)
   local awaits = got[1] and AWAITS[got[1]]
   gone[#gone + 1] = id
   if awaits == 'always' or (awaits == 'listed' and waiting[j + 1]) then

@@ -72,7 +72,9 @@ local function hget_raw(key, name)
 end
 
 -- Fields `names` (a table) of the job's ad as stored, false where absent.
-local function hmget_raw(key, names)
+-- `clusters` (optional, a table kept across the jobs of one call that all ask for
+-- the same `names`) keeps each cluster hash's values of `names`, read once.
+local function hmget_raw(key, names, clusters)
   local n = #names
   names[n + 1] = JOB_LINK
   local got = redis.call('HMGET', key, unpack(names))
@@ -91,7 +93,15 @@ local function hmget_raw(key, names)
       wanted[#wanted + 1] = names[i]
     end
   end
-  if #wanted > 0 then
+  if #wanted == 0 then return got end
+  if clusters then
+    local shared = clusters[ckey]
+    if not shared then
+      shared = redis.call('HMGET', ckey, unpack(names))
+      clusters[ckey] = shared
+    end
+    for _, i in ipairs(missing) do got[i] = shared[i] end
+  else
     local shared = redis.call('HMGET', ckey, unpack(wanted))
     for m, i in ipairs(missing) do got[i] = shared[m] end
   end
