@@ -175,6 +175,45 @@ class ChunkCache:
             return data
         return data if self._checked(path, digest, hashlib.sha256(data).hexdigest()) else None
 
+    def read_into(self, digest: str, buffer: bytearray) -> memoryview | None:
+        """As `read`, into `buffer` (a chunk's size at least) instead of new bytes: the
+        part of it the chunk fills, checked; None when not cached or damaged. A chunk
+        that does not fit `buffer` is not one of this pool's: damaged."""
+        path = self._path(check_digest(digest))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
+                        exc.strerror or exc)
+            return None
+        view = memoryview(buffer)
+        try:
+            got = 0
+            while got < len(view):
+                count = os.readv(fd, [view[got:]])
+                if not count:
+                    break
+                got += count
+            longer = got == len(view) and bool(os.read(fd, 1))
+        except OSError as exc:
+            log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
+                        exc.strerror or exc)
+            return None
+        finally:
+            os.close(fd)
+        if longer:
+            log.warning("chunk cache: %s is damaged (longer than a chunk); removing it", path)
+            self._discard(path)
+            return None
+        data = view[:got]
+        if self._checked_in.get(digest) == got:  # put by this object, checked then
+            with contextlib.suppress(OSError):
+                os.utime(path)
+            return data
+        return data if self._checked(path, digest, hashlib.sha256(data).hexdigest()) else None
+
     def _checked(self, path: Path, digest: str, actual: str) -> bool:
         """Whether the chunk at `path` is `digest` (its SHA-256 is `actual`): touched if
         so, removed if not."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
+from redis.connection import PythonRespSerializer
 from redis.exceptions import NoScriptError
 
 from fetchwork.broker.store import Store, calls
@@ -31,10 +32,9 @@ log = logging.getLogger(__name__)
 # chunk with Redis's own header fits its allocator's 4 MiB size class: a value of
 # exactly 4 MiB takes 5 MiB of Redis's memory (MEMORY USAGE says so), this one 4.
 CHUNK_BYTES = 4 * 1024 * 1024 - 64
-# Chunks sent in one round trip; two such batches are held at most while uploading.
-# One: a round trip costs little beside a chunk's bytes, and the client's memory
-# (each chunk is copied once more as the command is packed) stays low.
-SEND_CHUNKS = 1
+# Arguments longer than this are handed to the socket apart from the command's
+# header, as they are (see ChunkStore._put).
+_PACK_CUTOFF_BYTES = 6000
 # A chunk this small goes through transfer_chunk.lua with its bytes at once (asking
 # first would cost a round trip more than sending it); a bigger one is asked about
 # first, then sent with a plain SET.
@@ -46,6 +46,8 @@ class Cache(Protocol):
     the execute side's own account fills it before the transfer."""
 
     def read(self, digest: str) -> bytes | None: ...
+
+    def read_into(self, digest: str, buffer: bytearray) -> memoryview | None: ...
 
 
 def read_exact(fd: int, size: int) -> bytes:
@@ -61,7 +63,19 @@ def read_exact(fd: int, size: int) -> bytes:
     return b"".join(parts)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def read_into(fd: int, buffer: bytearray) -> int:
+    """Fill `buffer` from `fd`; the bytes read, fewer than its size only at `fd`'s end."""
+    view = memoryview(buffer)
+    got = 0
+    while got < len(view):
+        count = os.readv(fd, [view[got:]])
+        if not count:
+            break
+        got += count
+    return got
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
@@ -90,17 +104,22 @@ class ChunkStore:
             return FileEntry(name, mode, len(first), digest, (digest,))
         return self._upload_chunks(first, fd, name, mode, progress)
 
-    def _upload_chunks(self, data: bytes, fd: int, name: str, mode: int,
+    def _upload_chunks(self, first: bytes, fd: int, name: str, mode: int,
                        progress: Callable[[int], None] | None) -> FileEntry:
         """A file of several chunks: read, hashed and sent in a pipeline. The file's
-        digest is computed in one helper thread, the batches are sent in another, while
-        this one reads and hashes the next chunks (hashlib and the socket let go of the
-        interpreter's lock for big buffers, so the work spreads over the cores). At
-        most two batches of SEND_CHUNKS chunks are held."""
+        digest is computed in one helper thread and each chunk is sent by another,
+        while this one reads the next chunk and computes its digest (hashlib and the
+        socket let go of the interpreter's lock for big buffers, so the two SHA-256
+        passes and the sending spread over the cores). Chunks are read into two
+        buffers used in turn, never copied on their way to the socket: a buffer is
+        read into again only once the file's hashing and the sending of the chunk it
+        held are done."""
         whole = hashlib.sha256()
         digests: list[str] = []
         size = 0
-        batch: list[tuple[str, bytes]] = []
+        buffers = (bytearray(CHUNK_BYTES), bytearray(CHUNK_BYTES))
+        data: bytes | memoryview = first
+        turn = 0
         with ThreadPoolExecutor(2, thread_name_prefix="upload") as helpers:
             hashing: Future[None] | None = None
             sending: Future[None] | None = None
@@ -109,39 +128,35 @@ class ChunkStore:
                     hashing.result()
                 hashing = helpers.submit(whole.update, data)
                 digest = hashlib.sha256(data).hexdigest()
-                batch.append((digest, data))
                 digests.append(digest)
                 size += len(data)
                 if progress is not None:
                     progress(len(data))
-                last = len(data) < CHUNK_BYTES
-                if len(batch) == SEND_CHUNKS or last:
-                    if sending is not None:
-                        sending.result()
-                    sending = helpers.submit(self._send, batch)
-                    batch = []
-                if last:
+                if sending is not None:
+                    sending.result()
+                sending = helpers.submit(self._send, [(digest, data)])
+                if len(data) < CHUNK_BYTES:
                     break
-                data = read_exact(fd, CHUNK_BYTES)
-                if not data:
-                    if batch:
-                        if sending is not None:
-                            sending.result()
-                        sending = helpers.submit(self._send, batch)
+                # The chunk before this one was in this buffer: its hashing and its
+                # sending were waited for above.
+                buffer = buffers[turn]
+                turn ^= 1
+                got = read_into(fd, buffer)
+                if not got:
                     break
+                data = memoryview(buffer)[:got]
             hashing.result()
-            if sending is not None:
-                sending.result()
+            sending.result()
         return FileEntry(name, mode, size, whole.hexdigest(), tuple(digests))
 
-    def _send(self, batch: list[tuple[str, bytes]]) -> None:
+    def _send(self, batch: list[tuple[str, bytes | memoryview]]) -> None:
         """Send the chunks of `batch` the pool lacks. A small chunk goes through
         transfer_chunk.lua at once; for big ones the pool is asked first (one round trip
-        for the batch), then the missing ones are sent with plain SETs in one pipeline."""
+        for the batch), then the missing ones are sent with plain SETs (`_put`)."""
         small = [(digest, data) for digest, data in batch if len(data) <= ASK_FIRST_BYTES]
         big = [(digest, data) for digest, data in batch if len(data) > ASK_FIRST_BYTES]
         for digest, data in small:
-            if calls.transfer_chunk(self.store, digest=digest, data=data,
+            if calls.transfer_chunk(self.store, digest=digest, data=bytes(data),
                                     pending_ms=self.pending_ms):
                 self.sent_bytes += len(data)
         if not big:
@@ -156,14 +171,31 @@ class ChunkStore:
                    if answer == -1]
         if not missing:
             return
-        def put(pipe: Any) -> None:
-            for digest, data in missing:
-                calls.put_transfer_chunk(self.store, pipe, digest=digest, data=data,
-                                         pending_ms=self.pending_ms)
-
-        stored = self._pipelined(put)
+        stored = self._put(missing)
         self.sent_bytes += sum(len(data) for (_, data), done in zip(missing, stored, strict=True)
                                if done)
+
+    def _put(self, chunks: list[tuple[str, bytes | memoryview]]) -> list[Any]:
+        """Send `chunks` with the plain SET transfer_chunk.lua leaves to its caller after
+        an 'ask' (pending for `pending_ms`, unless the pool has the chunk), in one round
+        trip; the replies (true when stored). The commands are packed so that a chunk's
+        bytes go to the socket as they are: the client's default packer copies every
+        argument into one string first, twice for a buffer, which costs as much CPU
+        as a pass over the bytes and 8 MiB of memory per chunk in flight."""
+        pool = self.store.client.connection_pool
+        connection = pool.get_connection()
+        packer = PythonRespSerializer(_PACK_CUTOFF_BYTES, connection.encoder.encode)
+        try:
+            for digest, data in chunks:
+                connection.send_packed_command(packer.pack(
+                    "SET", self.store.keys.xfer_chunk(digest), data,
+                    "PX", self.pending_ms, "NX"))
+            return [connection.read_response() for _ in chunks]
+        except BaseException:
+            connection.disconnect()  # replies may be left unread on it
+            raise
+        finally:
+            pool.release(connection)
 
     def _pipelined(self, fill: Callable[[Any], None]) -> list[Any]:
         """The replies of the commands `fill(pipe)` queues, sent in one round trip; once
@@ -185,6 +217,18 @@ class ChunkStore:
             cached = self.cache.read(digest)  # checked by the cache
             if cached is not None:
                 return cached
+        return self._from_pool(digest, name)
+
+    def _chunk_into(self, digest: str, name: str, buffer: bytearray) -> bytes | memoryview:
+        """One chunk, verified: read into `buffer` from the machine's cache, else from
+        the pool (then in bytes of its own)."""
+        if self.cache is not None:
+            cached = self.cache.read_into(digest, buffer)  # checked by the cache
+            if cached is not None:
+                return cached
+        return self._from_pool(digest, name)
+
+    def _from_pool(self, digest: str, name: str) -> bytes:
         data: Any = self.store.client.get(self.store.keys.xfer_chunk(digest))
         if not isinstance(data, bytes):
             raise TransferError(f"{name}: a chunk of this file is missing from the pool "
@@ -196,9 +240,11 @@ class ChunkStore:
         return data
 
     def download(self, entry: FileEntry, fd: int) -> None:
-        """Write `entry`'s bytes to `fd`, each chunk and the whole checked (for a file of
+        """Write `entry`'s bytes to `fd`, each chunk and the whole checked. For a file of
         several chunks, the file's digest is computed in a helper thread while the next
-        chunk is read and written)."""
+        chunk is read (and checked, when the cache must) and written; cached chunks are
+        read into two buffers used in turn, one of them being hashed while the other
+        is filled."""
         if len(entry.chunks) == 1:
             data = self.chunk(entry.chunks[0], entry.name)
             _write_all(fd, data)
@@ -206,15 +252,18 @@ class ChunkStore:
             return
         whole = hashlib.sha256()
         size = 0
+        buffers = (bytearray(CHUNK_BYTES), bytearray(CHUNK_BYTES))
         with ThreadPoolExecutor(1, thread_name_prefix="download") as hasher:
             hashing: Future[None] | None = None
-            for digest in entry.chunks:
-                data = self.chunk(digest, entry.name)
+            for index, digest in enumerate(entry.chunks):
+                # This buffer held the chunk two before, whose hashing is done: the
+                # one before was submitted only after it.
+                piece = self._chunk_into(digest, entry.name, buffers[index % 2])
                 if hashing is not None:
                     hashing.result()
-                hashing = hasher.submit(whole.update, data)
-                size += len(data)
-                _write_all(fd, data)
+                hashing = hasher.submit(whole.update, piece)
+                size += len(piece)
+                _write_all(fd, piece)
             if hashing is not None:
                 hashing.result()
         self._check_file(entry, size, whole.hexdigest())

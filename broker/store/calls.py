@@ -453,17 +453,9 @@ def transfer_chunk(store: Store, *, digest: str, data: bytes, pending_ms: int) -
 def ask_transfer_chunk(store: Store, pipe: Pipeline, *, digest: str, pending_ms: int) -> None:
     """transfer_chunk.lua in its asking form, queued on `pipe`: its reply is 0 when the
     pool has chunk `digest` (a pending one kept `pending_ms` more), -1 when it lacks it;
-    the caller then sends the bytes with `put_transfer_chunk`."""
+    the caller then sends the bytes with a plain SET (transfer/chunks.py)."""
     keys = [store.keys.xfer_chunk(digest), store.keys.xfer_chunkrefs]
     _queue(store, pipe, "transfer_chunk", keys, [digest, b"", pending_ms, "ask"])
-
-
-def put_transfer_chunk(store: Store, pipe: Pipeline, *, digest: str, data: bytes | memoryview,
-                       pending_ms: int) -> None:
-    """Queue on `pipe` the plain SET transfer_chunk.lua leaves to its caller after an
-    'ask': chunk `data` as `digest`, pending for `pending_ms`, unless the pool has it
-    (its reply is true when stored)."""
-    pipe.set(store.keys.xfer_chunk(digest), data, px=pending_ms, nx=True)
 
 
 def transfer_attach(store: Store, *, manifest_id: str, packed: bytes, digests: Sequence[str],
