@@ -91,12 +91,25 @@ class ChunkStore:
         self.cache = cache
         self.sent_bytes = 0
         self.received_bytes = 0
+        # The two chunk buffers a file of several chunks is read into in turn, made
+        # at its first such file (a small file needs none: bytes of its own size).
+        self._buffers: tuple[bytearray, bytearray] | None = None
+
+    def _chunk_buffers(self) -> tuple[bytearray, bytearray]:
+        if self._buffers is None:
+            self._buffers = (bytearray(CHUNK_BYTES), bytearray(CHUNK_BYTES))
+        return self._buffers
 
     def upload(self, fd: int, name: str, mode: int,
                progress: Callable[[int], None] | None = None) -> FileEntry:
         """Send the file open at `fd` chunk by chunk; its entry as `name`."""
-        first = read_exact(fd, CHUNK_BYTES)
-        if len(first) < CHUNK_BYTES:  # one chunk, as most files: its digest is the file's
+        first: bytes | memoryview
+        if os.fstat(fd).st_size < CHUNK_BYTES:  # most files: read in bytes of their size
+            first = read_exact(fd, CHUNK_BYTES)
+        else:
+            buffer = self._chunk_buffers()[0]
+            first = memoryview(buffer)[:read_into(fd, buffer)]
+        if len(first) < CHUNK_BYTES:  # one chunk: its digest is the file's
             digest = hashlib.sha256(first).hexdigest()
             self._send([(digest, first)])
             if progress is not None:
@@ -104,7 +117,7 @@ class ChunkStore:
             return FileEntry(name, mode, len(first), digest, (digest,))
         return self._upload_chunks(first, fd, name, mode, progress)
 
-    def _upload_chunks(self, first: bytes, fd: int, name: str, mode: int,
+    def _upload_chunks(self, first: bytes | memoryview, fd: int, name: str, mode: int,
                        progress: Callable[[int], None] | None) -> FileEntry:
         """A file of several chunks: read, hashed and sent in a pipeline. The file's
         digest is computed in one helper thread and each chunk is sent by another,
@@ -117,9 +130,10 @@ class ChunkStore:
         whole = hashlib.sha256()
         digests: list[str] = []
         size = 0
-        buffers = (bytearray(CHUNK_BYTES), bytearray(CHUNK_BYTES))
-        data: bytes | memoryview = first
-        turn = 0
+        buffers = self._chunk_buffers()
+        data = first
+        # The first chunk may be in the first buffer: the second is read into next.
+        turn = 1
         with ThreadPoolExecutor(2, thread_name_prefix="upload") as helpers:
             hashing: Future[None] | None = None
             sending: Future[None] | None = None
@@ -252,7 +266,7 @@ class ChunkStore:
             return
         whole = hashlib.sha256()
         size = 0
-        buffers = (bytearray(CHUNK_BYTES), bytearray(CHUNK_BYTES))
+        buffers = self._chunk_buffers()
         with ThreadPoolExecutor(1, thread_name_prefix="download") as hasher:
             hashing: Future[None] | None = None
             for index, digest in enumerate(entry.chunks):
