@@ -44,6 +44,16 @@ MIN_VERSION = (6, 2)
 # walks the entries, whose number keeps Redis' default cap (128), so longer
 # values cost memory moves on a write only. The 6.2 name, which 7 still reads.
 HASH_VALUE_BYTES = 512
+# The append-only file is rewritten (compacted: a forked child writes the whole
+# dataset anew) only once it is past this size and twice what the last rewrite
+# left. Redis's own floor, 64 MB, makes a dataset that grows by a big file
+# transfer rewrite at 64, 128, 256, 512 MB ... of it: the bytes are written to
+# disk twice over, by a fork that competes with the transfer for the cores. Below
+# this floor the file keeps dead entries instead (disk, not memory, and not
+# durability: every write is still appended and fsynced each second). HTCondor
+# likewise compacts its job queue log on a schedule (QUEUE_CLEAN_INTERVAL, a day),
+# not at every doubling.
+AOF_REWRITE_MIN_SIZE = "2gb"
 # Unix socket paths are limited to 107 bytes on Linux; longer state
 # directories get their socket in a short folder under the temp dir.
 MAX_SOCKET_PATH = 100
@@ -199,6 +209,7 @@ class EmbeddedRedis:
             "--logfile", str(self.log_file), "--daemonize", "yes",
             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
             "--hash-max-ziplist-value", str(HASH_VALUE_BYTES),
+            "--auto-aof-rewrite-min-size", AOF_REWRITE_MIN_SIZE,
         ]
         log.info("starting embedded redis-server: %s", " ".join(argv))
         # redis-server daemonizes itself (forks, writes the pid file, and the
