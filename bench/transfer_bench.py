@@ -32,6 +32,7 @@ Prints figures only; the pool's logs go to a file in the temporary folder.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import pwd
 import resource
@@ -297,13 +298,21 @@ def big_input(run: TransferRun, root: Path, size_mb: int) -> None:
         for role, seconds in spent.items() if seconds > 0))
     run.remove_history(submitted.cluster, 1)
     shutil.rmtree(work, ignore_errors=True)
-    redis_rates(run, min(size_mb, 256))
+    redis_both = redis_rates(run, min(size_mb, 256))
+    sha = sha256_rate(min(size_mb, 256))
+    written = disk_rate(run.state, min(size_mb, 256))
+    # Every byte: a SET and a GET, four SHA-256 passes (chunk and file, at each end),
+    # two writes on the execute side (the cache, the sandbox).
+    in_turn = 1 / (1 / redis_both + 4 / sha + 2 / written)
+    print(f"  ours {size_mb / to_sandbox_s:.0f} MB/s submit-to-sandbox, against those steps "
+          f"at their own rates one after the other: {in_turn:.0f} MB/s (on two free cores "
+          f"the hashing and the writes overlap the transfer, up to twice that)")
 
 
-def redis_rates(run: TransferRun, size_mb: int) -> None:
+def redis_rates(run: TransferRun, size_mb: int) -> float:
     """The same Redis's own rate for values of a chunk's size, through redis-py from
-    this process: SET (two a round trip, as the upload sends them) and GET, and what
-    an upload then a download at those rates would give: the bound of ours."""
+    this process: SET (two a round trip) and GET, and what an upload then a download
+    at those rates would give: the bound of ours. That rate."""
     value = os.urandom(CHUNK_BYTES)
     count = max(2, size_mb * MB // CHUNK_BYTES)
     keys = [f"bench-raw:{n}" for n in range(count)]
@@ -321,9 +330,51 @@ def redis_rates(run: TransferRun, size_mb: int) -> None:
     run.client.delete(*keys)
     total_mb = count * CHUNK_BYTES / MB
     set_rate, get_rate = total_mb / set_s, total_mb / get_s
-    print(f"  Redis itself, {total_mb:.0f} MB in values of {CHUNK_BYTES} bytes: SET "
-          f"{set_rate:.0f} MB/s, GET {get_rate:.0f} MB/s; an upload then a download at "
-          f"those rates alone: {1 / (1 / set_rate + 1 / get_rate):.0f} MB/s")
+    both = 1 / (1 / set_rate + 1 / get_rate)
+    print(f"  Redis itself (its append-only file on), {total_mb:.0f} MB in values of "
+          f"{CHUNK_BYTES} bytes: SET {set_rate:.0f} MB/s, GET {get_rate:.0f} MB/s; an upload "
+          f"then a download at those rates alone: {both:.0f} MB/s")
+    return both
+
+
+def sha256_rate(size_mb: int) -> float:
+    """SHA-256 on one core over chunk-sized buffers (each side hashes every byte
+    twice, its chunk's digest and its file's, on two threads)."""
+    value = os.urandom(CHUNK_BYTES)
+    count = max(2, size_mb * MB // CHUNK_BYTES)
+    started = time.perf_counter()
+    for _ in range(count):
+        hashlib.sha256(value).digest()
+    rate = count * CHUNK_BYTES / MB / (time.perf_counter() - started)
+    print(f"  SHA-256 on one core: {rate:.0f} MB/s (two passes at each end: "
+          f"{rate / 2:.0f} MB/s a side on one core)")
+    return rate
+
+
+def disk_rate(folder: Path, size_mb: int) -> float:
+    """The state folder's file system: writing chunk-sized pieces (as the cache and
+    the sandbox are written, into the page cache), then the same made durable
+    (fdatasync, as Redis's append-only file is each second). The first rate."""
+    value = os.urandom(CHUNK_BYTES)
+    count = max(2, size_mb * MB // CHUNK_BYTES)
+    path = folder / "bench-disk-rate"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        started = time.perf_counter()
+        for _ in range(count):
+            os.write(fd, value)
+        written_s = time.perf_counter() - started
+        os.fdatasync(fd)
+        durable_s = time.perf_counter() - started
+    finally:
+        os.close(fd)
+        path.unlink()
+    total_mb = count * CHUNK_BYTES / MB
+    cached, durable = total_mb / written_s, total_mb / durable_s
+    print(f"  the state folder's disk, {total_mb:.0f} MB: written {cached:.0f} MB/s, "
+          f"made durable {durable:.0f} MB/s (every byte is written three times: Redis's "
+          f"append-only file, the machine's cache, the sandbox)")
+    return cached
 
 
 SHARED_JOB = """#!/bin/sh
@@ -474,9 +525,13 @@ def main() -> None:
     parser.add_argument("--cost-jobs", type=int, default=100,
                         help="jobs per per-job cost run (0: skip that part)")
     parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--throughput-only", action="store_true",
+                        help="only the big input's row (as --shared-jobs 0 --cost-jobs 0)")
     parser.add_argument("--no-cache", action="store_true",
                         help="run without the execute machine's chunk cache")
     args = parser.parse_args()
+    if args.throughput_only:
+        args.shared_jobs = args.cost_jobs = 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the pool on the way out
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
           f"{'root: jobs run as nobody, submitted as ' + SUBMITTER if ROOT else 'not root'}")
