@@ -295,12 +295,13 @@ class ChunkCache:
             while queued:
                 digest, future = queued.popleft()
                 data = future.result()
-                following = next(wanted, None)
-                if following is not None:
-                    queued.append((following, fetcher.submit(fetch, following)))
                 if data is not None:
                     self.put(digest, data)
                     fetched += len(data)
+                del data  # put: the next fetch may take its place
+                following = next(wanted, None)
+                if following is not None:
+                    queued.append((following, fetcher.submit(fetch, following)))
         return fetched
 
     # -- the parts -----------------------------------------------------------------------
