@@ -199,12 +199,20 @@ class ChunkStore:
         pool = self.store.client.connection_pool
         connection = pool.get_connection()
         packer = PythonRespSerializer(_PACK_CUTOFF_BYTES, connection.encoder.encode)
-        try:
+
+        def send() -> list[Any]:
             for digest, data in chunks:
                 connection.send_packed_command(packer.pack(
                     "SET", self.store.keys.xfer_chunk(digest), data,
                     "PX", self.pending_ms, "NX"))
             return [connection.read_response() for _ in chunks]
+
+        try:
+            # Retried as the client retries a command (a pooled connection the server
+            # closed, a failover): a SET ... NX sent twice stores the chunk once.
+            replies: list[Any] = connection.retry.call_with_retry(
+                send, lambda _error: connection.disconnect())
+            return replies
         except BaseException:
             connection.disconnect()  # replies may be left unread on it
             raise

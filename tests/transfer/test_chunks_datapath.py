@@ -159,3 +159,22 @@ def test_a_file_is_checked_whole_on_arrival(store: Store, tmp_path: Path, change
     for cache in (None, _filled(store, tmp_path / "cache", entry)):
         with pytest.raises(TransferError, match="arrived with another size or digest"):
             _download(ChunkStore(store, 0, cache), wrong, tmp_path / "back")
+
+
+def test_chunks_go_up_on_a_connection_the_server_closed(store: Store) -> None:
+    """The chunks' SETs go on the client's own pooled connections: one that Redis
+    closed (its timeout, a restart) is made again before a chunk is sent on it."""
+    data = bytearray(random.Random(13).randbytes(CHUNK_BYTES))
+    digest = hashlib.sha256(data).hexdigest()
+    store.client.ping()  # a connection in the client's pool
+    pool = store.client.connection_pool
+    other = redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=pool.connection_class, **pool.connection_kwargs))
+    try:
+        assert other.client_kill_filter(_type="normal", skipme=True) >= 1
+    finally:
+        other.close()
+    replies = ChunkStore(store, HOUR_MS)._put([(digest, memoryview(data))])
+    assert replies and replies[0]
+    assert store.client.get(store.keys.xfer_chunk(digest)) == bytes(data)
+    assert 0 < store.client.pttl(store.keys.xfer_chunk(digest)) <= HOUR_MS
