@@ -163,14 +163,19 @@ class TransferRun:
                                    cwd=work, env=self.env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         assert process.stdout is not None and process.stderr is not None
-        out, err = process.stdout.read(), process.stderr.read()
+        # The client's own peak, sampled: the peak wait4 reports for a child counts
+        # the memory of the process it was forked from, this one, until its exec.
+        peak = Peaks()
+        with sampling(0.005, lambda: peak.note("submit", vm_hwm_kb(process.pid))):
+            out, err = process.stdout.read(), process.stderr.read()
         _pid, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.perf_counter() - started
         if process.returncode != 0 or "cluster " not in out:
             raise SystemExit(f"fetchwork submit failed ({process.returncode}):\n{out}\n{err}")
         cluster = int(out.split("cluster ")[1].split(".")[0].split()[0])
-        return Submitted(cluster, seconds, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
+        return Submitted(cluster, seconds, peak.by_role["submit"],
+                         usage.ru_utime + usage.ru_stime)
 
     def states(self, cluster: int, count: int) -> list[tuple[object, object]]:
         jobs = [f"{cluster}.{proc}" for proc in range(count)]
