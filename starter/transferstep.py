@@ -1,16 +1,28 @@
 """The starter's file transfer steps: the job's inputs after the prepare hook, its
 outputs after it ran and before the exit hook (HTCondor's order).
 
-The transfer itself (transfer/sandbox.py, which speaks to the pool's Redis)
-runs in a child the starter forks, in a session of its own: as root only until
-it has connected, then as the job's user (the account `runas` chose for the
-job, its groups set, never root). A starter is a fork of the zygote, which has
-loaded the transfer code ahead (`preload`), so the child costs a fork, not the
-start of an interpreter. It sends its answer back as JSON on a pipe and exits.
-Control words still count while a transfer runs: a stop request kills the
-child's session. The decisions here are pure (`applies`, `sends_outputs`,
-`run_ad`); `TransferStep` runs the child and turns its answer into job ad
-attributes or a hold.
+The transfer itself (transfer/sandbox.py, which speaks to the pool's Redis) runs
+in the starter's own process, on the pool client the starter keeps: as the
+starter's own user when that is not root, and in a root starter with the job's
+user's effective ids around its file work (transfer/privstate.py, HTCondor's
+"priv states": the transferring thread alone takes them, and root's come back
+after), so no file of the sandbox is read or written with root's rights. The
+process shows as fw-xfer-input or fw-xfer-output meanwhile. Control words still
+count: a stop request is seen between two files.
+
+Why not a forked child for every transfer: two forks a job (input and output),
+each with its copy-on-write page faults and its new connection to the pool, were
+most of the CPU that transfer added to a job with small files; in the starter's
+process a transfer of a few small files costs a few round trips. A child is
+still forked where it earns its place (`_in_child`): a transfer that runs
+programs (URL plugins: the job's own program must never start in a process
+whose real uid is root), an input larger than sandbox.IN_PROCESS_MAX_BYTES
+(killed at once by a stop request), or a root starter that cannot change ids for
+one thread while it has others. That child runs in a session of its own, as
+root only until it has connected, then as the job's user for good, sends its
+answer back as JSON on a pipe, and a stop request kills its session. The
+decisions here are pure (`applies`, `sends_outputs`, `run_ad`); `TransferStep`
+runs the transfer and turns its answer into job ad attributes or a hold.
 """
 
 from __future__ import annotations
@@ -23,13 +35,14 @@ import posixpath
 import select
 import signal
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import classad2
 
-from fetchwork.config.ads import format_ad
+from fetchwork.config.ads import format_ad, to_dict
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import EVICT, EXIT, HOLD, HoldCode
 
@@ -142,12 +155,60 @@ class TransferStep:
         code = (HoldCode.TRANSFER_INPUT_ERROR if direction == "input"
                 else HoldCode.TRANSFER_OUTPUT_ERROR)
         log.info("transferring the job's %s files", direction)
-        user = f"{self.user[0]}:{self.user[1]}" if self.user is not None else None
-        ad_text = format_ad(self.ad)
         preload()  # once per starter, ahead in the zygote: not in each child
         from fetchwork.transfer import sandbox as transfer
 
         transfer.prepare(self.config)  # the pool's client, once per starter
+        done, answer = self._here(direction, stop, evicted)
+        if not done:
+            answer = self._in_child(direction, stop, evicted)
+        if answer is None:
+            log.info("a stop request ended the %s transfer", direction)
+            return Held(f"the {direction} transfer was stopped", int(code))
+        if not answer.get("ok"):
+            return Held(str(answer.get("reason")), int(answer.get("code") or code),
+                        int(answer.get("subcode") or 0), bool(answer.get("retry")))
+        for name, value in dict(answer.get("attrs") or {}).items():
+            self.ad[name] = classad2.ClassAd(value) if isinstance(value, dict) else value
+        return None
+
+    def _here(self, direction: str, stop: Callable[[], bool],
+              evicted: bool) -> tuple[bool, dict[str, Any] | None]:
+        """The transfer in the starter's own process (transfer/sandbox.py `run_here`),
+        shown as fw-xfer-* meanwhile: (True, its answer or None after a stop request),
+        or (False, None) when it must run in a child instead."""
+        from fetchwork.transfer import privstate
+        from fetchwork.transfer import sandbox as transfer
+
+        if self.user is not None and not privstate.usable():
+            log.debug("the %s transfer runs in a child: the starter runs other threads",
+                      direction)
+            return False, None
+        before = transfer.process_name()
+        transfer.name_process(direction)
+        started = time.process_time()
+        try:
+            answer = transfer.answer_here(direction, self.sandbox, self.user, to_dict(self.ad),
+                                          evicted, stop)
+        except transfer.NeedsChild as why:
+            log.debug("the %s transfer runs in a child: %s", direction, why)
+            return False, None
+        except transfer.Stopped:
+            return True, None
+        finally:
+            transfer.restore_name(before)
+        log.debug("the %s transfer used %.1f ms of CPU in the starter", direction,
+                  (time.process_time() - started) * 1000)
+        return True, answer
+
+    def _in_child(self, direction: str, stop: Callable[[], bool],
+                  evicted: bool) -> dict[str, Any] | None:
+        """The transfer in a child the starter forks (URL plugins, a big input, a
+        starter with other threads); its answer, or None after a stop request."""
+        code = (HoldCode.TRANSFER_INPUT_ERROR if direction == "input"
+                else HoldCode.TRANSFER_OUTPUT_ERROR)
+        user = f"{self.user[0]}:{self.user[1]}" if self.user is not None else None
+        ad_text = format_ad(self.ad)
         read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child ends in os._exit
@@ -159,20 +220,14 @@ class TransferStep:
         finally:
             os.close(read_fd)
         if status is None:
-            log.info("a stop request ended the %s transfer", direction)
-            return Held(f"the {direction} transfer was stopped", int(code))
+            return None
         try:
-            answer = json.loads(out)
+            answer: dict[str, Any] = json.loads(out)
         except ValueError:
-            return Held(f"Transfer {direction} files failed: the transfer ended with "
-                        f"{_ended(status)} before it answered (see the starter's log)",
-                        int(code))
-        if not answer.get("ok"):
-            return Held(str(answer.get("reason")), int(answer.get("code") or code),
-                        int(answer.get("subcode") or 0), bool(answer.get("retry")))
-        for name, value in dict(answer.get("attrs") or {}).items():
-            self.ad[name] = classad2.ClassAd(value) if isinstance(value, dict) else value
-        return None
+            return {"ok": False, "code": int(code),
+                    "reason": f"Transfer {direction} files failed: the transfer ended with "
+                              f"{_ended(status)} before it answered (see the starter's log)"}
+        return answer
 
     def hold(self, held: Held) -> str:
         """Put the hold's attributes into the ad; the word for the exit hook (evict

@@ -1,22 +1,28 @@
-"""The execute side's transfer step, run by the starter in a child it forks
-(starter/transferstep.py) with the job ad's text:
+"""The execute side's transfer step, run by the starter (starter/transferstep.py)
+in its own process, or in a child it forks:
 
-    answer("input" | "output", SANDBOX, "UID:GID" | None, AD_TEXT)
+    answer_here("input" | "output", SANDBOX, (UID, GID) | None, AD, stop=...)
+    answer("input" | "output", SANDBOX, "UID:GID" | None, AD_TEXT)      # the child
 
-It connects to the pool as the configuration says (as the reference hooks
-do), then, when it runs as root, becomes the job's user before it touches a
-file: every file of the sandbox is read and written as that user, never as
-root. `input` writes the job's input sandbox into SANDBOX (each
-chunk and file checked) and records what arrived; `output` sends back what the
-job made (transfer/outputs.py decides which) and attaches it as the job's
-output manifest. Its answer is `{"ok": true, "attrs": {...}}` with the
-attributes for the job ad, or `{"ok": false, "code": 12|13|32|33,
-"subcode": N, "reason": "..."}` for the hold; it appends the user log's
-transfer events to the pool's stream.
+Both use the pool's client the starter made ahead (`prepare`; the child makes a
+connection of its own on it, or reads the configuration when there is none).
+Every file of the sandbox is read and written as the job's user, never as
+root: in the starter's process with the user's effective ids around the file
+work (privstate.as_user, given back after) when the starter is root; in the
+child after it became that user for good (`become`). A transfer that runs
+programs (URL plugins) or a big input is refused by `run_here` before any file
+work (NeedsChild), and goes to the child. `input` writes the job's input
+sandbox into SANDBOX (each chunk and file checked) and records what arrived;
+`output` sends back what the job made (transfer/outputs.py decides which) and
+attaches it as the job's output manifest. The answer is `{"ok": true,
+"attrs": {...}}` with the attributes for the job ad, or `{"ok": false, "code":
+12|13|32|33, "subcode": N, "reason": "..."}` for the hold; the user log's
+transfer events go to the pool's stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import json
@@ -26,7 +32,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +50,7 @@ from fetchwork.errors import (
     TransferError,
 )
 
-from . import safefiles, stored
+from . import privstate, safefiles, stored
 from .cache import ChunkCache
 from .chunks import ChunkStore
 from .delivery import OUTPUT_MANIFEST_ATTR
@@ -73,7 +79,7 @@ MB = 1024 * 1024
 # prctl(PR_SET_PDEATHSIG): a transfer dies with its starter, a plugin with its transfer.
 _PR_SET_PDEATHSIG = 1
 # prctl(PR_SET_NAME): the name `ps -o comm`, `top` and `pgrep` show (15 bytes at most).
-_PR_SET_NAME = 15
+_PR_SET_NAME, _PR_GET_NAME = 15, 16
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 # The Lua scripts the transfer steps call.
 SCRIPTS = ("transfer_chunk", "transfer_attach", "transfer_event", "transfer_detach")
@@ -109,8 +115,11 @@ def _fill(cache: ChunkCache, store: Store, manifest: Manifest) -> int:
 class Step:
     """One transfer of one job, input or output."""
 
-    def __init__(self, config: Config, store: Store, ad: Mapping[str, Any], sandbox: str):
+    def __init__(self, config: Config, store: Store, ad: Mapping[str, Any], sandbox: str,
+                 check: Callable[[], None] = lambda: None):
         self.config = config
+        # Called before each file: raises to end the transfer (a stop request).
+        self.check = check
         self.store = store
         self.ad = ad
         self.sandbox = sandbox
@@ -155,6 +164,7 @@ class Step:
             if isinstance(name, str) and "/" in name and not name.startswith("/"):
                 safefiles.make_folder(self.sandbox, name.rpartition("/")[0], code)
         for entry in manifest.files:
+            self.check()
             safefiles.write_file(self.sandbox, entry.name, entry.mode,
                                  functools.partial(chunk_store.download, entry), code)
         url_bytes = self._urls(list(manifest.urls), Direction.DOWNLOAD, code)
@@ -179,6 +189,7 @@ class Step:
         for folder in saved.dirs:
             safefiles.make_folder(self.sandbox, folder, code)
         for entry in saved.files:
+            self.check()
             safefiles.write_file(self.sandbox, entry.name, entry.mode,
                                  functools.partial(chunk_store.download, entry), code)
         log.info("job %s: restored %d file(s) of its checkpoint", self.job_id, len(saved.files))
@@ -335,6 +346,21 @@ def name_process(direction: str) -> None:
         _LIBC.prctl(_PR_SET_NAME, f"fw-xfer-{direction}".encode()[:15], 0, 0, 0)
 
 
+def process_name() -> bytes:
+    """This thread's name as `ps -o comm` shows it (b"" when it cannot be read)."""
+    if _LIBC is None:
+        return b""
+    name = ctypes.create_string_buffer(16)
+    _LIBC.prctl(_PR_GET_NAME, name, 0, 0, 0)
+    return name.value
+
+
+def restore_name(name: bytes) -> None:
+    """Give back the name `process_name` read."""
+    if _LIBC is not None and name:
+        _LIBC.prctl(_PR_SET_NAME, name[:15], 0, 0, 0)
+
+
 def _plugin_dies_with_us() -> None:
     """In a plugin's child before its exec: killed when this transfer is (a plugin runs
     in a session of its own, so a kill of ours would not reach it)."""
@@ -369,48 +395,116 @@ def _new_store(config: Config) -> Store:
 
 
 def prepare(config: Config) -> None:
-    """In the starter, before it forks a transfer: make the pool's client once (its
-    credentials read, the transfer scripts loaded) and let go of its connection. A
-    forked child then only connects (redis-py opens a connection of its own in a new
-    process) instead of reading the configuration and credentials and loading the
-    scripts again. Best effort: when the pool cannot be reached now, the child tries
-    on its own and answers for it."""
+    """In the starter, before its first transfer: make the pool's client once (its
+    credentials read, the transfer scripts loaded) and keep it. A transfer run in the
+    starter's own process uses its connection; a forked child makes a connection of
+    its own on it (redis-py does in a new process) instead of reading the
+    configuration and credentials and loading the scripts again. Best effort: when
+    the pool cannot be reached now, the transfer runs in a child that tries on its
+    own and answers for it."""
     global _prepared
     if _prepared is not None and _prepared[0] is config:
         return
     try:
         store = _new_store(config)
         store.scripts.ensure_loaded(SCRIPTS)
-        store.client.connection_pool.disconnect()
     except (redis.RedisError, FetchworkError, OSError) as exc:
         log.debug("the transfer's pool client is made in its child: %s", exc)
+        _prepared = None
         return
     _prepared = (config, store)
 
 
-def run(direction: str, sandbox: str, user: str | None, ad_text: str,
-        evicted: bool = False) -> dict[str, Any]:
-    die_with_parent()
-    ad = to_dict(parse_ad(ad_text, "job ad"))
-    if _prepared is not None:  # made by the starter this child was forked from
+class NeedsChild(Exception):  # noqa: N818 - a way out, not an error
+    """The transfer runs programs (URL plugins): it belongs in a forked child that
+    gives up root for good, never in the starter's own process."""
+
+
+class Stopped(Exception):  # noqa: N818 - a way out, not an error
+    """A stop request ended the transfer run in the starter's own process."""
+
+
+# Inputs larger than this are fetched in a forked child, whose kill ends them at
+# once: in the starter's own process a stop is seen between files only, and the
+# fork's few milliseconds are nothing beside the transfer of that many bytes.
+IN_PROCESS_MAX_BYTES = 16 * MB
+
+
+def _client() -> tuple[Config, Store]:
+    if _prepared is not None:  # made by the starter this process is or was forked from
         config, store = _prepared
         store.client.ping()
-    else:
-        config = get_config()
-        store = _new_store(config)
+        return config, store
+    config = get_config()
+    return config, _new_store(config)
+
+
+def _gave_up(user: str | None) -> contextlib.AbstractContextManager[None]:
+    become(user)  # for good: a forked child never takes root back
+    return contextlib.nullcontext()
+
+
+def run(direction: str, sandbox: str, user: str | None, ad_text: str,
+        evicted: bool = False) -> dict[str, Any]:
+    """The transfer in a forked child: connected, it becomes the job's user for good."""
+    die_with_parent()
+    ad = to_dict(parse_ad(ad_text, "job ad"))
+    config, store = _client()
+    return _transfer(config, store, direction, sandbox, ad, evicted,
+                     rights=lambda: _gave_up(user))
+
+
+def run_here(direction: str, sandbox: str, user: tuple[int, int] | None,
+             ad: Mapping[str, Any], evicted: bool = False,
+             stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    """The transfer in this process (the starter's own), on its pool client: the file
+    work with the job's user's effective ids when this process is root
+    (privstate.as_user), as itself otherwise. NeedsChild, before any file work, when
+    the transfer must run in a forked child instead (it runs plugins, or is a big
+    input); Stopped when `stop()` said so between two files."""
+    if _prepared is None:
+        raise NeedsChild("no pool client made ahead")
+    config, store = _prepared
+
+    def rights() -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext() if user is None else privstate.as_user(user)
+
+    def check() -> None:
+        if stop():
+            raise Stopped(f"a stop request ended the {direction} transfer")
+
+    return _transfer(config, store, direction, sandbox, ad, evicted, rights, here=True,
+                     check=check)
+
+
+def _transfer(config: Config, store: Store, direction: str, sandbox: str,
+              ad: Mapping[str, Any], evicted: bool,
+              rights: Callable[[], contextlib.AbstractContextManager[None]],
+              here: bool = False, check: Callable[[], None] = lambda: None) -> dict[str, Any]:
     # Credentials are read, the connection made and the scripts loaded before the
-    # switch: the job's user may not read the files they come from.
+    # file work: the job's user may not read the files they come from.
     store.scripts.ensure_loaded(SCRIPTS)
-    step = Step(config, store, ad, sandbox)
+    step = Step(config, store, ad, sandbox, check)
     manifest, cache, cached_bytes = Manifest(), None, 0
     if direction == "input":
         manifest = step.manifest()
+    programs = bool(manifest.urls) or (direction == "output" and not evicted
+                                       and _urls_out(ad))
+    if here and (programs or manifest.size > IN_PROCESS_MAX_BYTES):
+        raise NeedsChild("plugins to run" if programs else "a big input")
+    if direction == "input":
         cache = _machine_cache(config)
         if cache is not None:
             cached_bytes = _fill(cache, store, manifest)
-    if manifest.urls or (direction == "output" and _urls_out(ad)):
+    if programs:
         step.find_plugins()
-    become(user)
+    with rights():
+        return _steps(step, direction, manifest, cache, cached_bytes, evicted)
+
+
+def _steps(step: Step, direction: str, manifest: Manifest, cache: ChunkCache | None,
+           cached_bytes: int, evicted: bool) -> dict[str, Any]:
+    """The transfer's file work with its user log events, as the job's user."""
     step.event(f"{direction}_queued", host=step.host)
     started = time.monotonic()
     step.event(f"{direction}_started", host=step.host)
@@ -421,7 +515,7 @@ def run(direction: str, sandbox: str, user: str | None, ad_text: str,
             attrs = step.checkpoint()
         else:
             attrs = step.outputs()
-    except (TransferError, OSError):
+    except (TransferError, OSError, Stopped):
         step.event(f"{direction}_finished", host=step.host, success="false",
                    seconds=f"{time.monotonic() - started:.3f}")
         raise
@@ -434,13 +528,27 @@ def run(direction: str, sandbox: str, user: str | None, ad_text: str,
 
 def answer(direction: str, sandbox: str, user: str | None, ad_text: str,
            evicted: bool = False) -> dict[str, Any]:
-    """Run one transfer (`run`) and turn how it ended into the starter's answer:
-    `{"ok": true, "attrs": {...}}`, or `{"ok": false, "code", "subcode", "reason"}`
-    for the hold (`"retry": true` when the pool was unreachable)."""
+    """Run one transfer in a forked child (`run`) and turn how it ended into the
+    starter's answer: `{"ok": true, "attrs": {...}}`, or `{"ok": false, "code",
+    "subcode", "reason"}` for the hold (`"retry": true` when the pool was
+    unreachable)."""
+    return _answered(direction, lambda: run(direction, sandbox, user, ad_text, evicted))
+
+
+def answer_here(direction: str, sandbox: str, user: tuple[int, int] | None,
+                ad: Mapping[str, Any], evicted: bool = False,
+                stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    """`answer` for a transfer run in this process (`run_here`); NeedsChild and
+    Stopped go through to the caller."""
+    return _answered(direction, lambda: run_here(direction, sandbox, user, ad, evicted,
+                                                 stop))
+
+
+def _answered(direction: str, transfer: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     default = (HoldCode.TRANSFER_INPUT_ERROR if direction == "input"
                else HoldCode.TRANSFER_OUTPUT_ERROR)
     try:
-        return {"ok": True, "attrs": run(direction, sandbox, user, ad_text, evicted)}
+        return {"ok": True, "attrs": transfer()}
     except (redis.ConnectionError, redis.TimeoutError, RedisUnavailableError) as exc:
         # The pool's Redis went away mid-transfer: nothing half-sent is attached; the
         # job goes back to the queue and runs again, it is not the job's fault.
