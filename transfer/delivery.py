@@ -15,7 +15,8 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,15 +49,20 @@ def output_manifest(ad: Mapping[str, Any]) -> str | None:
     return ident if isinstance(ident, str) and ident else None
 
 
-def deliver(store: Store, job_id: str, ad: Mapping[str, Any]) -> Delivery | None:
+def deliver(store: Store, job_id: str, ad: Mapping[str, Any],
+            rights: Callable[[], AbstractContextManager[None]] = nullcontext
+            ) -> Delivery | None:
     """Write job `job_id`'s waiting outputs into its Iwd and settle them; None when the
-    job has none waiting. TransferError naming the file when one cannot be written."""
+    job has none waiting. TransferError naming the file when one cannot be written.
+    The files are written inside `rights()` (the Owner's, privstate.as_user, for a
+    root process), the pool's bookkeeping outside it."""
     ident = output_manifest(ad)
     if ident is None or not stored.is_waiting(store, job_id, ident):
         return None
     iwd = iwd_of(job_id, ad)
     manifest = stored.load(store, ident)
-    write_outputs(store, manifest, iwd)
+    with rights():
+        write_outputs(store, manifest, iwd)
     stored.settle(store, ident, job_id, DELIVERED)
     log.info("job %s: delivered %d file(s) into %s", job_id, len(manifest.files), iwd)
     return Delivery(job_id, len(manifest.files), manifest.size)

@@ -4,23 +4,24 @@ job completes, as HTCondor's schedd does, with nothing for the user to run.
 `fetchwork up` runs a `LocalDelivery` beside its broker and startd. It follows
 the pool's event stream; for a job that completed with outputs waiting, that was
 submitted on this machine (its FileSystemDomain is this machine's) and not with
-`-spool`, it writes them as the job's Owner: when `up` runs as root in a child
-it forks for that Owner's jobs of the moment (those whose completions came
-together), which connects to the pool and then becomes the Owner (its uid,
-its gid as its only group; never root) before it touches a file; otherwise in
-this process, and only for jobs of the user running `up` (others wait for
-`fetchwork transfer-data`). Completions are gathered for a quarter of a
-second, so one child writes many jobs' outputs. Every so often it also looks
-for outputs it may have missed (a restart) and settles outputs whose time ran
-out.
+`-spool`, it writes them as the job's Owner: when `up` runs as root, from its own
+thread, which takes the Owner's rights (its uid as effective uid, its gid as its
+only group; never root) while it writes a job's files and root's back for the
+pool's bookkeeping (privstate.py); otherwise in this process, and only for jobs
+of the user running `up` (others wait for `fetchwork transfer-data`).
+Completions are gathered for a quarter of a second, so that one pass reads many
+jobs' ads at once. Every so often it also looks for outputs it may have missed
+(a restart) and settles outputs whose time ran out.
 
-Why a fork for each Owner's burst of jobs: this process has the code loaded
-and the pool's client made (its scripts loaded), so a child costs a fork, not
-the start of an interpreter, and one connection; the child gives up root for
-good before it writes (set*id in a child cannot be taken back, and a process
-that left root cannot be traced by the user it became), the files are written
-with exactly the Owner's rights, and nothing long-lived runs as a user while
-holding the pool's connection, as one process kept per Owner would.
+Why in the thread rather than in a child forked per Owner (as before, and still
+where the change of ids cannot be made for the calling thread alone): the fork
+cost the `up` process a child's page copies and a new connection to the pool for
+every burst of completions, more CPU than the writing of small outputs. The
+thread's change of ids is its own (the kernel's calls, not glibc's, which would
+change `up`'s other threads too); every folder is still opened without following
+a link and every file made under a temporary name as the Owner, so the files have
+exactly the Owner's rights, and the Owner can neither signal nor trace `up`
+(its real and saved uid stay root's, and the kernel marks it not dumpable).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from fetchwork.config.loader import Config
 from fetchwork.config.protocol import job_id_key
 from fetchwork.errors import FetchworkError
 
-from . import delivery, stored
+from . import delivery, privstate, stored
 from .sandbox import become
 
 log = logging.getLogger(__name__)
@@ -170,14 +171,34 @@ class LocalDelivery:
             for job_id, _ad in owned:
                 self._failed(job_id, "outputs are never written as root")
             return
-        store.scripts.ensure_loaded(["transfer_settle"])  # once here, known to the child
-        for job_id, why in deliver_as(store, owned, (entry.pw_uid, entry.pw_gid)).items():
+        user = (entry.pw_uid, entry.pw_gid)
+        if privstate.per_thread():
+            failed = deliver_in_thread(store, owned, user)
+        else:
+            store.scripts.ensure_loaded(["transfer_settle"])  # once here, known to the child
+            failed = deliver_as(store, owned, user)
+        for job_id, why in failed.items():
             self._failed(job_id, why)
 
     def _failed(self, job_id: str, why: str) -> None:
         if job_id not in self._tried:
             log.warning("job %s: outputs not delivered: %s", job_id, why)
             self._tried.add(job_id)
+
+
+def deliver_in_thread(store: Store, jobs: list[tuple[str, Mapping[str, Any]]],
+                      user: tuple[int, int]) -> dict[str, str]:
+    """Deliver the outputs of `jobs` (job id, ad) from this thread, which takes `user`'s
+    (uid, gid) rights (privstate.as_user: this thread's only) while it writes each
+    job's files, and root's back for the pool's bookkeeping; the jobs not delivered,
+    with why."""
+    failed: dict[str, str] = {}
+    for job_id, ad in jobs:
+        try:
+            delivery.deliver(store, job_id, ad, rights=lambda: privstate.as_user(user))
+        except (FetchworkError, OSError) as exc:
+            failed[job_id] = str(exc)
+    return failed
 
 
 def deliver_as(store: Store, jobs: list[tuple[str, Mapping[str, Any]]],

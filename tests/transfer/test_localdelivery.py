@@ -1,21 +1,24 @@
-"""Delivery on a pool on one machine under root (transfer/localdelivery.py): one
-forked child per Owner writes that Owner's jobs' outputs as the Owner, never as
-root, on a real Redis; a job it cannot write for is named with why, the others
-are delivered all the same."""
+"""Delivery on a pool on one machine under root (transfer/localdelivery.py): the
+delivering thread (or, where its ids cannot change alone, one forked child per
+Owner) writes that Owner's jobs' outputs as the Owner, never as root, on a real
+Redis; a job it cannot write for is named with why, the others are delivered all
+the same; the thread's ids are root's again after, and another thread's stay
+root's throughout."""
 
 from __future__ import annotations
 
 import os
 import pwd
 import random
+import threading
 from pathlib import Path
 
 import pytest
 
 from fetchwork.broker.store import Store
-from fetchwork.transfer import delivery, stored
+from fetchwork.transfer import delivery, privstate, stored
 from fetchwork.transfer.chunks import ChunkStore
-from fetchwork.transfer.localdelivery import deliver_as
+from fetchwork.transfer.localdelivery import deliver_as, deliver_in_thread
 from fetchwork.transfer.manifest import Manifest
 
 pytestmark = [pytest.mark.timeout(60),
@@ -36,8 +39,11 @@ def _output(store: Store, tmp_path: Path, job_id: str, name: str, size: int) -> 
                          resend=lambda _d: None, output_of=job_id, expires_s=2**31)
 
 
+@pytest.mark.parametrize("where", ["child", "thread"])
 def test_one_child_writes_an_owners_jobs_as_that_owner(redis_client, pool_name, tmp_path,
-                                                        job_tmp):
+                                                        job_tmp, where):
+    if where == "thread" and not privstate.per_thread():
+        pytest.skip("this machine's thread cannot change its ids alone")
     store = Store(redis_client, pool_name, 1000)
     store.scripts.ensure_loaded(["transfer_settle"])
     nobody = pwd.getpwnam("nobody")
@@ -51,7 +57,26 @@ def test_one_child_writes_an_owners_jobs_as_that_owner(redis_client, pool_name, 
         ident = _output(store, tmp_path, job_id, f"out-{job_id}.bin", 5000)
         jobs.append((job_id, {"Iwd": str(iwd), delivery.OUTPUT_MANIFEST_ATTR: ident}))
 
-    failed = deliver_as(store, jobs, (nobody.pw_uid, nobody.pw_gid))
+    before = privstate.ids()
+    others: list[object] = []
+    stop = threading.Event()
+
+    def other() -> None:  # another thread of the process, looking all along
+        while not stop.wait(0.001):
+            others.append(privstate.ids())
+
+    watcher = threading.Thread(target=other)
+    watcher.start()
+    try:
+        if where == "child":
+            failed = deliver_as(store, jobs, (nobody.pw_uid, nobody.pw_gid))
+        else:
+            failed = deliver_in_thread(store, jobs, (nobody.pw_uid, nobody.pw_gid))
+    finally:
+        stop.set()
+        watcher.join()
+    assert privstate.ids() == before
+    assert others and set(map(str, others)) == {str(before)}
 
     assert list(failed) == ["5.1"] and "out-5.1.bin" in failed["5.1"]
     for job_id in ("5.0", "5.2"):
