@@ -195,6 +195,14 @@ class TransferStep:
             return False, None
         except transfer.Stopped:
             return True, None
+        except Exception as exc:  # noqa: BLE001 - a fault of the transfer holds the job
+            # (as a child that died without answering would), not the starter.
+            log.exception("the %s transfer failed", direction)
+            code = (HoldCode.TRANSFER_INPUT_ERROR if direction == "input"
+                    else HoldCode.TRANSFER_OUTPUT_ERROR)
+            return True, {"ok": False, "code": int(code),
+                          "reason": f"Transfer {direction} files failed: {exc!r} (see the "
+                                    "starter's log)"}
         finally:
             transfer.restore_name(before)
         log.debug("the %s transfer used %.1f ms of CPU in the starter", direction,

@@ -405,6 +405,8 @@ def prepare(config: Config) -> None:
     global _prepared
     if _prepared is not None and _prepared[0] is config:
         return
+    if _prepared is not None:  # another job's configuration: its client goes
+        _prepared[1].client.close()
     try:
         store = _new_store(config)
         store.scripts.ensure_loaded(SCRIPTS)

@@ -176,3 +176,18 @@ def test_a_transfer_that_runs_plugins_runs_in_a_child(
     assert step.outputs("exit", lambda: False) is None
     pid, user = seen.read_text().split()
     assert int(pid) != os.getpid() and user == "{}:{}".format(*_nobody())
+
+
+def test_a_fault_of_the_transfer_holds_the_job_not_the_starter(
+        store: Store, job_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_args: object, **_kwargs: object) -> dict[str, object]:
+        raise KeyError("a fault")
+
+    monkeypatch.setattr(sandbox, "_steps", broken)
+    folder = _sandbox(job_tmp)
+    before = privstate.ids()
+    _no_fork(monkeypatch)
+    held = _step(folder, {"TransferOutput": "out.txt"}).outputs("exit", lambda: False)
+    assert held is not None and held.code == HoldCode.TRANSFER_OUTPUT_ERROR
+    assert "a fault" in held.reason
+    assert privstate.ids() == before
