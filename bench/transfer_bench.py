@@ -24,6 +24,7 @@ Redis. Under root the submitter is `daemon` and the jobs run as `nobody`.
 - per-job cost: --cost-jobs jobs with two small inputs and one small output,
   against the same jobs without transfer (their files on the shared folder):
   the CPU each of the pool's processes, the submit client and the delivery
+  (the thread of this process that delivers, not the bench's own waiting)
   spent a job.
 
 Prints figures only; the pool's logs go to a file in the temporary folder.
@@ -476,8 +477,12 @@ def cpu_now(run: TransferRun) -> dict[str, float]:
                 pass
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     spent["submit and delivery programs"] = children.ru_utime + children.ru_stime
-    this = resource.getrusage(resource.RUSAGE_SELF)
-    spent["delivery (in the pool's process)"] = this.ru_utime + this.ru_stime
+    # The delivering thread's own CPU: the rest of this process is the bench itself
+    # (its waiting loop, longer when the jobs are), not the pool's cost.
+    delivering = run.pool._delivery_thread
+    spent["delivery (in the pool's process)"] = sum(
+        thread.user_time + thread.system_time for thread in psutil.Process().threads()
+        if delivering is not None and thread.id == delivering.native_id)
     return spent
 
 
