@@ -129,12 +129,16 @@ class LocalDelivery:
 
     def _deliver(self, store: Store, jobs: Mapping[str, object]) -> None:
         """Deliver the waiting outputs of `jobs` (those this machine delivers); under root
-        the jobs of one Owner are written by one child."""
+        the jobs of one Owner together (from this thread, or one child)."""
         by_owner: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+        # delivery.deliver looks whether a job's outputs still wait; a look here
+        # first only spares a fork, or a log line about another user's outputs.
+        look = not (os.geteuid() == 0 and privstate.per_thread())
         for job_id, ad in store.hashes(sorted(jobs, key=job_id_key)):
             if not local_job(ad, self.domain):
                 continue
-            if not stored.is_waiting(store, job_id, str(delivery.output_manifest(ad))):
+            if look and not stored.is_waiting(store, job_id,
+                                              str(delivery.output_manifest(ad))):
                 continue
             by_owner.setdefault(str(ad.get("Owner")), []).append((job_id, ad))
         for owner, owned in by_owner.items():
@@ -160,7 +164,8 @@ class LocalDelivery:
 
     def _deliver_as_owner(self, store: Store, owner: str,
                           owned: list[tuple[str, Mapping[str, Any]]]) -> None:
-        """Root: the jobs of `owner` in one child that becomes the Owner."""
+        """Root: the jobs of `owner` written with the Owner's rights, from this thread
+        (`deliver_in_thread`) or in one child that becomes the Owner (`deliver_as`)."""
         try:
             entry = pwd.getpwnam(owner)
         except KeyError:
