@@ -32,7 +32,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,26 @@ class Step:
                                  fields=[(k, str(v)) for k, v in fields.items()])
         except Exception as exc:  # noqa: BLE001 - the log entry must not fail the transfer
             log.warning("job %s: cannot record the %s event: %s", self.job_id, kind, exc)
+
+    def events(self, kinds: Sequence[str], **fields: Any) -> None:
+        """Events `kinds` with the same `fields` in one round trip (a transfer's queued
+        and started events: it starts as it is queued)."""
+        listed = [(k, str(v)) for k, v in fields.items()]
+        try:
+            with self.store.client.pipeline(transaction=False) as pipe:
+                for kind in kinds:
+                    calls.queue_transfer_event(self.store, pipe, job_id=self.job_id,
+                                               kind=kind, fields=listed)
+                pipe.execute()
+            return
+        except redis.exceptions.NoScriptError:  # Redis lost its scripts: one at a time
+            self.store.scripts.forget()
+        except Exception as exc:  # noqa: BLE001 - the log entry must not fail the transfer
+            log.warning("job %s: cannot record the %s events: %s", self.job_id,
+                        " and ".join(kinds), exc)
+            return
+        for kind in kinds:
+            self.event(kind, **fields)
 
     # -- input ----------------------------------------------------------------
 
@@ -507,9 +527,8 @@ def _transfer(config: Config, store: Store, direction: str, sandbox: str,
 def _steps(step: Step, direction: str, manifest: Manifest, cache: ChunkCache | None,
            cached_bytes: int, evicted: bool) -> dict[str, Any]:
     """The transfer's file work with its user log events, as the job's user."""
-    step.event(f"{direction}_queued", host=step.host)
     started = time.monotonic()
-    step.event(f"{direction}_started", host=step.host)
+    step.events((f"{direction}_queued", f"{direction}_started"), host=step.host)
     try:
         if direction == "input":
             attrs = step.inputs(manifest, cache, cached_bytes)

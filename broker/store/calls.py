@@ -505,3 +505,13 @@ def transfer_event(store: Store, *, job_id: str, kind: str,
     flat = [item for pair in fields for item in pair]
     return codec.text(store.scripts.call("transfer_event", [store.keys.events],
                                          [store.events_maxlen, job_id, kind, *flat]))
+
+
+def queue_transfer_event(store: Store, pipe: Pipeline, *, job_id: str, kind: str,
+                         fields: Sequence[tuple[str, str]] = ()) -> None:
+    """transfer_event.lua queued on `pipe`, with `transfer_event`'s arguments (events
+    of one transfer that come together, in one round trip). Its reply in the
+    pipeline's: the event's id."""
+    flat = [item for pair in fields for item in pair]
+    _queue(store, pipe, "transfer_event", [store.keys.events],
+           [store.events_maxlen, job_id, kind, *flat])

@@ -97,6 +97,9 @@ def test_inputs_are_written_as_the_jobs_user_in_the_starters_process(
     assert (folder / "sub" / "b.txt").read_bytes() == b"b" * 100
     assert step.ad["TransferInputStats"]["FetchworkFilesCount"] == 2
     assert step.ad["Iwd"] == str(folder)
+    kinds = [fields[b"kind"] for _id, fields in store.client.xrange(store.keys.events)
+             if fields.get(b"type") == b"transfer" and fields.get(b"job") == b"7.0"]
+    assert kinds == [b"input_queued", b"input_started", b"input_finished"]
 
 
 def test_an_input_is_not_written_into_a_root_only_folder(
