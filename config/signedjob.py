@@ -34,6 +34,15 @@ signed attribute changes the leaf and so the root; a proof taken from
 another batch or another pool gives a root (or a signed pool name) that its
 signature does not cover. `v1` (one signature per job, from before batches)
 is still checked, so jobs queued before an upgrade keep running.
+
+What a batch shares is stored once in the pool, not in every job: the
+leader writes one string per batch (`batch_blob`: the root signature, the
+batch id and size, then every level of the tree, leaves first, 32 bytes a
+node), and each job's hash holds only which batch and which leaf it is. The
+claim that hands a job to an execute machine reads the job's sibling nodes
+from that string (lua/sigbatch.lua) and gives the job its whole `v2`
+FetchworkSignature, the text `proof_text` makes from the same bytes, so the
+check above is the same for a job signed either way.
 """
 
 from __future__ import annotations
@@ -321,6 +330,76 @@ def sign_leaves(key: Ed25519PrivateKey, pool: str, batch_id: str,
     head = f"{VERSION}:{batch_id}:{count}:"
     return [f"{head}{index}:{signature}:{base64.b64encode(path).decode()}"
             for index, path in enumerate(paths)]
+
+
+# The batch string: the root's Ed25519 signature, then "<batch id>:<count>" padded with
+# spaces to BLOB_HEADER_BYTES, then each level of the tree from the leaves up.
+SIGNATURE_BYTES = 64
+BLOB_HEADER_BYTES = 160
+
+
+@dataclass(frozen=True)
+class SignedBatch:
+    """A batch signed for the pool to store once (`blob`); its jobs are its leaves, in
+    order, so a job's index is its place in the batch."""
+
+    batch_id: str
+    count: int
+    blob: bytes
+
+
+def levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
+    """Every level of the hash tree over `leaves` (at least one), the leaves first and
+    the root last; an odd level's last node goes up unchanged (as `tree`)."""
+    if not leaves:
+        raise ValueError("a batch signature needs at least one job")
+    level = list(leaves)
+    out = [level]
+    while len(level) > 1:
+        up = [_node(level[pos], level[pos + 1]) for pos in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            up.append(level[-1])
+        level = up
+        out.append(level)
+    return out
+
+
+def sign_batch_blob(key: Ed25519PrivateKey, pool: str, batch_id: str,
+                    leaves: Sequence[bytes]) -> SignedBatch:
+    """The batch of `leaves` signed once, as the string the pool stores for it: the
+    root's signature, the batch id and size, every level's nodes."""
+    if not _BATCH_ID_RE.match(batch_id):
+        raise ValueError(f"batch id {batch_id!r} is not [A-Za-z0-9_.-], 1 to 64 characters")
+    tiers = levels(leaves)
+    count = len(leaves)
+    signature = key.sign(batch_text(pool, batch_id, count, tiers[-1][0]))
+    head = f"{batch_id}:{count}".encode().ljust(BLOB_HEADER_BYTES - SIGNATURE_BYTES)
+    return SignedBatch(batch_id, count, b"".join(
+        [signature, head, *(node for tier in tiers[:-1] for node in tier)]))
+
+
+def proof_text(blob: bytes, index: int) -> str | None:
+    """The `v2` FetchworkSignature of leaf `index` of a stored batch string, as the claim
+    rebuilds it (lua/sigbatch.lua); None when the string or the index does not fit."""
+    head = blob[SIGNATURE_BYTES:BLOB_HEADER_BYTES].decode("ascii", "replace").strip()
+    batch_id, _, count_text = head.rpartition(":")
+    if not count_text.isdigit() or not 0 <= index < int(count_text):
+        return None
+    count = int(count_text)
+    path, pos, size, offset = [], index, count, BLOB_HEADER_BYTES
+    while size > 1:
+        sibling = pos ^ 1
+        if sibling < size:
+            start = offset + sibling * DIGEST_BYTES
+            node = blob[start:start + DIGEST_BYTES]
+            if len(node) != DIGEST_BYTES:
+                return None
+            path.append(node)
+        offset += size * DIGEST_BYTES
+        pos, size = pos // 2, (size + 1) // 2
+    signature = base64.b64encode(blob[:SIGNATURE_BYTES]).decode()
+    return (f"{VERSION}:{batch_id}:{count}:{index}:{signature}:"
+            f"{base64.b64encode(b''.join(path)).decode()}")
 
 
 @dataclass(frozen=True)

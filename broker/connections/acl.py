@@ -38,7 +38,9 @@ COMMON = ("ping", "echo", "time", "select", "multi", "exec", "discard", "script|
           "get", "mget", "exists", "type", "pttl", "hget", "hmget", "hgetall", "hkeys", "hlen",
           "zrange", "zrangebyscore", "zrevrange", "zrevrangebyscore", "zscore", "zmscore",
           "zrank", "zcard", "zrangebylex",
-          "zcount", "xread", "xrange", "xrevrange", "xlen")
+          "zcount", "xread", "xrange", "xrevrange", "xlen",
+          # the claim's read of a job's signed batch (lua/sigbatch.lua)
+          "getrange")
 # On Redis Cluster (FETCHWORK_BROKER_CLUSTER): reading the slot map to find the pool's master.
 CLUSTER_MAP = ("cluster|slots",)
 # Commands the bodies of the job transition scripts run (the LIBRARY parts and each script)

@@ -28,7 +28,9 @@ checks of filters/signing.py (its staged digest). With no submission filter
 or template (and no DEFAULT_JOB_EXCLUSIVE to add), signing is the whole
 admission: jobs are checked against the pool's rules, signed a batch at a
 time (one signature per batch) and admitted in batches (admit_signed.lua,
-which also applies the scheduling limits) on the pass's own thread.
+which also applies the scheduling limits) on the pass's own thread. A batch's
+signature and hash tree are stored once (lua/sigbatch.lua), and each pass
+frees the stored batches whose jobs have all left the queue (sig_sweep.lua).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from fetchwork.broker.store.jobads import ad_prio
 from fetchwork.broker.store.states import State, clamp_prio, is_managed
 from fetchwork.config.ads import from_dict
 from fetchwork.config.protocol import HoldCode
-from fetchwork.config.signedjob import SIGNATURE_ATTR, leaf_digest, signed_text_of
+from fetchwork.config.signedjob import SIGNATURE_ATTR, SignedBatch, leaf_digest, signed_text_of
 from fetchwork.errors import AdError
 
 from .admission import activate, admit
@@ -74,6 +76,8 @@ log = logging.getLogger(__name__)
 
 # Seconds between passes when no event brings one.
 POLL_S = 0.5
+# Stored signed batches a pass looks at to free those whose jobs have all left the queue.
+SWEEP_BATCHES = 32
 # What the last filter call of a chain leaves for the verdict to reach the claim.
 VERDICT_MARGIN_S = 0.3
 # A claim's reply list outlives the claim's wait by far.
@@ -183,12 +187,19 @@ class FilterLeader:
         """Hand out what waits for a verdict; release due holds. Returns the new work."""
         now_s = time.time() if now_s is None else now_s
         keys, client = self.store.keys, self.store.client
-        pipe = client.pipeline(transaction=False)
-        pipe.zrange(keys.validating, 0, BATCH - 1)
-        pipe.zrange(keys.activating, 0, BATCH - 1, withscores=True)
-        pipe.zrangebyscore(keys.holds, "-inf", int(now_s), start=0, num=BATCH)
-        pipe.hvals(keys.reservations)
-        validating, activating, due, reserved = pipe.execute()
+
+        def read() -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            pipe.zrange(keys.validating, 0, BATCH - 1)
+            pipe.zrange(keys.activating, 0, BATCH - 1, withscores=True)
+            pipe.zrangebyscore(keys.holds, "-inf", int(now_s), start=0, num=BATCH)
+            pipe.hvals(keys.reservations)
+            if self.signer is not None:
+                # Signed batches whose jobs have all left the queue (lua/sig_sweep.lua).
+                calls.sig_sweep(self.store, pipe, batches=SWEEP_BATCHES)
+            return list(pipe.execute())
+
+        validating, activating, due, reserved = self._once_more(read)[:4]
         if self._signing_only():
             self._signing_left = self._admit_signed(Store.ids(validating))
             validating = []
@@ -349,15 +360,14 @@ class FilterLeader:
                 admitted.append((job, prio, blocked,
                                  "" if data.get(AUTOCLUSTER_ATTR) == gid else gid))
                 leaves.append(leaf)
-            signatures = self.signer.sign_leaves(leaves) if leaves else []
+            # One signed string for the batch, stored once; each job its place in it.
+            signed_batch = self.signer.sign_batch(leaves) if leaves else None
             # Jobs gone or no longer waiting leave the validating set (admit.lua's rule).
             waiting = [job for job, _data in found]
             kept = set(waiting)
             done += len(batch)
-            head = self._admit_batch(
-                [(job, prio, signature, blocked, gid) for (job, prio, blocked, gid), signature
-                 in zip(admitted, signatures, strict=True)],
-                [job for job in batch if job not in kept], waiting, grouper)
+            head = self._admit_batch(admitted, signed_batch,
+                                     [job for job in batch if job not in kept], waiting, grouper)
             batch = following if ahead is not None else head
             if ahead is None and batch and done < SIGNED_PER_PASS:
                 ahead = self._ahead.submit(self._read_waiting, batch)
@@ -383,7 +393,8 @@ class FilterLeader:
                  if data and data.get("FetchworkState") in _WAITING]
         return found, [digests[job] for job, _data in found]
 
-    def _admit_batch(self, signed: list[tuple[str, int, str, bool, str]], strays: list[str],
+    def _admit_batch(self, signed: list[tuple[str, int, bool, str]],
+                     signed_batch: SignedBatch | None, strays: list[str],
                      decided: list[str], grouper: Grouper) -> list[str]:
         """admit_signed.lua for one batch, the autoclusters' representatives as the
         leader makes them (one a submission wrote differently, as a submit.lua call made
@@ -396,8 +407,8 @@ class FilterLeader:
             pipe = store.client.pipeline(transaction=False)
             if reps:
                 pipe.hset(store.keys.ac_reps, items=reps)
-            if signed:
-                calls.admit_signed(store, pipe, jobs=signed,
+            if signed and signed_batch is not None:
+                calls.admit_signed(store, pipe, jobs=signed, batch=signed_batch.blob,
                                    blocked_reason=poolrules.WAITING_REASON)
             if strays:
                 pipe.zrem(store.keys.validating, *strays)

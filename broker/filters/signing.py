@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from redis.client import Pipeline
 
 from fetchwork.broker.store import Store, poolrules
+from fetchwork.config.signedjob import SignedBatch
 
 
 class BatchSigner(Protocol):
@@ -32,6 +33,8 @@ class BatchSigner(Protocol):
     def sign_texts(self, texts: Sequence[bytes]) -> list[str]: ...
 
     def sign_leaves(self, leaves: Sequence[bytes]) -> list[str]: ...
+
+    def sign_batch(self, leaves: Sequence[bytes]) -> SignedBatch: ...
 
 
 def _split(job: str) -> tuple[str, str]:

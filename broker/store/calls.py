@@ -293,18 +293,26 @@ def qedit(store: Store, *, job_ids: Sequence[str], attr: str, value: bytes,
 
 # -- a person's requests, carried out by the leader (broker/trust/desk.py) --------------------
 
-def admit_signed(store: Store, pipe: Pipeline, *, jobs: Sequence[tuple[str, int, str, bool, str]],
-                 blocked_reason: str) -> None:
+def admit_signed(store: Store, pipe: Pipeline, *, jobs: Sequence[tuple[str, int, bool, str]],
+                 batch: bytes, blocked_reason: str) -> None:
     """admit_signed.lua, queued on `pipe`: admit VALIDATING jobs, each (id, JobPrio,
-    FetchworkSignature, kept BLOCKED by the limits, autocluster or ''), whose admission
-    is their signature and the pool's rules (a signing pool with no submission filter:
-    filters/leader.py); `blocked_reason` is what the limits' BLOCKED jobs show. Its
-    reply in the pipeline's: how many were still VALIDATING and were admitted."""
+    kept BLOCKED by the limits, autocluster or ''), whose admission is their signature
+    and the pool's rules (a signing pool with no submission filter: filters/leader.py);
+    `batch` is their signed batch's string (config/signedjob.py sign_batch_blob, the
+    jobs its leaves in order), stored once for them; `blocked_reason` is what the
+    limits' BLOCKED jobs show. Its reply in the pipeline's: how many were still
+    VALIDATING and were admitted."""
     keys = store.pool_keys() + [store.keys.job(job[0]) for job in jobs]
     _queue(store, pipe, "admit_signed", keys,
-           [*store.head_args(), blocked_reason,
-            *(value for job_id, prio, signature, blocked, group in jobs
-              for value in (job_id, prio, signature, "1" if blocked else "", group))])
+           [*store.head_args(), blocked_reason, batch,
+            *(value for job_id, prio, blocked, group in jobs
+              for value in (job_id, prio, "1" if blocked else "", group))])
+
+
+def sig_sweep(store: Store, pipe: Pipeline, *, batches: int) -> None:
+    """sig_sweep.lua, queued on `pipe`: free up to `batches` stored signed batches (taken
+    at random) whose jobs have all left the queue; its reply: how many were freed."""
+    _queue(store, pipe, "sig_sweep", [store.keys.queue, store.keys.sig_batches], [batches])
 
 
 # -- the leader's duties ---------------------------------------------------------------------

@@ -20,6 +20,9 @@ in one Redis Cluster slot and every Lua script touches one slot.
     fw:{P}:validating    zset: VALIDATING jobs (submission filters pending), scored by sequence
     fw:{P}:staged:<C>    hash: ProcId -> the digest of a waiting job's signed attributes
                          (filters/signing.py); never written by the execute role
+    fw:{P}:sig:<n>       string: signed batch n: its signature, id and size, the tree's nodes
+    fw:{P}:sig:<n>:jobs  string: batch n's jobs that may still be queued ("C.P0-P1 ...")
+    fw:{P}:sigbatches    set: the live signed batches' numbers; sigcount: the last number
     fw:{P}:activating    zset: ACTIVATING jobs (activation chain running), scored by deadline (ms)
     fw:{P}:blocks        zset: jobs whose activation answered 1, scored by priority group
     fw:{P}:reservations  hash: slot name -> the job an activation answer 2 reserved it for
@@ -153,6 +156,20 @@ class PoolKeys:
     # the broker service write (never the execute role).
     def staged(self, cluster: int | str) -> str:
         return f"{self.prefix}staged:{cluster}"
+
+    # Signed batches (config/signedjob.py, lua/sigbatch.lua): what the jobs of one
+    # signed batch share, stored once, and the pool's live batches. Strings and a set:
+    # types no submitter or execute rule may write (broker/connections/acl.py).
+    sig_batches = _named("sigbatches")
+    sig_counter = _named("sigcount")
+
+    def sig_batch(self, number: int | str) -> str:
+        """Batch `number`'s string: signature, batch id and size, the tree's nodes."""
+        return f"{self.prefix}sig:{number}"
+
+    def sig_jobs(self, number: int | str) -> str:
+        """The jobs of batch `number` that may still be queued, as cluster.proc runs."""
+        return f"{self.prefix}sig:{number}:jobs"
 
     def activation(self, token: str) -> str:
         return f"{self.prefix}activation:{token}"

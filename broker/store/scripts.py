@@ -56,10 +56,15 @@ STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_
               "publish_rules",
               # File transfer: chunks, manifests and their references (transferrefs.lua).
               "transfer_chunk", "transfer_attach", "transfer_detach", "transfer_settle",
-              "transfer_event")
+              "transfer_event",
+              # Signed batches no queued job needs any more (broker/filters/leader.py).
+              "sig_sweep")
 
 # What every transition script is put after, in this order (each part uses the ones before).
-LIBRARY = ("jobad", "lib", "acindex", "transferrefs", "jobstates")
+LIBRARY = ("jobad", "lib", "acindex", "transferrefs",
+           # A signed job's signature, rebuilt from its batch for the claim.
+           "sigbatch",
+           "jobstates")
 # Standalone scripts that read job hashes: they get jobad.lua's readers.
 JOB_READERS = ("read_ads", "read_fields", "bypass")
 # The parts a script gets just before its own text (after LIBRARY for a transition).

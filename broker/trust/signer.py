@@ -7,8 +7,10 @@ signs the jobs it admits (filters/leader.py), so no job reaches a slot
 unsigned. It signs a batch at a time: one Ed25519 signature over the root of
 a hash tree of the batch's jobs, with the pool's name and a batch id
 (config/signedjob.py), so a job costs the leader its signed text and a few
-SHA-256 hashes. A pool on one machine makes its own key pair
-(`ensure_key_pair`, called by `fetchwork up`).
+SHA-256 hashes. What a batch shares (its signature and the tree's nodes) is
+stored once in the pool (`sign_batch`); each job names its batch and leaf.
+A pool on one machine makes its own key pair (`ensure_key_pair`, called by
+`fetchwork up`).
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ class Signer:
     def sign_leaves(self, leaves: Sequence[bytes]) -> list[str]:
         """`sign_texts` from the jobs' leaves (signedjob.leaf_digest of their texts)."""
         return signedjob.sign_leaves(self._key, self.pool, self._batch_id(), leaves)
+
+    def sign_batch(self, leaves: Sequence[bytes]) -> signedjob.SignedBatch:
+        """One batch of jobs (their leaves, in order) signed as the string the pool
+        stores once for them all (signedjob.sign_batch_blob); each job keeps only its
+        place in the batch."""
+        return signedjob.sign_batch_blob(self._key, self.pool, self._batch_id(), leaves)
 
     def _batch_id(self) -> str:
         return f"{self._prefix}.{next(self._count)}"

@@ -15,6 +15,6 @@ if own_activation(key, token) then
   return nil
 end
 if own_claim(key, token) then
-  return cmsgpack.pack({id, ad_flat(key)})
+  return cmsgpack.pack({id, with_signature(key, ad_flat(key))})
 end
 return nil

@@ -5,23 +5,50 @@
 -- batch's sorted-set writes made once for all its jobs.
 -- KEYS: the pool keys of lib.lua; KEYS[FIRST_JOB_KEY..] the jobs' hashes, in ARGV order.
 -- ARGV[1] now ms or '', ARGV[2] events cap, ARGV[3] the BlockedReason the pool's
---   scheduling limits give a job, then per job five values: its id, its JobPrio
---   (clamped, for the idle order), its FetchworkSignature, '1' when the limits keep
---   it BLOCKED for the policy's pass (else ''), and its autocluster as the leader
---   grouped it ('' to keep the stored one).
+--   scheduling limits give a job, ARGV[4] the batch's signed string
+--   (config/signedjob.py sign_batch_blob: the jobs are its leaves in ARGV order),
+--   then per job four values: its id, its JobPrio (clamped, for the idle order),
+--   '1' when the limits keep it BLOCKED for the policy's pass (else ''), and its
+--   autocluster as the leader grouped it ('' to keep the stored one).
+-- The batch's string is stored once, as batch n (a number from sigcount not in use:
+-- sigbatch.lua describes the keys), with the runs of the jobs admitted, and each
+-- admitted job's hash gets SIG_REF "<n>:<its place in the batch>" (a FetchworkSignature
+-- it held is dropped); the claim rebuilds its signature from them (sigbatch.lua).
 -- A job that no longer awaits admission (removed meanwhile: jobstates.lua
 -- awaits_admission) is left alone and leaves the validating set. FetchworkOrder
 -- becomes -JobPrio * PRIO_SCALE + the job's sequence; a job submitted on hold is
 -- HELD, one with a BlockedReason or dependencies BLOCKED, any other IDLE in its
 -- autocluster; one 'admit' event per job.
 -- Returns the number of jobs admitted.
-local count = (#ARGV - 3) / 5
+local WIDTH = 4
+local count = (#ARGV - 4) / WIDTH
 local ids = {}
-for j = 0, count - 1 do ids[j + 1] = ARGV[4 + 5 * j] end
+for j = 0, count - 1 do ids[j + 1] = ARGV[5 + WIDTH * j] end
+local P = string.sub(K_QUEUE, 1, #K_QUEUE - #'queue')
+local number = nil
+if count > 0 then
+  -- A number no stored batch has (the counter is the leader's, but never trusted).
+  repeat
+    number = redis.call('INCR', P .. 'sigcount')
+  until redis.call('EXISTS', P .. 'sig:' .. number) == 0
+end
+-- The admitted jobs as runs of consecutive procs of one cluster (sig_sweep.lua).
+local runs, run_cluster, run_first, run_last = {}, nil, nil, nil
+local function add_run(id)
+  local cluster, proc = string.match(id, '^(%d+)%.(%d+)$')
+  if not cluster then return end
+  proc = tonumber(proc)
+  if cluster == run_cluster and proc == run_last + 1 then
+    run_last = proc
+    return
+  end
+  if run_cluster then runs[#runs + 1] = run_cluster .. '.' .. run_first .. '-' .. run_last end
+  run_cluster, run_first, run_last = cluster, proc, proc
+end
 local seqs = count > 0 and redis.call('ZMSCORE', K_QUEUE, unpack(ids)) or {}
 local waiting = count > 0 and redis.call('ZMSCORE', K_VALIDATING, unpack(ids)) or {}
 local NAMES = {'FetchworkState', 'HoldReasonCode', 'BlockedReason', 'FetchworkWaitingOn',
-               AUTOCLUSTER_ATTR}
+               AUTOCLUSTER_ATTR, 'FetchworkSignature'}
 -- What a job that awaits admission may show (awaits_admission), packed.
 local AWAITS = {[cmsgpack.pack('VALIDATING')] = 'always', [cmsgpack.pack('IDLE')] = 'listed',
                 [cmsgpack.pack('BLOCKED')] = 'listed', [cmsgpack.pack('HELD')] = 'listed'}
@@ -32,16 +59,17 @@ local PACKED_IDLE_STATUS, PACKED_NOW = cmsgpack.pack(STATUS_IDLE), cmsgpack.pack
 local PACKED_STATE = {IDLE = cmsgpack.pack('IDLE'), BLOCKED = cmsgpack.pack('BLOCKED')}
 for j = 0, count - 1 do
   local key = KEYS[FIRST_JOB_KEY + j]
-  local at = 4 + 5 * j
-  local id, prio, signature = ARGV[at], ARGV[at + 1], ARGV[at + 2]
-  local blocked, group = ARGV[at + 3], ARGV[at + 4]
+  local at = 5 + WIDTH * j
+  local id, prio = ARGV[at], ARGV[at + 1]
+  local blocked, group = ARGV[at + 2], ARGV[at + 3]
   local got = hmget_raw(key, NAMES, clusters)
   local awaits = got[1] and AWAITS[got[1]]
   gone[#gone + 1] = id
   if awaits == 'always' or (awaits == 'listed' and waiting[j + 1]) then
     local order = -tonumber(prio) * PRIO_SCALE + (tonumber(seqs[j + 1]) or 0)
-    local fields = {'FetchworkSignature', cmsgpack.pack(signature),
-                    'FetchworkOrder', cmsgpack.pack(order)}
+    local fields = {SIG_REF, number .. ':' .. j, 'FetchworkOrder', cmsgpack.pack(order)}
+    if got[6] then redis.call('HDEL', key, 'FetchworkSignature') end
+    add_run(id)
     if blocked == '1' and not got[3] then
       fields[#fields + 1] = 'BlockedReason'
       fields[#fields + 1] = cmsgpack.pack(ARGV[3])
@@ -79,6 +107,12 @@ for j = 0, count - 1 do
     end
     admitted = admitted + 1
   end
+end
+if admitted > 0 then
+  if run_cluster then runs[#runs + 1] = run_cluster .. '.' .. run_first .. '-' .. run_last end
+  redis.call('SET', P .. 'sig:' .. number, ARGV[4])
+  redis.call('SET', P .. 'sig:' .. number .. ':jobs', table.concat(runs, ' '))
+  redis.call('SADD', P .. 'sigbatches', number)
 end
 if #gone > 0 then
   for start = 1, #gone, 1000 do

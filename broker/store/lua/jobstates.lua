@@ -125,7 +125,8 @@ local function answer(reply, value, ttl_ms)
 end
 
 -- (not running) -> RUNNING under claim `token` on `slot`: the lease starts,
--- HoldUntil is cleared. Returns cmsgpack {job id, the job's ad flat (ad_flat)}.
+-- HoldUntil is cleared. Returns cmsgpack {job id, the job's ad flat (ad_flat)}, with
+-- its signature rebuilt from its signed batch (sigbatch.lua).
 local function start_claim(key, id, token, slot, default_lease_s)
   local expiry = NOW + lease_ms(key, default_lease_s)
   idle_remove(key, id)
@@ -146,7 +147,7 @@ local function start_claim(key, id, token, slot, default_lease_s)
   setv(key, 'NumJobStarts', (tonumber(getv(key, 'NumJobStarts')) or 0) + 1)
   set_state(key, 'RUNNING', STATUS_RUNNING)
   event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
-  return cmsgpack.pack({id, ad_flat(key)})
+  return cmsgpack.pack({id, with_signature(key, ad_flat(key))})
 end
 
 -- A job still waiting on dependencies (FetchworkWaitingOn, see

@@ -19,6 +19,7 @@ from fetchwork.broker.trust.signer import Signer, ensure_key_pair
 from fetchwork.config import signedjob
 from fetchwork.config.ads import format_ad, parse_ad
 from fetchwork.config.loader import Config
+from tests.support.sigbatches import handed_ad
 
 
 @pytest.fixture
@@ -54,7 +55,8 @@ def test_every_job_waits_and_is_signed_when_admitted(signing) -> None:
     settle(leader)
     assert {state(broker, job) for job in jobs} == {"IDLE"}
     for job in (jobs[0], jobs[-1]):
-        assert signedjob.check(public, parse_ad(format_ad(broker.get(job))), broker.pool) is None
+        assert signedjob.check(public, parse_ad(format_ad(handed_ad(broker, job))),
+                               broker.pool) is None
 
 
 def test_a_job_changed_while_it_waited_is_refused_not_signed(signing) -> None:
@@ -92,16 +94,16 @@ def test_one_signature_covers_a_batch_and_each_proof_its_own_job(signing) -> Non
     jobs = broker.submit([{"Cmd": "/bin/true", "Arguments": str(n)} for n in range(40)],
                          owner="alice")
     settle(leader)
-    ads = [parse_ad(format_ad(broker.get(job))) for job in jobs]
+    ads = [parse_ad(format_ad(handed_ad(broker, job))) for job in jobs]
     values = [ad["FetchworkSignature"] for ad in ads]
     assert len({value.split(":")[4] for value in values}) == 1  # one root signature
     roots = signedjob.RootCache()
     assert all(signedjob.check(public, ad, broker.pool, roots) is None for ad in ads)
     # Another job's proof, another pool's name, a changed attribute: each refused.
-    swapped = parse_ad(format_ad({**broker.get(jobs[0]), "FetchworkSignature": values[1]}))
+    swapped = parse_ad(format_ad({**handed_ad(broker, jobs[0]), "FetchworkSignature": values[1]}))
     assert signedjob.check(public, swapped, broker.pool, roots) is not None
     assert signedjob.check(public, ads[2], "elsewhere", roots) is not None
-    changed = parse_ad(format_ad({**broker.get(jobs[3]), "Arguments": "99"}))
+    changed = parse_ad(format_ad({**handed_ad(broker, jobs[3]), "Arguments": "99"}))
     assert signedjob.check(public, changed, broker.pool, roots) is not None
 
 

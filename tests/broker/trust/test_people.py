@@ -33,6 +33,7 @@ from fetchwork.config import signedjob
 from fetchwork.config.ads import format_ad, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.errors import BrokerError
+from tests.support.sigbatches import handed_ad
 from tests.support.tlsredis import TlsRedis, tls_redis
 from tests.support.waiting import wait_until
 
@@ -121,8 +122,8 @@ def public_key(folder: Path):
 
 
 def as_startd_sees(broker: Broker, job: str):
-    ad = broker.get(job)
-    assert ad is not None
+    ad = handed_ad(broker, job)
+    assert ad
     return parse_ad(format_ad(ad))
 
 

@@ -1,0 +1,84 @@
+-- sigbatch.lua: a signed job's FetchworkSignature, rebuilt from what its batch
+-- stores once (a library part: store/scripts.py puts it after lib.lua and before
+-- jobstates.lua, whose start_claim hands the signature out with the job).
+--
+-- The leader signs jobs a batch at a time (config/signedjob.py) and stores, per
+-- batch n, under the pool's prefix P = "fw:{pool}:":
+--   P.."sig:<n>"       string  the root's Ed25519 signature (64 bytes), then
+--                              "<batch id>:<jobs in batch>" padded with spaces to
+--                              byte 160, then every level of the hash tree from
+--                              the leaves up (not the root), 32 bytes a node
+--   P.."sig:<n>:jobs"  string  the batch's jobs that may still be queued, as runs
+--                              "<cluster>.<first proc>-<last proc>" (sig_sweep.lua)
+--   P.."sigbatches"    set     the numbers of the batches stored
+--   P.."sigcount"      string  the last batch number handed out
+-- and each job's hash holds SIG_REF = "<n>:<leaf index>" (raw, short enough that a
+-- job hash keeps Redis's compact encoding). Only the leader writes these keys
+-- (admit_signed.lua, sig_sweep.lua); a job's hash is writable by the execute role,
+-- so SIG_REF may be changed, but the proof it then yields is another leaf's and the
+-- starter's check refuses the job.
+
+local SIG_REF = '#s'
+local SIG_HEADER, SIG_BYTES, SIG_NODE = 160, 64, 32
+local SIG_B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'
+
+local function sig_base64(data)
+  local out = {}
+  for i = 1, #data, 3 do
+    local a, b, c = string.byte(data, i, i + 2)
+    local n = a * 65536 + (b or 0) * 256 + (c or 0)
+    local q = {math.floor(n / 262144), math.floor(n / 4096) % 64, math.floor(n / 64) % 64, n % 64}
+    -- The characters the group's bytes fill; '=' pads the rest.
+    local chars = 4
+    if c == nil then chars = 3 end
+    if b == nil then chars = 2 end
+    for k = 1, 4 do
+      out[#out + 1] = k <= chars and string.sub(SIG_B64, q[k] + 1, q[k] + 1) or '='
+    end
+  end
+  return table.concat(out)
+end
+
+-- The v2 FetchworkSignature of job hash `key` from its batch's string (the text
+-- signedjob.proof_text makes), or nil when the job names no stored batch.
+local function batch_signature(key)
+  local ref = redis.call('HGET', key, SIG_REF)
+  if not ref then return nil end
+  local number, index = string.match(ref, '^(%d+):(%d+)$')
+  if not number then return nil end
+  local bkey = string.sub(K_QUEUE, 1, #K_QUEUE - #'queue') .. 'sig:' .. number
+  local head = redis.call('GETRANGE', bkey, 0, SIG_HEADER - 1)
+  if #head < SIG_HEADER then return nil end
+  local batch_id, count = string.match(string.sub(head, SIG_BYTES + 1),
+                                       '^([A-Za-z0-9_.-]+):(%d+) *$')
+  if not batch_id then return nil end
+  index, count = tonumber(index), tonumber(count)
+  if index >= count then return nil end
+  local path, pos, size, offset = {}, index, count, SIG_HEADER
+  while size > 1 do
+    local sibling = pos % 2 == 0 and pos + 1 or pos - 1
+    if sibling < size then
+      local at = offset + sibling * SIG_NODE
+      path[#path + 1] = redis.call('GETRANGE', bkey, at, at + SIG_NODE - 1)
+    end
+    offset = offset + size * SIG_NODE
+    pos, size = math.floor(pos / 2), math.floor((size + 1) / 2)
+  end
+  return 'v2:' .. batch_id .. ':' .. count .. ':' .. index .. ':' ..
+    sig_base64(string.sub(head, 1, SIG_BYTES)) .. ':' .. sig_base64(table.concat(path))
+end
+
+-- A job's flat ad (ad_flat) as it is handed to an execute machine: with its
+-- FetchworkSignature rebuilt from its batch, unless it stores one of its own (signed
+-- alone, or queued before batches were stored apart).
+local function with_signature(key, flat)
+  for i = 1, #flat, 2 do
+    if flat[i] == 'FetchworkSignature' then return flat end
+  end
+  local text = batch_signature(key)
+  if text then
+    flat[#flat + 1] = 'FetchworkSignature'
+    flat[#flat + 1] = cmsgpack.pack(text)
+  end
+  return flat
+end
