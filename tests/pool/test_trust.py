@@ -14,7 +14,7 @@ import pytest
 from fetchwork.broker.client import Broker
 from fetchwork.config.loader import Config
 from tests.support.pools import UpPool, fw, pool_up, q_json
-from tests.support.sigbatches import handed_signature
+from tests.support.sigbatches import SIG_REF, handed_signature
 from tests.support.startd import pool_root
 from tests.support.waiting import wait_until
 
@@ -67,3 +67,42 @@ def test_untouched_jobs_run_and_the_pool_says_it_is_unauthenticated(pool: UpPool
     key = Path(pool.env["FETCHWORK_STATE_DIR"]) / "keys" / "job-signing.key"
     assert key.stat().st_mode & 0o077 == 0
     assert fw(pool.env, "acl", "public-key").stdout.startswith("-----BEGIN PUBLIC KEY-----")
+
+
+def test_a_changed_batch_node_or_a_moved_index_is_held_by_the_startd(pool: UpPool) -> None:
+    work = pool.folder("moved")
+    # Four jobs of one batch, held so nothing runs before the batch is tampered with.
+    (work / "four.sub").write_text("executable = /bin/touch\narguments = ran.$(Process)\n"
+                                   "hold = true\nqueue 4\n")
+    fw(pool.env, "submit", "four.sub", cwd=work)
+    ads = sorted(q_json(pool.env), key=lambda ad: ad["ProcId"])
+    jobs = [f"{ad['ClusterId']}.{ad['ProcId']}" for ad in ads
+            if ad["JobStatus"] == 5 and ad.get("Iwd") == str(work)]
+    assert len(jobs) == 4
+    broker = Broker.from_config(Config.load(environ=pool.env))
+    client = broker.client
+    refs = [client.hget(broker.keys.job(job), SIG_REF) for job in jobs]
+    assert all(refs)
+    number = refs[0].decode().partition(":")[0]
+    # What someone who could write the batch's string or a job's hash might try: job 0's
+    # sibling leaf (job 1's) changed; job 2 moved onto job 3's leaf.
+    client.setrange(broker.keys.sig_batch(number), 160 + 32, b"\xff" * 32)
+    client.hset(broker.keys.job(jobs[2]), SIG_REF, f"{number}:3")
+    fw(pool.env, "release", jobs[0], jobs[2])
+
+    def held() -> list[dict]:
+        found = [ad for ad in q_json(pool.env)
+                 if f"{ad['ClusterId']}.{ad['ProcId']}" in (jobs[0], jobs[2])
+                 and ad["JobStatus"] == 5 and "signature" in ad.get("HoldReason", "")]
+        return found if len(found) == 2 else []
+
+    for ad in wait_until(held, timeout_s=120, fail_if=pool.up.died,
+                         what="both tampered jobs held by the startd"):
+        assert "job signature check failed" in ad["HoldReason"]
+        assert ad["HoldReason"].startswith("Error from slot1@")
+    assert not (work / "ran.0").exists() and not (work / "ran.2").exists()
+    # Job 3 is untouched, and its own proof does not pass through job 0's leaf: it runs.
+    fw(pool.env, "release", jobs[3])
+    wait_until(lambda: (work / "ran.3").exists(), timeout_s=120, fail_if=pool.up.died,
+               what="the untouched job ran")
+    broker.remove(jobs)

@@ -33,7 +33,7 @@ from fetchwork.config import signedjob
 from fetchwork.config.ads import format_ad, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.errors import BrokerError
-from tests.support.sigbatches import handed_ad
+from tests.support.sigbatches import SIG_REF, handed_ad
 from tests.support.tlsredis import TlsRedis, tls_redis
 from tests.support.waiting import wait_until
 
@@ -266,6 +266,44 @@ def test_roles_cannot_write_a_persons_namespace_or_move_jobs_by_hand(person) -> 
         with pytest.raises(redis.exceptions.NoPermissionError):
             attempt()
     assert person("alice").get(job)["JobStatus"] == 1
+
+
+def test_no_role_can_write_a_signed_batch_but_the_execute_role_reads_it(
+        person, folder: Path) -> None:
+    """A job's signature is rebuilt at its claim from its batch's stored string: only the
+    broker service writes it, and the execute role (which claims) may read it."""
+    alice = person("alice")
+    [job] = alice.submit([{"Cmd": "/bin/sleep", "Marker": "sigbatch"}])
+    wait_until(lambda: admitted(alice, job), 20, what="admitted")
+    keys = PoolKeys(POOL)
+    execute = person("execute").client
+    ref = execute.hget(keys.job(job), SIG_REF)
+    assert ref is not None
+    number = ref.decode().partition(":")[0]
+    batch, runs = keys.sig_batch(number), keys.sig_jobs(number)
+    before = execute.get(batch)
+    assert before is not None and execute.getrange(batch, 0, 159) == before[:160]
+    for role in ("submitter", "execute", "alice"):
+        client = person(role).client
+        for attempt in (lambda c=client: c.set(batch, b"x" * len(before)),
+                        lambda c=client: c.setrange(batch, 160, b"\0" * 32),
+                        lambda c=client: c.append(batch, b"x"),
+                        lambda c=client: c.delete(batch),
+                        lambda c=client: c.pexpire(batch, 1),
+                        lambda c=client: c.rename(batch, batch + "x"),
+                        lambda c=client: c.set(runs, ""),
+                        lambda c=client: c.srem(keys.sig_batches, number),
+                        lambda c=client: c.sadd(keys.sig_batches, "999"),
+                        lambda c=client: c.incr(keys.sig_counter)):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                attempt()
+    assert execute.get(batch) == before
+    # The execute role's claim (its own credentials) hands out the signature, which checks.
+    claimed = person("execute").claim({"Name": "slot9@sig", "Cpus": 1, "Memory": 1024,
+                                       "Requirements": {"$expr": 'TARGET.Marker =?= "sigbatch"'},
+                                       "Start": True})
+    assert claimed is not None and f"{claimed['ClusterId']}.{claimed['ProcId']}" == job
+    assert signedjob.check(public_key(folder), claimed, POOL) is None
 
 
 # -- the execute role's raw writes are caught ----------------------------------------------
