@@ -76,8 +76,10 @@ log = logging.getLogger(__name__)
 
 # Seconds between passes when no event brings one.
 POLL_S = 0.5
-# Stored signed batches a pass looks at to free those whose jobs have all left the queue.
+# Stored signed batches a pass looks at to free those whose jobs have all left the queue,
+# at most once every SWEEP_INTERVAL_S (passes come back to back while jobs are admitted).
 SWEEP_BATCHES = 32
+SWEEP_INTERVAL_S = 0.5
 # What the last filter call of a chain leaves for the verdict to reach the claim.
 VERDICT_MARGIN_S = 0.3
 # A claim's reply list outlives the claim's wait by far.
@@ -149,6 +151,7 @@ class FilterLeader:
                              or bool(configured.templates))
         self._pass_due = True
         self._passed_at: float | None = None  # monotonic time of the last pass
+        self._swept_at = 0.0  # when the stored signed batches were last swept
         self._signing_left = False
 
     # -- as a duty of the leader (leader/duty.py) ---------------------------------
@@ -187,6 +190,9 @@ class FilterLeader:
         """Hand out what waits for a verdict; release due holds. Returns the new work."""
         now_s = time.time() if now_s is None else now_s
         keys, client = self.store.keys, self.store.client
+        sweep = self.signer is not None and abs(now_s - self._swept_at) >= SWEEP_INTERVAL_S
+        if sweep:
+            self._swept_at = now_s
 
         def read() -> list[Any]:
             pipe = client.pipeline(transaction=False)
@@ -194,7 +200,7 @@ class FilterLeader:
             pipe.zrange(keys.activating, 0, BATCH - 1, withscores=True)
             pipe.zrangebyscore(keys.holds, "-inf", int(now_s), start=0, num=BATCH)
             pipe.hvals(keys.reservations)
-            if self.signer is not None:
+            if sweep:
                 # Signed batches whose jobs have all left the queue (lua/sig_sweep.lua).
                 calls.sig_sweep(self.store, pipe, batches=SWEEP_BATCHES)
             return list(pipe.execute())
@@ -323,11 +329,13 @@ class FilterLeader:
         the autoclusters' representatives, the staged digests dropped and the head of
         the validating set. Its Python work is one signed text, one leaf and one
         grouping a job, and one signature for the batch; the next batch is read on
-        another thread meanwhile, so Redis works while this one is signed."""
+        another thread meanwhile, so Redis works while this one is signed. A batch
+        read short of BATCH had nothing after it: no other read, and no thread, for
+        what the admission's own reply (the head of the set) brings next."""
         assert self.signer is not None
         store = self.store
         batch, done = first, 0
-        ahead = self._ahead.submit(self._read_waiting, batch) if batch else None
+        ahead = self._read_now(batch) if batch else None
         while batch and ahead is not None and done < SIGNED_PER_PASS:
             found, staged = ahead.result()
             ahead = None
@@ -335,7 +343,7 @@ class FilterLeader:
             inhand = set(batch)
             following = [job for job in Store.ids(store.client.zrange(
                 store.keys.validating, len(batch), len(batch) + BATCH - 1))
-                if job not in inhand]
+                if job not in inhand] if len(batch) >= BATCH else []
             if following and done + len(batch) < SIGNED_PER_PASS:
                 ahead = self._ahead.submit(self._read_waiting, following)
             grouper = Grouper()
@@ -370,8 +378,16 @@ class FilterLeader:
                                      [job for job in batch if job not in kept], waiting, grouper)
             batch = following if ahead is not None else head
             if ahead is None and batch and done < SIGNED_PER_PASS:
-                ahead = self._ahead.submit(self._read_waiting, batch)
+                ahead = self._read_now(batch)
         return bool(batch)
+
+    def _read_now(self, batch: list[str]) -> Future[tuple[list[tuple[str, dict[str, Any]]],
+                                                        list[bytes | None]]]:
+        """`_read_waiting(batch)` on this thread (nothing to overlap it with), as a
+        finished future."""
+        done: Future[tuple[list[tuple[str, dict[str, Any]]], list[bytes | None]]] = Future()
+        done.set_result(self._read_waiting(batch))
+        return done
 
     def _read_waiting(self, batch: list[str]
                       ) -> tuple[list[tuple[str, dict[str, Any]]], list[bytes | None]]:

@@ -20,6 +20,7 @@ from fetchwork.config import signedjob
 from fetchwork.config.loader import Config
 from fetchwork.starter import jobsignature
 from tests.support.sigbatches import SIG_REF, handed_signature
+from tests.support.waiting import wait_until
 
 SLOT = {"Name": "slot1@here", "Cpus": 1, "Memory": 1024, "Requirements": True, "Start": True}
 
@@ -41,6 +42,13 @@ def signing(tmp_path: Path, redis_client: redis.Redis, pool_name: str):
 def settle(leader: FilterLeader) -> None:
     for work in leader.run_pass():
         work.result()
+
+
+def swept(leader: FilterLeader) -> bool:
+    """A pass that sweeps the stored batches (one is due every SWEEP_INTERVAL_S)."""
+    leader._swept_at = 0.0
+    settle(leader)
+    return True
 
 
 def submit(broker: Broker, leader: FilterLeader, count: int) -> list[str]:
@@ -148,12 +156,14 @@ def test_a_batch_is_freed_when_its_last_job_leaves_the_queue(signing) -> None:
     others = [job for job in jobs if job != finished]
     broker.remove([others[0]])
     settle(leader)
+    swept(leader)
     assert broker.client.exists(keys.sig_batch(number), keys.sig_jobs(number)) == 2
     # The runs left name only what may still be queued.
     assert broker.client.get(keys.sig_jobs(number)).decode().count("-") >= 1
     broker.remove([others[1]])
-    settle(leader)
-    assert broker.client.exists(keys.sig_batch(number), keys.sig_jobs(number)) == 0
+    wait_until(lambda: swept(leader) and not broker.client.exists(keys.sig_batch(number)),
+               10, what="the batch freed by a leader's pass")
+    assert broker.client.exists(keys.sig_jobs(number)) == 0
     assert live_batches(broker) == set()
     # History keeps the jobs (and their short field) until it is trimmed; nothing of the
     # batch is needed for that, and trimming it leaves no batch key behind.
