@@ -48,7 +48,7 @@ end
 local seqs = count > 0 and redis.call('ZMSCORE', K_QUEUE, unpack(ids)) or {}
 local waiting = count > 0 and redis.call('ZMSCORE', K_VALIDATING, unpack(ids)) or {}
 local NAMES = {'FetchworkState', 'HoldReasonCode', 'BlockedReason', 'FetchworkWaitingOn',
-               AUTOCLUSTER_ATTR, 'FetchworkSignature'}
+               AUTOCLUSTER_ATTR, 'FetchworkSignature', 'FetchworkOrder', 'JobStatus'}
 -- What a job that awaits admission may show (awaits_admission), packed.
 local AWAITS = {[cmsgpack.pack('VALIDATING')] = 'always', [cmsgpack.pack('IDLE')] = 'listed',
                 [cmsgpack.pack('BLOCKED')] = 'listed', [cmsgpack.pack('HELD')] = 'listed'}
@@ -67,7 +67,15 @@ for j = 0, count - 1 do
   gone[#gone + 1] = id
   if awaits == 'always' or (awaits == 'listed' and waiting[j + 1]) then
     local order = -tonumber(prio) * PRIO_SCALE + (tonumber(seqs[j + 1]) or 0)
-    local fields = {SIG_REF, number .. ':' .. j, 'FetchworkOrder', cmsgpack.pack(order)}
+    local fields = {SIG_REF, number .. ':' .. j}
+    -- What the job's ad already says (its cluster's, most often) is not written again:
+    -- FetchworkOrder when the cluster's order gives it, JobStatus and
+    -- EnteredCurrentStatus when it is Idle already (VALIDATING is Idle too).
+    local packed_order = cmsgpack.pack(order)
+    if got[7] ~= packed_order then
+      fields[#fields + 1] = 'FetchworkOrder'
+      fields[#fields + 1] = packed_order
+    end
     if got[6] then redis.call('HDEL', key, 'FetchworkSignature') end
     add_run(id)
     if blocked == '1' and not got[3] then
@@ -87,10 +95,12 @@ for j = 0, count - 1 do
     if not held then
       fields[#fields + 1] = 'FetchworkState'
       fields[#fields + 1] = PACKED_STATE[state]
-      fields[#fields + 1] = 'JobStatus'
-      fields[#fields + 1] = PACKED_IDLE_STATUS
-      fields[#fields + 1] = 'EnteredCurrentStatus'
-      fields[#fields + 1] = PACKED_NOW
+      if got[8] ~= PACKED_IDLE_STATUS then
+        fields[#fields + 1] = 'JobStatus'
+        fields[#fields + 1] = PACKED_IDLE_STATUS
+        fields[#fields + 1] = 'EnteredCurrentStatus'
+        fields[#fields + 1] = PACKED_NOW
+      end
     end
     redis.call('HSET', key, unpack(fields))
     if held then
