@@ -299,10 +299,11 @@ def test_no_role_can_write_a_signed_batch_but_the_execute_role_reads_it(
                 attempt()
     assert execute.get(batch) == before
     # The execute role's claim (its own credentials) hands out the signature, which checks.
-    claimed = person("execute").claim({"Name": "slot9@sig", "Cpus": 1, "Memory": 1024,
-                                       "Requirements": {"$expr": 'TARGET.Marker =?= "sigbatch"'},
-                                       "Start": True})
-    assert claimed is not None and f"{claimed['ClusterId']}.{claimed['ProcId']}" == job
+    slot = {"Name": "slot9@sig", "Cpus": 1, "Memory": 1024, "Requirements": True,
+            "Start": {"$expr": 'TARGET.Marker =?= "sigbatch"'}}
+    claimed = wait_until(lambda: person("execute").claim(slot), 30,
+                         what="the execute role's claim of the job")
+    assert f"{claimed['ClusterId']}.{claimed['ProcId']}" == job
     assert signedjob.check(public_key(folder), claimed, POOL) is None
 
 
