@@ -105,6 +105,11 @@ SELECTED: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = {
 # broker service) writes and the leader drops. No execute selector may name that
 # family: a job's hash is the execute role's to write, its staged digest never is,
 # and that is what lets the leader refuse a job rewritten while it waited.
+# Signed batches (lua/sigbatch.lua): `sig:*` strings, the `sigbatches` set and the
+# `sigcount` counter. No rule here grants SET, SETRANGE, APPEND, DEL, SADD or SREM on
+# them, so only the broker service (admin) writes the batches (the submitter's DECR
+# reaches `sigcount`, but admit_signed.lua never reuses a stored batch's number);
+# every role reads them, the execute role's claims a job's nodes with GETRANGE (COMMON).
 # Kept from the admin too: commands whose reach is the whole server, not one pool.
 SERVER_WIDE = ("keys", "scan", "randomkey", "flushall", "flushdb", "swapdb", "config", "debug",
                "shutdown", "monitor", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",
