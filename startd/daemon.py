@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import classad2
 
-from fetchwork.config import ads
+from fetchwork.config import ads, latencytrace
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 from fetchwork.hooks.pipes import drain
@@ -265,6 +265,7 @@ class Startd:
                 self._on_fetched(self.slots[slot_id - 1], result)
 
     def _on_fetched(self, slot: Slot, result: HookResult) -> None:
+        latencytrace.mark("startd.fetched")
         now = time.monotonic()
         failure = result.error or (result.outcome() if result.timed_out else None)
         fetched = read_fetch_output(result.stdout, failure=failure,
@@ -330,6 +331,7 @@ class Startd:
                       f"claimed for job {job_label(job_ad)}")
         slot.claim = claim
         # The reply is advisory: it goes out once the starter has the job, off its path.
+        latencytrace.mark("startd.handover")
         self.starters.spawn(slot, reply)
 
     def _no_more_work(self, slot: Slot) -> None:

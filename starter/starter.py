@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import classad2
 
-from fetchwork.config import keywords
+from fetchwork.config import keywords, latencytrace
 from fetchwork.config.ads import format_ad, join_pair, join_texts, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
@@ -295,6 +295,7 @@ class Starter:
         plan = launch_plan(self.ad, self.sandbox, self.slot, marker)
         job = JobProcess(plan, self.user, marker, limits.cpu_affinity(self.slot_ad))
         pid = job.spawn()
+        latencytrace.mark("starter.spawned")
         self.job = job
         self.kill_sig = plan.kill_sig
         self.started_at = time.monotonic()

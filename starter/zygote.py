@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from fetchwork.config import latencytrace
 from fetchwork.starter.jobprocess import become_subreaper
 
 if TYPE_CHECKING:
@@ -364,6 +365,7 @@ def _run_jobs(sock: socket.socket, zygote_pid: int, entry: Any) -> None:
     ran = 0
     while True:
         message, fds = receive(sock)
+        latencytrace.mark("starter.received")
         if message is None or message.get("op") != "job" or len(fds) != _FDS_PER_REQUEST:
             for fd in fds:
                 os.close(fd)

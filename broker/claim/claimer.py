@@ -54,6 +54,7 @@ import msgpack
 from fetchwork.broker.filters.gate import ClaimView, block_floor, group_of, may_offer
 from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.store.jobads import slot_name
+from fetchwork.config import latencytrace
 from fetchwork.config.ads import from_dict
 from fetchwork.config.loader import Config
 from fetchwork.config.matching import matches
@@ -288,6 +289,7 @@ class Claimer:
             for event_id, fields in events:
                 last_id = event_id
                 if fields.get("state") == "IDLE":
+                    latencytrace.mark("claim.woken")
                     # Read on to the newest event before scanning again.
                     return self._newest(last_id)
 
