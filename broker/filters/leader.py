@@ -339,7 +339,9 @@ class FilterLeader:
         while batch and ahead is not None and done < SIGNED_PER_PASS:
             found, staged = ahead.result()
             ahead = None
-            # The jobs after this batch (a job joins the set with a later sequence).
+            # The jobs after this batch (a job joins the set with a later sequence);
+            # none when the set held less than a batch as it was read (one that joined
+            # since is in the head the admission reads back).
             inhand = set(batch)
             following = [job for job in Store.ids(store.client.zrange(
                 store.keys.validating, len(batch), len(batch) + BATCH - 1))

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.filters.leader import FilterLeader
+from fetchwork.broker.filters.leader import BATCH, FilterLeader
 from fetchwork.broker.filters.settings import load_settings
 from fetchwork.broker.leader.publish import RulesPublisher, pool_rules
 from fetchwork.broker.trust.signer import Signer, ensure_key_pair
@@ -183,6 +183,26 @@ def test_a_job_removed_while_it_waits_leaves_no_staged_digest(signing) -> None:
     assert broker.client.hlen(staged) == 2
     broker.remove(jobs)
     assert not broker.client.exists(staged)
+
+
+def test_a_lone_job_is_admitted_by_the_pass_its_event_brings(signing) -> None:
+    # No batch window: the VALIDATING event makes a pass due at once, and that one
+    # pass admits the job alone.
+    broker, leader, public = signing
+    leader.run_due(100.0)
+    (job,) = broker.submit([{"Cmd": "/bin/true"}], owner="alice")
+    leader.on_events([("1-0", {"type": "submit", "job": job, "state": "VALIDATING"})])
+    assert leader.due_in_s(100.0) == 0
+    leader.run_due(100.0)
+    assert state(broker, job) == "IDLE"
+    assert signedjob.check(public, parse_ad(format_ad(broker.get(job))), broker.pool) is None
+
+
+def test_a_batch_and_one_more_are_admitted_in_one_pass(signing) -> None:
+    broker, leader, _public = signing
+    jobs = broker.submit([{"Cmd": "/bin/true"}] * (BATCH + 1), owner="alice")
+    settle(leader)
+    assert {state(broker, job) for job in jobs} == {"IDLE"}
 
 
 def test_only_new_waiting_jobs_wake_a_signing_pass(signing) -> None:
