@@ -1,6 +1,6 @@
 """Where a job's start latency goes: one job at a time onto idle slots, hop by hop.
 
-    python bench/latency_trace.py [--jobs 40] [--slots 2] [--jobs-per-process N]
+    python bench/latency_trace.py [--jobs 40] [--slots 2] [--jobs-per-process N] [--each]
 
 One private pool as `startd_bench.py` runs it (embedded Redis, the broker
 service, which signs jobs as `fetchwork up`'s does, a startd with the
@@ -53,7 +53,10 @@ if str(BENCH_DIR.parent) not in sys.path:  # run as a script: bench/ is not a pa
     sys.path.insert(0, str(BENCH_DIR.parent))
 from bench.startd_bench import StartdRun, percentile  # noqa: E402
 from fetchwork.broker.store import scripts  # noqa: E402
-from fetchwork.config import latencytrace  # noqa: E402
+
+# config/latencytrace.py's knob, spelt here so the script also runs against code
+# without the trace (its Redis and hook hops only), for a comparison.
+TRACE_ENV_VAR = "FETCHWORK_LATENCY_TRACE"
 
 # The reference hooks, each noting in the trace when it hands out or runs.
 TRACING_HOOKS = '''\
@@ -156,6 +159,7 @@ def run_jobs(run: StartdRun, count: int, work: Path, trace: Path,
     for index in range(count):
         time.sleep(0.25)  # the slots are idle again, waiting for work
         out = work / f"stamp.{index}"
+        out.unlink(missing_ok=True)
         before = run.ended()
         called = time.time_ns()
         run.broker.submit([{"Cmd": "/bin/date", "Arguments": "+%s%N", "Iwd": str(work),
@@ -168,12 +172,24 @@ def run_jobs(run: StartdRun, count: int, work: Path, trace: Path,
             time.sleep(0.002)
         hops = {"submit.called": called, "submit.returned": returned,
                 "program.runs": int(out.read_text().strip())}
-        marks = [(hop, ns) for hop, ns, _pid in latencytrace.parse(trace.read_text())]
+        lines = [line.split() for line in trace.read_text().splitlines()]
+        marks = [(words[0], int(words[1])) for words in lines
+                 if len(words) == 3 and words[1].isdigit()]
         for hop, ns in sorted(marks + monitor.marks(), key=lambda mark: mark[1]):
             if ns >= called and hop not in hops:
                 hops[hop] = ns
         jobs.append(hops)
     return jobs
+
+
+def report_each(jobs: list[dict[str, int]]) -> None:
+    """Each job's hops, ms since its submit call (a row per job, hops as in the table)."""
+    met = [hop for _label, hop in HOPS if any(hop in job for job in jobs)]
+    print("each job, ms since its submit call: " + " ".join(met))
+    for number, job in enumerate(jobs):
+        print(f"{number:4d} " + " ".join(
+            f"{(job[hop] - job['submit.called']) / 1e6:8.2f}" if hop in job else f"{'-':>8}"
+            for hop in met))
 
 
 def report(jobs: list[dict[str, int]]) -> None:
@@ -205,13 +221,14 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--jobs-per-process", type=int, default=None,
                         help="STARTER_JOBS_PER_PROCESS (default: the configuration's)")
+    parser.add_argument("--each", action="store_true", help="also print each job's hops")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="fw-latency-trace-"))
     root.chmod(0o755)
     trace = root / "trace.log"
     trace.touch()
     trace.chmod(0o666)  # starters may run as another user under a root startd
-    os.environ[latencytrace.ENV_VAR] = str(trace)
+    os.environ[TRACE_ENV_VAR] = str(trace)
     os.environ["_FETCHWORK_FETCHWORK_HOOK_PREPARE_JOB"] = "python:fwbench_hooks:prepare"
     run = StartdRun(root / "pool", args.slots, args.jobs_per_process)
     (run.root / "fwbench_hooks.py").write_text(TRACING_HOOKS.format(trace=str(trace)))
@@ -224,7 +241,11 @@ def main() -> None:
         print(f"{args.jobs} jobs one at a time onto {args.slots} idle slots "
               f"(STARTER_JOBS_PER_PROCESS = {run.jobs_per_process}); {os.cpu_count()} cores, "
               f"load average {os.getloadavg()[0]:.1f}")
-        report(run_jobs(run, args.jobs, work, trace, monitor))
+        run_jobs(run, 1, work, trace, monitor)  # the pool's first job warms it up: not counted
+        jobs = run_jobs(run, args.jobs, work, trace, monitor)
+        if args.each:
+            report_each(jobs)
+        report(jobs)
     finally:
         run.stop()
         shutil.rmtree(root, ignore_errors=True)

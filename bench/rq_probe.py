@@ -12,3 +12,12 @@ def run_true() -> int:
     import subprocess
 
     return subprocess.run(["/bin/true"], check=True).returncode
+
+
+def date_ns() -> int:
+    """The latency benchmark's job: when /bin/date, run as a startd's job would, read
+    the clock (ns since the epoch)."""
+    import subprocess
+
+    return int(subprocess.run(["/bin/date", "+%s%N"], check=True, capture_output=True,
+                              text=True).stdout)

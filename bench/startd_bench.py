@@ -2,6 +2,7 @@
 
     python bench/startd_bench.py [--jobs 2000] [--latency-jobs 40] [--slots 2]
                                  [--program-jobs 100] [--reuse 1000] [--rss-jobs 10000]
+                                 [--latency-only]
 
 One private pool (embedded Redis, broker, a startd with the reference
 `python:` hooks) in a temporary state directory; rq runs on the same Redis.
@@ -20,7 +21,9 @@ One private pool (embedded Redis, broker, a startd with the reference
   it alone allows on this machine's cores;
 - latency, one job at a time onto idle slots: fetch-to-start (the fetch hook
   handed the job out -> the job's program runs, `/bin/date +%s%N` writes it)
-  and submit-to-start, median and p99;
+  and submit-to-start, median and p99; then rq's submit-to-start on as many
+  idle forking `Worker`s as slots (`enqueue` called -> the job's `/bin/date`
+  reads the clock); `bench/latency_trace.py` shows where the time goes;
 - footprint: the startd's resident memory after the throughput run and again
   after `--rss-jobs` more jobs (10,000; 0 skips them), a starter's private
   memory (USS) while its job runs, and the CPU an idle startd (and its
@@ -29,6 +32,7 @@ One private pool (embedded Redis, broker, a startd with the reference
   files from a folder, jobs/s (the cost of HTCondor-style program hooks);
 - reference: fork+exec+wait of `/bin/true` from Python.
 
+`--latency-only` runs the latency part alone (with rq's beside it).
 `--jobs-per-process N` sets STARTER_JOBS_PER_PROCESS for the first pool
 (default: the configuration's default); the line before its figures names
 the value used.
@@ -50,6 +54,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import redis
@@ -348,6 +353,45 @@ def rq_rate(url: str, worker_class: str, jobs: int, workers: int) -> float:
         queue.delete(delete_jobs=True)
 
 
+def rq_latencies(url: str, count: int, workers: int) -> list[float]:
+    """rq's submit-to-start, one job at a time onto idle forking `Worker`s (as many as
+    slots): `enqueue` called -> `/bin/date` in the job reads the clock, in ms."""
+    from rq import Queue
+
+    client = redis.Redis.from_url(url)
+    queue = Queue("bench-latency", connection=client)
+    env = {**os.environ, "PYTHONPATH": str(BENCH_DIR.parent)}
+    procs = [subprocess.Popen([sys.executable, "-m", "rq.cli", "worker", "--url", url,
+                               "--quiet", "--name", f"bench-latency-{n}-{os.getpid()}",
+                               "bench-latency"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for n in range(workers)]
+    try:
+        _rq_result(queue.enqueue("bench.rq_probe.date_ns"))  # the workers are up
+        found = []
+        for _index in range(count):
+            time.sleep(0.25)  # the workers are idle again, waiting for work
+            submitted_ns = time.time_ns()
+            job = queue.enqueue("bench.rq_probe.date_ns")
+            found.append((_rq_result(job) - submitted_ns) / 1e6)
+        return found
+    finally:
+        stop_workers(procs)
+        queue.delete(delete_jobs=True)
+
+
+def _rq_result(job: Any) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        value = job.return_value(refresh=True)
+        if value is not None:
+            return int(value)
+        if job.get_status(refresh=False) == "failed":
+            raise SystemExit(f"rq job failed: {job.exc_info}")
+        time.sleep(0.002)
+    raise SystemExit("rq job did not finish within 60 s")
+
+
 def program_hooks_rate(root: Path, jobs: int, slots: int) -> float:
     """The program form: a `/bin/sh` fetch hook, `--once`, jobs/s over the whole run."""
     folder = root / "jobs"
@@ -410,6 +454,33 @@ def kept_starters(root: Path, slots: int, jobs: int, reuse: int) -> tuple[float,
         run.stop()
 
 
+def start_latency(run: StartdRun, jobs: int, slots: int) -> None:
+    """Print fetch-to-start and submit-to-start, and rq's submit-to-start beside them."""
+    work = run.root / "work"
+    work.mkdir()
+    work.chmod(0o777)  # jobs run as nobody under a root startd
+    fetch_ms, submit_ms = latencies(run, jobs, work)
+    print(f"start latency, one job at a time onto idle slots "
+          f"(STARTER_JOBS_PER_PROCESS = {run.jobs_per_process}):")
+    report_latency("fetch-to-start", fetch_ms)
+    report_latency("submit-to-start", submit_ms)
+    report_latency(f"rq Worker submit-to-start ({slots} workers)",
+                   rq_latencies(run.pool.url, jobs, slots))
+
+
+def latency_only(args: argparse.Namespace) -> None:
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    root = Path(tempfile.mkdtemp(prefix="fw-startd-bench-"))
+    root.chmod(0o755)
+    run = StartdRun(root / "first", args.slots, args.jobs_per_process)
+    try:
+        run.start()
+        start_latency(run, args.latency_jobs, args.slots)
+    finally:
+        run.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000,
@@ -426,7 +497,12 @@ def main() -> None:
                              "across jobs (0: no second pool)")
     parser.add_argument("--rss-jobs", type=int, default=10000,
                         help="jobs run before the startd's memory is read again (0: none)")
+    parser.add_argument("--latency-only", action="store_true",
+                        help="only the start latency, with rq's beside it")
     args = parser.parse_args()
+    if args.latency_only:
+        latency_only(args)
+        return
     per_exec_ms = fork_exec_ms(200)
     print(f"reference: fork+exec+wait of /bin/true {per_exec_ms:.2f} ms "
           f"({1000 / per_exec_ms:.0f}/s on one core); {os.cpu_count()} cores, "
@@ -460,14 +536,7 @@ def main() -> None:
         print(f"floor of a fork per job: {floor_ms:.1f} ms of CPU (a fork of an interpreter "
               f"preloaded as the zygote is, spawning /bin/true and exiting): at most "
               f"{cores * 1000 / floor_ms:.0f} jobs/s on {cores} cores with nothing else")
-        work = run.root / "work"
-        work.mkdir()
-        work.chmod(0o777)  # jobs run as nobody under a root startd
-        fetch_ms, submit_ms = latencies(run, args.latency_jobs, work)
-        print(f"start latency, one job at a time onto idle slots "
-              f"(STARTER_JOBS_PER_PROCESS = {run.jobs_per_process}):")
-        report_latency("fetch-to-start", fetch_ms)
-        report_latency("submit-to-start", submit_ms)
+        start_latency(run, args.latency_jobs, args.slots)
         print("footprint:")
         startd = run.startd()
         print(f"  {'startd resident memory (RSS)':<34} "

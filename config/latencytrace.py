@@ -23,10 +23,6 @@ _fd: int | None = None
 _path = os.environ.get(ENV_VAR) or None
 
 
-def enabled() -> bool:
-    return _path is not None
-
-
 def mark(hop: str) -> None:
     """Note that this process reached `hop` now (nothing when tracing is off)."""
     if _path is None:
@@ -40,12 +36,3 @@ def mark(hop: str) -> None:
     except OSError:
         pass  # a trace is evidence for a bench, never a reason for a job to fail
 
-
-def parse(text: str) -> list[tuple[str, int, int]]:
-    """(hop, ns, pid) of each well-formed line of a trace file, in file order."""
-    found = []
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) == 3 and words[1].isdigit() and words[2].isdigit():
-            found.append((words[0], int(words[1]), int(words[2])))
-    return found

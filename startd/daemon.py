@@ -228,7 +228,7 @@ class Startd:
     def _start_fetch(self, slot: Slot) -> None:
         spec = slot.hooks.fetch
         assert spec is not None
-        slot.clock.started()
+        slot.clock.started(time.monotonic())
         log.debug("%s: running fetch hook %s", slot.label, spec.value)
         start_hook(spec, self.slot_ad_text(slot),
                    on_done=self._poster(_FETCH, slot.slot_id, ""))

@@ -1,8 +1,8 @@
 """When a slot fetches next: FetchWorkDelay and the slot's fetch clock (pure).
 
 FetchWorkDelay (MY = slot, TARGET = current job), FETCH_WORK_MIN_INTERVAL
-after a fetch that found nothing, one outstanding fetch per slot, and a
-fetch at once when a job ends on a claim.
+between the starts of two fetches when the first found nothing, one
+outstanding fetch per slot, and a fetch at once when a job ends on a claim.
 """
 
 from __future__ import annotations
@@ -41,13 +41,15 @@ class FetchClock:
     """The fetch bookkeeping of one slot (monotonic seconds)."""
 
     outstanding: bool = False
+    last_start_at: float | None = None
     last_end_at: float | None = None
     last_found_work: bool = False   # the last fetch brought a job that was accepted
     last_empty: bool = False        # the last fetch printed nothing at all
     due_now: bool = False           # a job just ended on a claim
 
-    def started(self) -> None:
+    def started(self, now: float | None = None) -> None:
         self.outstanding = True
+        self.last_start_at = now
         self.due_now = False
 
     def finished(self, now: float, found_work: bool, empty: bool = False) -> None:
@@ -67,12 +69,17 @@ def fetch_due_at(clock: FetchClock, delay_s: float, min_interval_s: float) -> fl
 
     The delay counts from the end of the previous fetch; a slot that never
     fetched, or whose job just ended on a claim, is due at once. After a fetch
-    that found nothing the gap is at least `min_interval_s`, so a hook that
-    answers "no work" instantly cannot make the slot spin.
+    that found nothing the next one starts at least `min_interval_s` after
+    it started, so a hook that answers "no work" instantly cannot make the
+    slot spin, while a long poll that waited that long already is followed at
+    once: an idle slot is never deaf to new work between two long polls.
     """
     if clock.outstanding:
         return None
     if clock.last_end_at is None or clock.due_now:
         return -math.inf
-    gap = delay_s if clock.last_found_work else max(delay_s, min_interval_s)
-    return clock.last_end_at + max(gap, 0.0)
+    due = clock.last_end_at + max(delay_s, 0.0)
+    if clock.last_found_work:
+        return due
+    started_at = clock.last_start_at if clock.last_start_at is not None else clock.last_end_at
+    return max(due, started_at + min_interval_s)

@@ -75,6 +75,8 @@ GROWTH = 4
 # Longest single XREAD BLOCK (the wait loops until its deadline): well inside
 # a client's socket timeout (redis-py's default is 5 s).
 MAX_BLOCK_MS = 2000
+# Events one wake-up reads at most; a read that brings fewer was all there was.
+WAKE_COUNT = 100
 # Rounds of judging newly met autoclusters before the quiet step leaves the claim
 # to the full one.
 JUDGING_ROUNDS = 4
@@ -285,12 +287,16 @@ class Claimer:
             if remaining_ms <= 0:
                 return None
             events = self.store.events(last_id, block_ms=min(remaining_ms, MAX_BLOCK_MS),
-                                        count=100)
+                                        count=WAKE_COUNT)
             for event_id, fields in events:
                 last_id = event_id
                 if fields.get("state") == "IDLE":
                     latencytrace.mark("claim.woken")
-                    # Read on to the newest event before scanning again.
+                    # A full read may have more behind it: read on to the newest event
+                    # before scanning again. A short one was all there was: the scan
+                    # that follows sees what it showed, with no round trip first.
+                    if len(events) < WAKE_COUNT:
+                        return events[-1][0]
                     return self._newest(last_id)
 
     def _newest(self, last_id: str) -> str:

@@ -273,6 +273,19 @@ def test_empty_fetch_is_not_repeated_sooner_than_the_min_interval():
     assert fetchdelay.fetch_due_at(clock, 10, 1) == 60.0
 
 
+def test_the_min_interval_counts_from_the_start_of_an_empty_fetch():
+    # A hook that answers at once waits out the interval; a long poll that waited
+    # longer is followed at once, so the idle slot listens again without a gap.
+    clock = FetchClock()
+    clock.started(50.0)
+    clock.finished(50.01, found_work=False, empty=True)
+    assert fetchdelay.fetch_due_at(clock, 0, 0.2) == pytest.approx(50.2)
+    clock.started(60.0)
+    clock.finished(65.0, found_work=False, empty=True)
+    assert fetchdelay.fetch_due_at(clock, 0, 0.2) == 65.0
+    assert fetchdelay.fetch_due_at(clock, 10, 0.2) == 75.0  # FetchWorkDelay still counts
+
+
 def test_job_end_makes_the_fetch_due_at_once():
     clock = FetchClock()
     clock.finished(50.0, found_work=False)

@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 import redis
 
+from fetchwork.broker.claim.claimer import WAKE_COUNT
 from fetchwork.broker.client import Broker
 from fetchwork.config.ads import parse_ad
 from fetchwork.config.loader import Config
@@ -183,6 +184,27 @@ def test_waiting_claim_wakes_for_a_new_job(poller, redis_client, pool_name):
     ad = result["ad"]
     assert ad is not None and f"{ad['ClusterId']}.{ad['ProcId']}" == job
     assert time.monotonic() - submitted_at < 10
+
+
+def test_waiting_claim_reads_past_a_burst_then_wakes_for_a_lone_job(poller, redis_client,
+                                                                   pool_name):
+    # More events than one wake-up reads (jobs it cannot run), then one job it can:
+    # the claim reads on past the burst, waits again, and the lone job's event alone
+    # wakes it.
+    broker, name = poller
+    submitter = Broker(redis_client, pool_name, Config.load(environ={}))
+    thread, result = start_claim(broker, wait_s=60)
+    wait_until(lambda: blocked(redis_client, name), timeout_s=30, what="claim blocked in XREAD")
+    never = {"Cmd": "x", "Requirements": {"$expr": "TARGET.Memory > 100000"}}
+    submitter.submit([never] * (WAKE_COUNT + 20))
+    idle = submitter.keys.idle
+    wait_until(lambda: blocked(redis_client, name) and redis_client.zcard(idle) > WAKE_COUNT,
+               timeout_s=30, what="claim waiting again after the burst")
+    (job,) = submitter.submit([{"Cmd": "x"}])
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    ad = result["ad"]
+    assert ad is not None and f"{ad['ClusterId']}.{ad['ProcId']}" == job
 
 
 def test_waiting_claim_ignores_jobs_it_cannot_run(poller, redis_client, pool_name):
