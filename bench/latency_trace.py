@@ -152,6 +152,21 @@ class Monitor:
             return list(self.seen)
 
 
+def script_times(client: redis.Redis, count: int) -> None:
+    """Print the median time Redis spent in each watched script (SLOWLOG, every
+    command logged since the trace began), in µs."""
+    by_sha = {scripts.sha(name): name for name in WATCHED_SCRIPTS}
+    spent: dict[str, list[int]] = {}
+    for entry in client.slowlog_get(count):
+        words = [word.decode() if isinstance(word, bytes) else str(word)
+                 for word in entry.get("command", b"").split()[:2]]
+        if len(words) == 2 and words[0].upper() == "EVALSHA" and words[1] in by_sha:
+            spent.setdefault(by_sha[words[1]], []).append(int(entry["duration"]))
+    print("Redis's own time in each script, median (calls): " + ", ".join(
+        f"{name} {statistics.median(values):.0f} µs ({len(values)})"
+        for name, values in sorted(spent.items())))
+
+
 def run_jobs(run: StartdRun, count: int, work: Path, trace: Path,
              monitor: Monitor) -> list[dict[str, int]]:
     """Each job's first time of every hop after its submission."""
@@ -235,6 +250,8 @@ def main() -> None:
     try:
         run.start()
         monitor = Monitor(run.pool.url, run.broker.keys.validating)
+        run.client.config_set("slowlog-max-len", 100_000)
+        run.client.config_set("slowlog-log-slower-than", 0)
         work = run.root / "work"
         work.mkdir()
         work.chmod(0o777)  # jobs run as nobody under a root startd
@@ -246,6 +263,7 @@ def main() -> None:
         if args.each:
             report_each(jobs)
         report(jobs)
+        script_times(run.client, 100_000)
     finally:
         run.stop()
         shutil.rmtree(root, ignore_errors=True)

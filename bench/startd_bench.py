@@ -475,6 +475,9 @@ def latency_only(args: argparse.Namespace) -> None:
     run = StartdRun(root / "first", args.slots, args.jobs_per_process)
     try:
         run.start()
+        # The pool's first jobs start cold (the zygote's first forks, the first
+        # claims' scripts): in the full run, the throughput part warms it up.
+        run_jobs(run, 10, timeout_s=120)
         start_latency(run, args.latency_jobs, args.slots)
     finally:
         run.stop()
