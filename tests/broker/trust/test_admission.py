@@ -198,6 +198,24 @@ def test_a_lone_job_is_admitted_by_the_pass_its_event_brings(signing) -> None:
     assert signedjob.check(public, parse_ad(format_ad(broker.get(job))), broker.pool) is None
 
 
+def test_jobs_named_by_events_are_admitted_with_what_else_waits(signing) -> None:
+    # The events' jobs first, then the waiting set: a job named twice, one already
+    # admitted and one removed are all harmless.
+    broker, leader, _public = signing
+    first = broker.submit([{"Cmd": "/bin/true"}], owner="alice")
+    settle(leader)
+    named = broker.submit([{"Cmd": "/bin/true"}] * 2, owner="alice")
+    unnamed = broker.submit([{"Cmd": "/bin/true"}], owner="alice")
+    (removed,) = broker.submit([{"Cmd": "/bin/true"}], owner="alice")
+    broker.remove([removed])
+    leader.on_events([(f"2-{n}", {"type": "submit", "job": job, "state": "VALIDATING"})
+                      for n, job in enumerate([*named, named[0], *first, removed])])
+    leader.run_due(100.0)
+    assert {state(broker, job) for job in [*first, *named, *unnamed]} == {"IDLE"}
+    assert state(broker, removed) == "REMOVED"
+    assert broker.client.zcard(broker.keys.validating) == 0
+
+
 def test_a_batch_and_one_more_are_admitted_in_one_pass(signing) -> None:
     broker, leader, _public = signing
     jobs = broker.submit([{"Cmd": "/bin/true"}] * (BATCH + 1), owner="alice")
