@@ -16,7 +16,8 @@ machine's). For each job, the first time of each hop after its submission:
   submit.lua             Redis runs the submission (queue, idle or waiting)
   submit returned        Broker.submit returns
   leader read            the leader's pass reads the waiting set (signing pool)
-  admit_signed.lua       Redis runs the signed admission (the job IDLE)
+  admit_signed.lua       Redis runs the signed admission (the job IDLE); before
+                         the leader's read when the job's event named it
   claim woken            the idle slot's claim sees the job's IDLE event
   claim_quiet.lua        Redis runs the claim
   fetch hook returned    the fetch hook hands the job's ad out
@@ -28,7 +29,8 @@ machine's). For each job, the first time of each hop after its submission:
   job spawned            the starter's spawn call returned
   program runs           the job (`/bin/date +%s%N`) reads the clock
 
-It prints each hop's median and p99 time after the one before it, and the
+It prints each hop's median and p99 time after the one before it (in the
+order of their medians), and the
 two figures startd_bench.py reports: fetch-to-start and submit-to-start.
 Prints figures only; the pool's logs go to a file in a temporary folder.
 """
@@ -210,7 +212,11 @@ def report_each(jobs: list[dict[str, int]]) -> None:
 def report(jobs: list[dict[str, int]]) -> None:
     print(f"{'hop':<24} {'after the hop before':>22} {'since submit call':>22}")
     print(f"{'':<24} {'median':>10} {'p99':>10}   {'median':>10} {'p99':>10}   (ms)")
-    met = [(label, hop) for label, hop in HOPS if any(hop in job for job in jobs)]
+    # In the order the run met them (the leader's read of the waiting set comes
+    # before its admission, or after it when the events named the job).
+    met = sorted([(label, hop) for label, hop in HOPS if any(hop in job for job in jobs)],
+                 key=lambda pair: statistics.median(
+                     job[pair[1]] - job["submit.called"] for job in jobs if pair[1] in job))
     previous = None
     for label, hop in met:
         steps = [(job[hop] - job[previous]) / 1e6 for job in jobs
