@@ -208,12 +208,17 @@ def test_jobs_named_by_events_are_admitted_with_what_else_waits(signing) -> None
     unnamed = broker.submit([{"Cmd": "/bin/true"}], owner="alice")
     (removed,) = broker.submit([{"Cmd": "/bin/true"}], owner="alice")
     broker.remove([removed])
+    (late,) = broker.submit([{"Cmd": "/bin/true"}], owner="alice")
     leader.on_events([(f"2-{n}", {"type": "submit", "job": job, "state": "VALIDATING"})
-                      for n, job in enumerate([*named, named[0], *first, removed])])
+                      for n, job in enumerate([*named, named[0], *first, removed, late])])
     leader.run_due(100.0)
-    assert {state(broker, job) for job in [*first, *named, *unnamed]} == {"IDLE"}
+    assert {state(broker, job) for job in [*first, *named, *unnamed, late]} == {"IDLE"}
     assert state(broker, removed) == "REMOVED"
     assert broker.client.zcard(broker.keys.validating) == 0
+    # The named ones went first, ahead of a job submitted before the last of them.
+    admitted = [fields["job"] for _id, fields in broker.store.events("0-0", count=1000)
+                if fields.get("type") == "admit"]
+    assert admitted.index(late) < admitted.index(unnamed[0])
 
 
 def test_a_batch_and_one_more_are_admitted_in_one_pass(signing) -> None:
