@@ -335,9 +335,11 @@ class Startd:
         self.starters.spawn(slot, reply)
 
     def _no_more_work(self, slot: Slot) -> None:
-        """A claim with nothing to run is evicted (the text: no more work -> evict the claim)."""
+        """A claim with nothing to run is evicted (the text: no more work -> evict the claim).
+        Not on the answer of a fetch that began while the job ran and ended after it: the
+        fetch due on the idle claim has not been made yet (`due_now`), and decides."""
         if slot.is_in(State.CLAIMED, Activity.IDLE) and slot.starter is None \
-                and slot.pending is None:
+                and slot.pending is None and not slot.clock.due_now:
             self.starters.evict(slot, "no more work")
 
     def advise(self, slot: Slot, spec: HookSpec | None, job: str, job_ad_text: str,
