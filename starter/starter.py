@@ -60,6 +60,15 @@ _STOP_SIGNALS = {signal.SIGTERM: lifecycle.VACATE, signal.SIGINT: lifecycle.VACA
                  signal.SIGQUIT: lifecycle.KILL, signal.SIGHUP: None}
 
 
+def asks_transfer(ad: classad2.ClassAd) -> bool:
+    """Whether the job may ask for file transfer: ShouldTransferFiles YES or
+    IF_NEEDED. Any other value (NO, HTCondor's default when it is absent) makes
+    `transferstep.applies` false whatever the machine's FileSystemDomain, so the
+    step is not even set up (no host name lookup, no copy of the environment)."""
+    value = ad.get("ShouldTransferFiles") if "ShouldTransferFiles" in ad else None
+    return isinstance(value, str) and value.strip().upper() in ("YES", "IF_NEEDED")
+
+
 class Starter:
     """Runs one job in `sandbox` for slot `slot`."""
 
@@ -449,7 +458,10 @@ class Starter:
     # -- file transfer (transferstep.py): after prepare, before the exit hook ---
 
     def _transfer_inputs(self, how: str) -> tuple[str, str | None]:
-        """The job's input files into the sandbox; (how, None), or the hold's reason."""
+        """The job's input files into the sandbox; (how, None), or the hold's reason.
+        A job that does not ask for file transfer skips the step and its set-up."""
+        if not asks_transfer(self.ad):
+            return how, None
         self.transfer = TransferStep(self.config, self.ad, self.slot_ad, self.sandbox,
                                      self.user, os.environ)
         held = self.transfer.inputs(self._stop_requested)
