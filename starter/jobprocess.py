@@ -32,7 +32,7 @@ from fetchwork.starter.jobspec import (
     open_failure,
 )
 from fetchwork.starter.launch import c_library
-from fetchwork.starter.proctree import children
+from fetchwork.starter.proctree import child_pids, children
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,8 @@ class JobProcess:
                 os.killpg(self.pid, number)
             except (ProcessLookupError, PermissionError):
                 pass
+        if self._nothing_left():
+            return
         for proc in self.tree():
             try:
                 proc.send_signal(number)
@@ -178,6 +180,8 @@ class JobProcess:
 
     def cleanup(self) -> int:
         """SIGKILL and reap every process left of the job; how many there were."""
+        if self._nothing_left():
+            return 0
         left = list(self.tree())
         for proc in left:
             try:
@@ -200,6 +204,18 @@ class JobProcess:
             if pid:
                 self._reaped_user_s += usage.ru_utime
                 self._reaped_sys_s += usage.ru_stime
+
+    def _nothing_left(self) -> bool:
+        """Whether the job has no process left but its main one, which has exited:
+        the starter has no child but that one (or none). Every process of the job
+        descends from the starter, a subreaper, and a child of an exited process is
+        the starter's own child then: no sweep of the tree (psutil objects, a read
+        of each one's start time and environment) can find anything more. The
+        common end of a job, checked with a few reads of the kernel's lists."""
+        pids = child_pids(os.getpid())
+        if pids is None or any(pid != self.pid for pid in pids):
+            return False
+        return not pids or self.main_exited()
 
     # -- measuring ---------------------------------------------------------
 
@@ -264,6 +280,10 @@ class JobProcess:
 
     def sample(self) -> Sample:
         """Count, CPU seconds (with exited children) and resident size of the tree."""
+        if self._reaped and child_pids(os.getpid()) == []:
+            # The job is over and nothing of it is left: what it used is what its
+            # reaped processes used.
+            return Sample(0, self._reaped_user_s, self._reaped_sys_s, 0)
         self.reap_orphans()
         num_pids = 0
         user_s, sys_s = self._reaped_user_s, self._reaped_sys_s

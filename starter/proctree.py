@@ -38,6 +38,12 @@ def _direct(pid: int) -> list[int] | None:
     return found
 
 
+def child_pids(pid: int) -> list[int] | None:
+    """The pids of `pid`'s children, exited ones not yet reaped included, from the
+    kernel's lists (a few reads, no process object); None where it has none."""
+    return _direct(pid)
+
+
 def children(process: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
     """Like `process.children(recursive)`, reading the kernel's lists when it has them."""
     pids = _direct(process.pid)
