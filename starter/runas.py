@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import pwd
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,29 @@ def lookup_account(name: str) -> Account | None:
     return Account(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
+# The user database's answers this process has had: name -> (when, account or None).
+_remembered: dict[str, tuple[float, Account | None]] = {}
+
+
+def remembered_lookup(refresh_s: float) -> Lookup:
+    """`lookup_account`, each answer (a missing user too) kept for `refresh_s` seconds
+    in this process, as HTCondor's daemons keep theirs (PASSWD_CACHE_REFRESH). A
+    starter that runs several jobs looks their Owner up once rather than every job
+    (an Owner with no account here goes through every name service before the
+    fallback user is looked up in turn); 0 asks the database every time."""
+    def lookup(name: str) -> Account | None:
+        now = time.monotonic()
+        kept = _remembered.get(name)
+        if kept is not None and now - kept[0] < refresh_s:
+            return kept[1]
+        account = lookup_account(name)
+        if refresh_s > 0:
+            _remembered[name] = (now, account)
+        return account
+
+    return lookup
+
+
 def choose_account(owner: str | None, allow_runas_owner: bool, slot_user: str | None,
                    slot_user_knob: str, lookup: Lookup) -> Choice:
     """The account for a job of `owner` on a slot whose configured user is `slot_user`
@@ -89,11 +113,14 @@ def slot_user_setting(config: Config, slot: int) -> tuple[str | None, str]:
 
 
 def job_account(config: Config, job_ad: Any, slot: int,
-                lookup: Lookup = lookup_account, owner_trusted: bool = True) -> Choice | None:
+                lookup: Lookup | None = None, owner_trusted: bool = True) -> Choice | None:
     """The account a starter runs this job as; None unless the starter is root. With
-    `owner_trusted` false (no checked signature: jobsignature.py) never the Owner."""
+    `owner_trusted` false (no checked signature: jobsignature.py) never the Owner.
+    `lookup`: the user database, by default as remembered (`remembered_lookup`)."""
     if os.geteuid() != 0:
         return None
+    if lookup is None:
+        lookup = remembered_lookup(config.get_duration_s("PASSWD_CACHE_REFRESH"))
     owner = job_ad.get("Owner") if job_ad is not None else None
     slot_user, knob = slot_user_setting(config, slot)
     allow = config.get_bool("STARTER_ALLOW_RUNAS_OWNER") and owner_trusted
