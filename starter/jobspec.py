@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +92,31 @@ def condor_env(sandbox: str, slot: int, iwd: str) -> dict[str, str]:
 def hook_env(base: Mapping[str, str], sandbox: str, slot: int, iwd: str) -> dict[str, str]:
     """The starter's environment plus the `_CONDOR_*` variables."""
     return {**base, **condor_env(sandbox, slot, iwd)}
+
+
+class HookEnv(Mapping[str, str]):
+    """`hook_env`, made at its first read. An in-process hook is handed its
+    environment to read through `current_call()` and most never do: a copy of
+    the starter's whole environment (every variable decoded) for each of a job's
+    hook calls is then saved. A program hook's runner reads it at once."""
+
+    def __init__(self, base: Mapping[str, str], sandbox: str, slot: int, iwd: str):
+        self._args = (base, sandbox, slot, iwd)
+        self._made: dict[str, str] | None = None
+
+    def _env(self) -> dict[str, str]:
+        if self._made is None:
+            self._made = hook_env(*self._args)
+        return self._made
+
+    def __getitem__(self, name: str) -> str:
+        return self._env()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._env())
+
+    def __len__(self) -> int:
+        return len(self._env())
 
 
 def launch_plan(ad: Any, sandbox: str, slot: int, marker: tuple[str, str]) -> LaunchPlan:

@@ -34,9 +34,9 @@ from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper
 from fetchwork.starter.jobspec import (
     JOB_AD_FILE,
+    HookEnv,
     exit_attributes,
     hold_attributes,
-    hook_env,
     job_directory,
     launch_plan,
     replace_file,
@@ -283,9 +283,8 @@ class Starter:
 
     # -- before the job: its files and its spawn ---------------------------
 
-    def _hook_env(self) -> dict[str, str]:
-        return hook_env(os.environ, self.sandbox, self.slot,
-                        job_directory(self.ad, self.sandbox))
+    def _hook_env(self) -> HookEnv:
+        return HookEnv(os.environ, self.sandbox, self.slot, job_directory(self.ad, self.sandbox))
 
     def _write_ads(self, spec: HookSpec | None = None) -> None:
         """Keep `.job.ad` (what `_CONDOR_JOB_AD` names) equal to the current ad, for the
