@@ -76,14 +76,29 @@ def _read_ad(path: str) -> tuple[object, str]:
     return parse_ad(text, path), text
 
 
+class LineOnce(logging.Formatter):
+    """A formatter that makes each record's line once: the starter's log goes to
+    stderr and to StarterLog through one formatter, which would otherwise format
+    the time and the message again for the second handler."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        made = record.__dict__.get("_starter_line")
+        if made is not None and made[0] is self:
+            return str(made[1])
+        line = super().format(record)
+        record._starter_line = (self, line)
+        return line
+
+
 def log_to_stderr(name: str) -> None:
     """Log INFO and above to stderr, each line naming `name` (set up once; a
     starter waiting for its job sets it up before it knows the slot)."""
     root = logging.getLogger()
     if not root.handlers:
         logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+    formatter = LineOnce(f"%(asctime)s {name} %(levelname)s %(message)s")
     for handler in root.handlers:
-        handler.setFormatter(logging.Formatter(f"%(asctime)s {name} %(levelname)s %(message)s"))
+        handler.setFormatter(formatter)
 
 
 # The StarterLog handler of the last job: a starter that runs the slot's next job
