@@ -19,7 +19,7 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import classad2
 import psutil
@@ -57,6 +57,8 @@ def outcome_dir(config: Config) -> str:
 
 
 _started_at: dict[int, float] = {}
+# Outcome folders this process has made (or found): not made again for each job.
+_made: set[str] = set()
 
 
 def _process_started_at(pid: int) -> float:
@@ -88,13 +90,24 @@ def write_outcome(folder: str, outcome: Outcome, durable: bool = False) -> str:
     `durable`, fsync the file and the folder (survives a power loss, at the cost of
     tens of milliseconds per job on some disks); without, it survives any process
     being killed, as the page cache outlives them."""
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    if folder not in _made:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        _made.add(folder)
     path = os.path.join(folder, f"{_safe_name(outcome.job)}.{outcome.writer_pid}{SUFFIX}")
     temporary = os.path.join(folder, f".{uuid.uuid4().hex}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    # One write of the whole text (json.dump writes piece by piece); the fields as
+    # they are (asdict would copy each one deeply first).
+    data = json.dumps({field.name: getattr(outcome, field.name)
+                       for field in fields(outcome)}).encode("utf-8")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(asdict(outcome), handle)
+        fd = os.open(temporary, flags, 0o600)
+    except FileNotFoundError:  # the folder went away since this process made it
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd = os.open(temporary, flags, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())
