@@ -12,7 +12,8 @@ One private pool (embedded Redis, broker, a startd with the reference
   and its `SimpleWorker` (as many workers as slots, `--burst`) run a
   function that runs `/bin/true` the same way; the ratios on their own line;
   the CPU a job of each of the pool's processes (the starters' is their
-  zygote's, with its children, reaped or still running, and their jobs); then the same with a
+  zygote's, with its children, reaped or still running, and their jobs), and the
+  Redis commands a job (`INFO commandstats` before and after); then the same with a
   starter kept across `--reuse` jobs (a second pool, after the first, with
   STARTER_JOBS_PER_PROCESS set so; 0 skips it);
 - the floor of a fork per job: the CPU of a child forked from an
@@ -166,6 +167,7 @@ class StartdRun:
         self.config = Config.load(environ={**environ, **extra})
         self.jobs_per_process = self.config.get_int("STARTER_JOBS_PER_PROCESS")
         self.pool = Pool(self.config, slots=slots, extra_env=extra, log_path=root / "pool.log")
+        self.commands_per_job: dict[str, float] = {}
 
     def start(self) -> Broker:
         self.pool.start()
@@ -246,9 +248,22 @@ def children_delta_s(before: dict[int, float], after: dict[int, float]) -> float
     return sum(after.values()) - sum(before.values())
 
 
+def commands_per_job(before: dict[str, Any], after: dict[str, Any], jobs: int
+                     ) -> dict[str, float]:
+    """Redis commands a job between two `INFO commandstats`, by command (the
+    commands Lua scripts run count too, each script call as one `evalsha`)."""
+    found = {}
+    for key, stats in after.items():
+        calls = stats["calls"] - before.get(key, {}).get("calls", 0)
+        if calls > 0:
+            found[key.removeprefix("cmdstat_")] = calls / max(jobs, 1)
+    return found
+
+
 def throughput(run: StartdRun, jobs: int) -> tuple[float, dict[str, float]]:
     """Jobs/s, and the milliseconds of CPU a job each of the pool's processes spent."""
     procs = run.processes()
+    commands_before = run.client.info("commandstats")
     before, spent_before = run.ended(), cpu_seconds(procs)
     live_before = live_children_s(procs["starters"]) if "starters" in procs else {}
     job_ids = run.broker.submit([{"Cmd": "/bin/true", "Iwd": "/tmp"}] * jobs, owner="bench")
@@ -259,6 +274,8 @@ def throughput(run: StartdRun, jobs: int) -> tuple[float, dict[str, float]]:
                   for role in spent if role in spent_before}
     if "starters" in per_job_ms:  # kept starters still running count too
         per_job_ms["starters"] += children_delta_s(live_before, live_after) * 1000 / max(done, 1)
+    run.commands_per_job = commands_per_job(commands_before, run.client.info("commandstats"),
+                                            done)
     run.broker.remove(job_ids)  # those left when the run stopped
     deadline = time.monotonic() + 30
     while run.client.zcard(run.broker.keys.running) and time.monotonic() < deadline:
@@ -438,18 +455,29 @@ def run_jobs(run: StartdRun, jobs: int, timeout_s: float) -> int:
     return run.ended() - before
 
 
-def report_throughput(name: str, rate: float, per_job_ms: dict[str, float]) -> None:
+def report_throughput(name: str, rate: float, per_job_ms: dict[str, float],
+                      commands: dict[str, float] | None = None) -> None:
     print(f"  {name:<34} {rate:8.1f} jobs/s")
     print(f"    CPU a job {sum(per_job_ms.values()):.1f} ms: " + ", ".join(
         f"{role} {ms:.1f}" for role, ms in sorted(per_job_ms.items(), key=lambda kv: -kv[1])))
+    if commands:
+        # A script call is one round trip (`evalsha`); the commands it runs inside
+        # Redis are counted too, under their own names (hget, zadd, ...).
+        print(f"    Redis commands a job (INFO commandstats, the submission and the bench's "
+              f"own polls included): {sum(commands.values()):.1f}: " + ", ".join(
+                  f"{name} {count:.2f}" for name, count in
+                  sorted(commands.items(), key=lambda kv: -kv[1]) if count >= 0.05))
 
 
-def kept_starters(root: Path, slots: int, jobs: int, reuse: int) -> tuple[float, dict[str, float]]:
-    """Throughput and CPU a job of a second pool whose starters run `reuse` jobs each."""
+def kept_starters(root: Path, slots: int, jobs: int, reuse: int
+                  ) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Throughput, CPU a job and Redis commands a job of a second pool whose
+    starters run `reuse` jobs each."""
     run = StartdRun(root, slots, reuse)
     try:
         run.start()
-        return throughput(run, jobs)
+        rate, per_job_ms = throughput(run, jobs)
+        return rate, per_job_ms, run.commands_per_job
     finally:
         run.stop()
 
@@ -520,16 +548,16 @@ def main() -> None:
               "workers:")
         name = f"fetchwork, STARTER_JOBS_PER_PROCESS = {run.jobs_per_process}"
         ours[name], per_job_ms = throughput(run, args.jobs)
-        report_throughput(name, ours[name], per_job_ms)
+        report_throughput(name, ours[name], per_job_ms, run.commands_per_job)
         theirs = {}
         for worker_class in ("Worker", "SimpleWorker"):
             theirs[worker_class] = rq_rate(run.pool.url, worker_class, args.jobs, args.slots)
             print(f"  {'rq ' + worker_class:<34} {theirs[worker_class]:8.1f} jobs/s")
         if args.reuse > 0:
             name = f"fetchwork, STARTER_JOBS_PER_PROCESS = {args.reuse}"
-            ours[name], per_job_ms = kept_starters(root / "kept", args.slots, args.jobs,
-                                                   args.reuse)
-            report_throughput(name, ours[name], per_job_ms)
+            ours[name], per_job_ms, commands = kept_starters(root / "kept", args.slots,
+                                                             args.jobs, args.reuse)
+            report_throughput(name, ours[name], per_job_ms, commands)
         for name, rate in ours.items():
             print(f"ratio {name}: " + ", ".join(
                 f"{rate / theirs_rate:.2f} x rq {worker_class}"
