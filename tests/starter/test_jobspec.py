@@ -84,3 +84,28 @@ def test_line_reader_splits_words_and_sees_eof():
         os.close(read_fd)
         if write_fd >= 0:
             os.close(write_fd)
+
+
+def test_a_hook_environment_made_at_first_read_is_hook_env():
+    from fetchwork.starter.jobspec import HookEnv, hook_env
+
+    base = {"PATH": "/usr/bin", "_CONDOR_SLOT": "old"}
+    lazy = HookEnv(base, "/sandbox", 3, "/sandbox/work")
+    assert dict(lazy) == hook_env(base, "/sandbox", 3, "/sandbox/work")
+    assert lazy["_CONDOR_SLOT"] == "slot3" and len(lazy) == len(dict(lazy))
+    assert "PATH" in lazy and "MISSING" not in lazy
+
+
+@pytest.mark.parametrize(("value", "asks"), [
+    (None, False), ("NO", False), ("no", False), ("", False), ("YES", True),
+    (" yes ", True), ("IF_NEEDED", True), ("MAYBE", False)])
+def test_only_yes_or_if_needed_sets_up_the_transfer_step(value, asks):
+    from fetchwork.starter.starter import asks_transfer
+    from fetchwork.starter.transferstep import applies
+
+    ad = classad2.ClassAd({"Cmd": "/bin/true"})
+    if value is not None:
+        ad["ShouldTransferFiles"] = value
+    assert asks_transfer(ad) is asks
+    if not asks:  # the step would not have applied on any machine
+        assert not applies(ad, "here.example") and not applies(ad, "")

@@ -62,3 +62,13 @@ def test_the_startd_backs_off_to_its_maximum():
     for _ in range(6):
         delays.append(next_delay_s(delays[-1], 5.0))
     assert delays[1:] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_an_outcome_folder_removed_between_jobs_is_made_again(tmp_path):
+    folder = tmp_path / "outcomes"
+    first = write_outcome(str(folder), new_outcome(_ad(), "exit", "FETCHWORK", 1, None))
+    os.unlink(first)
+    folder.rmdir()  # a starter that runs another job made it for its last one
+    path = write_outcome(str(folder), new_outcome(_ad(), "evict", "FETCHWORK", 1, None))
+    kept = read_outcome(path)
+    assert kept is not None and kept.how == "evict" and kept.user is None

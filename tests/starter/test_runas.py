@@ -163,3 +163,23 @@ def test_a_root_startd_runs_each_job_as_its_owner_only_when_signed(root_pool, re
     assert (work / "uid.0").read_text().strip() == str(expected)
     assert (work / "uid.1").read_text().strip() == str(expected)
     assert (work / "uid.root").read_text().strip() == str(nobody)
+
+
+def test_a_kept_starter_asks_the_user_database_once_per_refresh(monkeypatch):
+    from fetchwork.starter import runas
+
+    asked: list[str] = []
+
+    def database(name: str) -> Account | None:
+        asked.append(name)
+        return USERS.get(name)
+
+    monkeypatch.setattr(runas, "lookup_account", database)
+    monkeypatch.setattr(runas, "_remembered", {})
+    remembered = runas.remembered_lookup(3600)
+    assert remembered("alice") == USERS["alice"] and remembered("alice") == USERS["alice"]
+    assert remembered("nosuchuser") is None and remembered("nosuchuser") is None
+    assert asked == ["alice", "nosuchuser"]  # a missing user is remembered too
+    every_time = runas.remembered_lookup(0)
+    assert every_time("alice") == USERS["alice"] and every_time("alice") == USERS["alice"]
+    assert asked == ["alice", "nosuchuser", "alice", "alice"]
