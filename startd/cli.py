@@ -9,6 +9,7 @@ import click
 
 from fetchwork.config.loader import Config
 from fetchwork.errors import ConfigError
+from fetchwork.starter.logline import share
 
 LOG_FILE = "StartLog"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -22,7 +23,8 @@ def _log_to_file(log_dir: str) -> logging.Handler:
     except OSError as exc:
         raise ConfigError(f"cannot write the log directory {log_dir}: {exc.strerror or exc} "
                           f"(set LOG to a writable folder)") from exc
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    # One line made for both this file and stderr (logline.py).
+    handler.setFormatter(share(logging.getLogger().handlers, LOG_FORMAT))
     return handler
 
 

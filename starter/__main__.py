@@ -18,6 +18,7 @@ import sys
 from fetchwork.config.ads import parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
+from fetchwork.starter.logline import LineOnce
 
 log = logging.getLogger("fetchwork.starter")
 
@@ -74,20 +75,6 @@ def _read_ad(path: str) -> tuple[object, str]:
     except OSError as exc:
         raise FetchworkError(f"cannot read {path}: {exc.strerror}") from exc
     return parse_ad(text, path), text
-
-
-class LineOnce(logging.Formatter):
-    """A formatter that makes each record's line once: the starter's log goes to
-    stderr and to StarterLog through one formatter, which would otherwise format
-    the time and the message again for the second handler."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        made = record.__dict__.get("_starter_line")
-        if made is not None and made[0] is self:
-            return str(made[1])
-        line = super().format(record)
-        record._starter_line = (self, line)
-        return line
 
 
 def log_to_stderr(name: str) -> None:

@@ -113,3 +113,6 @@ _.sig_counter
 _.sig_batch
 _.sig_jobs
 _.proof_text
+
+# The line a shared log formatter made, kept on the record (starter/logline.py).
+_._fetchwork_line
