@@ -332,6 +332,10 @@ class Broker:
         within `wait_s` seconds."""
         return self._claimer.claim(slot_ad, wait_s)
 
+    def claim_attrs(self, slot_ad: AdLike, wait_s: float = 0.0) -> dict[str, Any] | None:
+        """`claim`, the job given as its stored values rather than a ClassAd."""
+        return self._claimer.claim_attrs(slot_ad, wait_s)
+
     def reject(self, job_id: str, token: str) -> bool:
         """The slot declined the job: back to IDLE at the head of its priority group."""
         return calls.reject(self.store, job_id=job_id, token=token) is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,9 @@ _LITERALS = (bool, int, float, str)
 # Literals read without the ClassAd parser (most of a job ad): an integer without a
 # leading zero (ClassAds read 010 as octal), a string that needs no escape, a boolean.
 _INT_RE = re.compile(r"-?(?:0|[1-9][0-9]{0,17})\Z")
+# A real as repr() writes it (the form format_ad gives): a fresh text per job (a lease
+# expiry, a CPU time) must not reach the parser, which keeps memory per text parsed.
+_REAL_RE = re.compile(r"-?(?:0|[1-9][0-9]*)\.[0-9]+(?:e[+-]?[0-9]+)?\Z")
 _PLAIN_QUOTED_RE = re.compile(r'"([ !#-\[\]-~]*)"\Z')
 _BOOLEANS = {"true": True, "false": False}
 # Distinct expression texts whose parse is kept (parse_expr).
@@ -70,7 +74,33 @@ def plain_literal(text: str, number: int | None = None, source: str | None = Non
     boolean = _BOOLEANS.get(text)
     if boolean is not None:
         return boolean
+    if _REAL_RE.match(text):
+        return float(text)
     return parse_expr(text, line=number, source=source)
+
+
+def parse_values(text: str, source: str | None = None) -> dict[str, Any]:
+    """The attributes of old-format ad text as `parse_ad` would set them (plain values
+    and parse_expr's expression objects), without making a ClassAd. New-format text
+    is parsed whole."""
+    if text.strip().startswith("["):
+        ad = _parse_new(text.strip(), source)
+        return {name: ad.lookup(name) if isinstance(ad[name], classad2.ExprTree) else ad[name]
+                for name in ad.keys()}
+    values: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _ATTR_RE.match(line)
+        if not match:
+            raise AdError(f"expected 'Name = expression', got {clip(line)!r}", number, source)
+        name, expr_text = match.group(1), match.group(2).strip()
+        if not expr_text:
+            raise AdError(f"attribute {name} has no value", number, source)
+        # A later attribute of the same name wins, under the first spelling (as in an ad).
+        values[names.setdefault(name.lower(), name)] = plain_literal(expr_text, number, source)
+    return values
 
 
 def _parse_new(text: str, source: str | None) -> classad2.ClassAd:
@@ -108,7 +138,51 @@ def _parsed(text: str) -> Any:
     value = holder["x"]
     if isinstance(value, classad2.Value):
         return expr
+    if isinstance(value, classad2.ExprTree):
+        _EXPRESSIONS[id(expr)] = weakref.ref(expr, functools.partial(_forget, id(expr)))
     return value if isinstance(value, _LITERALS) else expr
+
+
+# parse_expr's results that an ad gives back as the object itself (not a literal,
+# list, undefined or error), by id, for KeptAd (config/keptad.py).
+_EXPRESSIONS: dict[int, weakref.ref[classad2.ExprTree]] = {}
+
+
+def _forget(key: int, ref: weakref.ref[classad2.ExprTree]) -> None:
+    if _EXPRESSIONS.get(key) is ref:
+        del _EXPRESSIONS[key]
+
+
+def is_parsed_expression(value: classad2.ExprTree) -> bool:
+    """`value` came from parse_expr and reads back from an ad as itself."""
+    ref = _EXPRESSIONS.get(id(value))
+    return ref is not None and ref() is value
+
+
+def format_values(values: Mapping[str, Any]) -> str:
+    """`format_ad` of an ad holding `values` (as parse_values gives them), written
+    from the values themselves: no ClassAd is made."""
+    lines = [f"{name} = {value_text(value)}" for name, value in values.items()]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def value_text(value: Any) -> str:
+    """The text of one attribute's value as set (a literal or an expression object)."""
+    if isinstance(value, classad2.ExprTree):
+        return unparse(value)
+    if isinstance(value, classad2.Value):
+        return "undefined" if value is classad2.Value.Undefined else "error"
+    if isinstance(value, float):
+        return _real_text(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return f'"{value}"' if _PLAIN_STRING_RE.match(value) else classad2.quote(value)
+    holder = classad2.ClassAd()  # a list or a nested ad: the library writes it
+    holder["x"] = value
+    return attr_text(holder, "x")
 
 
 def format_ad(ad: classad2.ClassAd | Mapping[str, Any]) -> str:
@@ -122,27 +196,34 @@ def format_ad(ad: classad2.ClassAd | Mapping[str, Any]) -> str:
 
 
 class AdText(str):
-    """The text of an ad (`format_ad`) that also carries the ad itself, so a
-    reader in the same process takes the ad (`take`) instead of parsing the
-    text back. An in-process hook returns one; to anyone else it is the text."""
+    """The text of an ad (`format_ad`) that also carries the ad's values (as
+    `parse_values` gives them), so a reader in the same process takes them
+    (`take`) instead of parsing the text back. An in-process hook returns one;
+    to anyone else it is the text. Made from a dict of stored values (`to_dict`'s
+    form), it makes no ClassAd at all."""
 
-    _ad: classad2.ClassAd | None
+    _values: dict[str, Any] | None
 
-    def __new__(cls, ad: classad2.ClassAd) -> AdText:
-        text = super().__new__(cls, format_ad(ad))
-        text._ad = ad
+    def __new__(cls, ad: classad2.ClassAd | Mapping[str, Any]) -> AdText:
+        if isinstance(ad, classad2.ClassAd):
+            values = {name: ad[name] for name in ad.keys()}
+            text = super().__new__(cls, format_ad(ad))
+        else:
+            values = values_of(ad)
+            text = super().__new__(cls, format_values(values))
+        text._values = values
         return text
 
-    def take(self) -> classad2.ClassAd | None:
-        """The ad, to the first reader only (it may change it); None after."""
-        ad, self._ad = self._ad, None
-        return ad
+    def take(self) -> dict[str, Any] | None:
+        """The values, to the first reader only (it may change them); None after."""
+        values, self._values = self._values, None
+        return values
 
 
-def parse_taken(text: str, source: str | None = None) -> classad2.ClassAd:
-    """`parse_ad`, or the ad an AdText carries when it is the first to ask."""
-    ad = text.take() if isinstance(text, AdText) else None
-    return ad if ad is not None else parse_ad(text, source)
+def parse_taken(text: str, source: str | None = None) -> dict[str, Any]:
+    """`parse_values`, or the values an AdText carries when it is the first to ask."""
+    values = text.take() if isinstance(text, AdText) else None
+    return values if values is not None else parse_values(text, source)
 
 
 def unparse(expr: classad2.ExprTree) -> str:
@@ -291,6 +372,11 @@ def from_dict(data: Mapping[str, Any]) -> classad2.ClassAd:
     for name, value in data.items():
         ad[name] = _value_to_expr(name, value)
     return ad
+
+
+def values_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The values `from_dict(data)` would set, without making the ClassAd."""
+    return {name: _value_to_expr(name, value) for name, value in data.items()}
 
 
 def _value_to_expr(name: str, value: Any) -> Any:

@@ -126,15 +126,16 @@ def fetch_work(args: Sequence[str], stdin_text: str) -> str | None:
         wait_s = 0.0 if busy else config.get_duration_s("FETCHWORK_FETCH_LONG_POLL")
         try:
             _publish(slot_ad, config, stdin_text)
-            job_ad = broker().claim(slotclaim.claiming_ad(slot_ad), wait_s=wait_s)
+            job = broker().claim_attrs(slotclaim.claiming_ad(slot_ad), wait_s=wait_s)
         except RedisUnavailableError:
             # Fail no faster than a long poll would: a startd retrying a fetch
             # against a broker that is down must not spin.
             time.sleep(max(wait_s, 1.0))
             raise
-    if job_ad is None:
+    if job is None:
         return None
-    return ads.AdText(job_ad)  # the startd takes the ad rather than parse the text
+    # The startd takes the values rather than parse the text; no ClassAd is made here.
+    return ads.AdText(job)
 
 
 def reply_fetch(args: Sequence[str], stdin_text: str) -> None:

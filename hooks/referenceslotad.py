@@ -29,6 +29,7 @@ from typing import Any
 import classad2
 
 from fetchwork.config import ads
+from fetchwork.config.keptad import KeptAd
 from fetchwork.errors import AdError
 
 # Slots kept (a startd has a few; more means several startds share this process).
@@ -104,7 +105,9 @@ class SlotAds:
                 if len(self._slots) >= KEPT:
                     self._slots.clear()
                 try:
-                    ad = ads.parse_ad(text)
+                    # A kept ad: the claim reads the slot's START back without
+                    # making an ExprTree object each time (config/keptad.py).
+                    ad = KeptAd(ads.parse_values(text))
                 except AdError:
                     return None  # parsed again, to raise with the source named
                 kept = self._slots[name] = _Kept(ad, lines, lent=True)

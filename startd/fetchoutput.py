@@ -5,18 +5,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import classad2
-
 from fetchwork.config import ads
+from fetchwork.config.keptad import KeptAd
 from fetchwork.errors import AdError
 from fetchwork.hooks.runner import HookResult
+from fetchwork.startd.slots.jobads import JOB_ADS, JobAds
 
 
 @dataclass(frozen=True)
 class Fetched:
     """What one fetch produced: nothing, a job ad, or output that must be rejected."""
 
-    job_ad: classad2.ClassAd | None = None
+    job_ad: KeptAd | None = None
     bad_reason: str | None = None
 
     @property
@@ -29,12 +29,13 @@ class Fetched:
 
 
 def read_fetch_output(stdout: str, *, failure: str | None = None,
-                      output_too_large: bool = False) -> Fetched:
+                      output_too_large: bool = False, job_ads: JobAds = JOB_ADS) -> Fetched:
     """Interpret a fetch hook's stdout. Its exit status is ignored, as the text says.
 
     `failure` says why the hook did not run to its end (refused, timed out,
     crashed in-process): no work, unless it printed something, which is then
-    bad output.
+    bad output. The job's ad is one of `job_ads`, reused (no ClassAd is made
+    per job): the values an in-process hook handed over, or the text's.
     """
     if output_too_large:
         return Fetched(bad_reason="output over the hook output limit")
@@ -43,7 +44,7 @@ def read_fetch_output(stdout: str, *, failure: str | None = None,
     if failure is not None:
         return Fetched(bad_reason=f"hook did not finish ({failure})")
     try:
-        job_ad = ads.parse_taken(stdout, "fetch hook output")
+        job_ad = job_ads.take(ads.parse_taken(stdout, "fetch hook output"))
     except AdError as exc:
         return Fetched(bad_reason=f"not a ClassAd: {exc}")
     if "Cmd" not in job_ad:

@@ -26,7 +26,7 @@ from redis.exceptions import NoScriptError
 
 from fetchwork.broker.filters.gate import BLOCKS_READ, SUMMARY_FIELDS, ClaimView, view_of
 from fetchwork.broker.store import Store, calls, codec
-from fetchwork.config.ads import from_dict, to_dict
+from fetchwork.config.ads import to_dict
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,8 @@ class ActivationClaims:
         """claim.lua's slot-ad argument: the packed ad when some job may need activation."""
         return codec.pack(to_dict(slot)) if view.summary.any_activation else ""
 
-    def await_verdict(self, job_id: str, token: str, wait_ms: int) -> classad2.ClassAd | None:
-        """The job's ad when the leader started it for this claim, else None."""
+    def await_verdict(self, job_id: str, token: str, wait_ms: int) -> dict[str, Any] | None:
+        """The job's ad (stored values) when the leader started it for this claim, else None."""
         keys = self.store.keys
         reply_key = keys.activation_reply(token)
         deadline = time.monotonic() + wait_ms / 1000.0 + VERDICT_GRACE_S
@@ -87,20 +87,20 @@ class ActivationClaims:
                     return self._abandon(job_id, token)
                 popped = self.store.client.blpop([reply_key], timeout=min(left_s, MAX_BLOCK_S))
                 if popped is not None:
-                    return None if popped[1] == NO else _ad_of(popped[1])
+                    return None if popped[1] == NO else _attrs_of(popped[1])
         finally:
             self.store.client.delete(reply_key)
 
-    def _abandon(self, job_id: str, token: str) -> classad2.ClassAd | None:
+    def _abandon(self, job_id: str, token: str) -> dict[str, Any] | None:
         log.warning("no activation verdict for job %s in time; giving it back", job_id)
         reply = calls.activate_abandon(self.store, job_id=job_id, token=token)
-        return None if reply is None else _ad_of(reply)
+        return None if reply is None else _attrs_of(reply)
 
 
-def _ad_of(packed: bytes | str) -> classad2.ClassAd:
+def _attrs_of(packed: bytes | str) -> dict[str, Any]:
     job_id, flat = msgpack.unpackb(codec.as_bytes(packed), raw=True)
     log.debug("job %s started after its activation chain", job_id.decode())
-    return from_dict(codec.decode_flat(flat))
+    return codec.decode_flat(flat)
 
 
 def is_activation(reply: Any) -> bool:

@@ -80,6 +80,8 @@ WAKE_COUNT = 100
 # Rounds of judging newly met autoclusters before the quiet step leaves the claim
 # to the full one.
 JUDGING_ROUNDS = 4
+# A claimed job as the store holds it (codec.decode_flat), or None.
+Job = dict[str, Any] | None
 
 
 class Claimer:
@@ -115,6 +117,16 @@ class Claimer:
 
     def claim(self, slot_ad: classad2.ClassAd | Mapping[str, Any],
               wait_s: float = 0.0) -> classad2.ClassAd | None:
+        """The job claimed for `slot_ad` as a ClassAd, or None (see claim_attrs)."""
+        attrs = self.claim_attrs(slot_ad, wait_s)
+        return None if attrs is None else from_dict(attrs)
+
+    def claim_attrs(self, slot_ad: classad2.ClassAd | Mapping[str, Any],
+                    wait_s: float = 0.0) -> dict[str, Any] | None:
+        """The job claimed for `slot_ad` as its stored values (expressions as
+        {"$expr": text}), or None when there is none within `wait_s` seconds. A
+        long-running caller that only passes the ad on (a fetch hook) makes no
+        ClassAd of each job: classad2 keeps a little memory of every one."""
         slot = slot_ad if isinstance(slot_ad, classad2.ClassAd) else from_dict(slot_ad)
         name = slot_name(slot)
         deadline = time.monotonic() + wait_s
@@ -138,7 +150,7 @@ class Claimer:
         finally:
             self.sorting.unregister(name)
 
-    def _find(self, slot: classad2.ClassAd, name: str) -> tuple[classad2.ClassAd | None, bool]:
+    def _find(self, slot: classad2.ClassAd, name: str) -> tuple[Job, bool]:
         """The quiet step first, in one call; then the scan of the idle set; then, with
         the soft tier, of the soft set (with the activation view the first read
         brought)."""
@@ -154,7 +166,7 @@ class Claimer:
         rows = self.store.scored(self.store.keys.soft, count=max(self.scan_batch, FIRST_BATCH))
         return self._offer(rows, slot, name, view, last_resort=True) if rows else claimed
 
-    def _quiet(self, slot: classad2.ClassAd, name: str) -> tuple[bool, classad2.ClassAd | None]:
+    def _quiet(self, slot: classad2.ClassAd, name: str) -> tuple[bool, Job]:
         """The quiet step: (whether it decided, the job claimed); not decided: the full
         claim must."""
         verdicts = self.groups.verdicts(slot)
@@ -171,7 +183,7 @@ class Claimer:
                 return False, None
             if reply[0] == b"job":
                 _job_id, flat = msgpack.unpackb(reply[1], raw=True)
-                return True, from_dict(codec.decode_flat(flat))
+                return True, codec.decode_flat(flat)
             unknown = self._named = [codec.text(gid) for gid in reply[1:]]
             if not self.groups.judge(slot, unknown):
                 return False, None
@@ -179,7 +191,7 @@ class Claimer:
 
     def _scan(self, slot: classad2.ClassAd, name: str, rows: list[tuple[bytes, float]],
               view: ClaimView, walk: GroupWalk | IdleWalk
-              ) -> tuple[classad2.ClassAd | None, bool]:
+              ) -> tuple[Job, bool]:
         """(the claimed job or None, whether an activation verdict ended the claim), from
         the first `rows` of the walk on."""
         batch = FIRST_BATCH
@@ -197,7 +209,7 @@ class Claimer:
 
     def _scan_held_back(self, slot: classad2.ClassAd, name: str, view: ClaimView,
                         rows: list[tuple[bytes, float]], walk: GroupWalk | IdleWalk
-                        ) -> tuple[classad2.ClassAd | None, bool]:
+                        ) -> tuple[Job, bool]:
         """The scan when activation may hold jobs back: a reserved slot looks at its job
         only; past the first blocked priority group, only the blockers remain; jobs
         reserved for other slots or not due for evaluation are passed over."""
@@ -226,7 +238,7 @@ class Claimer:
 
     def _offer(self, rows: list[tuple[bytes, float]], slot: classad2.ClassAd, name: str,
                view: ClaimView, last_resort: bool = False, prechecked: set[str] | None = None
-               ) -> tuple[classad2.ClassAd | None, bool]:
+               ) -> tuple[Job, bool]:
         """Offer the matching jobs among `rows` to claim.lua, a few at a time (jobs in
         `prechecked` matched through their autocluster)."""
         reservation = self.backfill.reservation_of(view.backfill)
@@ -262,7 +274,7 @@ class Claimer:
 
     def _claim_first(self, job_ids: list[str], slot: classad2.ClassAd, name: str,
                      view: ClaimView, last_resort: bool = False
-                     ) -> tuple[classad2.ClassAd | None, bool]:
+                     ) -> tuple[Job, bool]:
         """claim.lua on matched candidates: the first one still idle is ours (or, with an
         activation chain, the leader's verdict on it decides, and ends the claim)."""
         self.sorting.give_way(job_ids[0], slot, name)
@@ -278,7 +290,7 @@ class Claimer:
             ad = self.activation.await_verdict(job_id.decode(), token, view.summary.wait_ms)
             return ad, True
         log.debug("job %s claimed by %s", job_id.decode(), name)
-        return from_dict(codec.decode_flat(flat)), False
+        return codec.decode_flat(flat), False
 
     def _wait_for_idle(self, last_id: str, deadline: float) -> str | None:
         """Block until an event shows a job becoming IDLE; its id, or None at the deadline."""

@@ -17,6 +17,7 @@ from typing import Any
 import classad2
 
 from fetchwork.config import ads
+from fetchwork.config.keptad import KeptAd
 from fetchwork.config.matching import is_exclusive
 from fetchwork.errors import AdError
 from fetchwork.startd.fetchdelay import FetchClock
@@ -50,9 +51,11 @@ class Claim:
     # Exclusive), read once per ad: (the ad they were read from, id, label, exclusive).
     _read: tuple[classad2.ClassAd, str | None, str, bool] | None = field(
         default=None, repr=False, compare=False)
-    _text: tuple[classad2.ClassAd, str] | None = field(default=None, repr=False, compare=False)
+    _text: tuple[classad2.ClassAd, int, str] | None = field(default=None, repr=False,
+                                                            compare=False)
     # The last ad the starter reported, as it came (a dict), until something reads it:
-    # a job's exit report is seldom read, and each ClassAd made costs classad2 memory.
+    # a job's exit report is seldom read. It is loaded into the claim's own ad in
+    # place (a kept ad, startd/slots/jobads.py): each ClassAd made costs classad2 memory.
     _reported: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
     job_exited: bool = False               # the starter reported the job's exit
 
@@ -66,7 +69,11 @@ class Claim:
         reported, self._reported = self._reported, None
         if reported is not None:
             try:
-                self.job_ad = ads.from_dict(reported)
+                values = ads.values_of(reported)
+                if isinstance(self.job_ad, KeptAd):
+                    self.job_ad.load(values)
+                else:
+                    self.job_ad = KeptAd(values)
             except AdError as exc:
                 log.warning("job %s: the starter sent an unreadable ad: %s", self.job_id, exc)
         return self.job_ad
@@ -85,12 +92,12 @@ class Claim:
         return self._facts()[2]
 
     def job_ad_text(self) -> str:
-        """The job ad as the starter and the hooks read it, formatted once per ad (the
-        ad is not changed in place once claimed; the starter's updates replace it)."""
+        """The job ad as the starter and the hooks read it, formatted once per change."""
         ad = self.current_ad()
-        if self._text is None or self._text[0] is not ad:
-            self._text = (ad, ads.format_ad(ad))
-        return self._text[1]
+        version = ad.version if isinstance(ad, KeptAd) else 0
+        if self._text is None or self._text[0] is not ad or self._text[1] != version:
+            self._text = (ad, version, ads.format_ad(ad))
+        return self._text[2]
 
     @property
     def exclusive(self) -> bool:

@@ -10,12 +10,12 @@ attributes are built as plain values, compared with the last ones, and only
 those that differ are set (or deleted) in the kept ad. Nothing outside the
 loop's thread may keep the ad itself across a change: hooks get its text.
 
-Reading an expression attribute back out of a ClassAd (`ad["Start"]`, which
-formatting and `evaluate_attr` do) makes a new ExprTree object, which leaks
-the same way. So the text is written from the built values, one line per
-attribute and only the changed lines again, and what the loop evaluates of
-the ad at every round (whether START is false) is kept until the ad changes
-(`derived`).
+The ad is a kept ad (config/keptad.py): reading an attribute back out of it
+(`ad["Start"]`, which evaluate_attr does) gives the value it was set to and
+makes no ExprTree object, which would leak the same way. The text is written
+from the built values, one line per attribute and only the changed lines
+again, and what the loop evaluates of the ad at every round (whether START is
+false) is kept until the ad changes (`derived`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 import classad2
 
 from fetchwork.config import ads
+from fetchwork.config.keptad import KeptAd
 
 _NOTHING = object()
 
@@ -51,11 +52,10 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[dict[str, A
 
 class _LineWriter:
     """`Name = value` lines of built values, without reading them back from an ad: a
-    literal goes through a scratch ad that only ever holds literals, an expression is
-    unparsed from the object the value is (the policy expressions are few objects)."""
+    literal is written from its value, an expression is unparsed from the object the
+    value is, once (the policy expressions are few objects)."""
 
     def __init__(self) -> None:
-        self._scratch = classad2.ClassAd()
         self._unparsed: dict[int, tuple[Any, str]] = {}
 
     def line(self, name: str, value: Any) -> str:
@@ -66,13 +66,12 @@ class _LineWriter:
                     self._unparsed.clear()
                 kept = self._unparsed[id(value)] = (value, ads.unparse(value))
             return f"{name} = {kept[1]}"
-        self._scratch["v"] = value
-        return f"{name} = {ads.attr_text(self._scratch, 'v')}"
+        return f"{name} = {ads.value_text(value)}"
 
 
 @dataclass
 class _Kept:
-    ad: classad2.ClassAd = field(default_factory=classad2.ClassAd)
+    ad: classad2.ClassAd = field(default_factory=KeptAd)
     inputs: Hashable = _NOTHING
     attrs: Mapping[str, Any] = field(default_factory=dict)
     lines: dict[str, str] = field(default_factory=dict)

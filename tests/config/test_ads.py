@@ -223,18 +223,35 @@ def test_a_text_without_its_last_newline_still_gets_the_dash_line_alone():
         'Cmd = "/bin/true"\n-----\nName = "x"\n'
 
 
-def test_an_ad_text_is_the_formatted_ad_and_gives_its_ad_to_the_first_reader_only():
+def test_an_ad_text_is_the_formatted_ad_and_gives_its_values_to_the_first_reader_only():
     ad = ads.parse_ad(f'Cmd = "/bin/true"\nFetchWorkDelay = {DELAY}\nRequestCpus = 2\n')
     text = ads.AdText(ad)
     assert text == ads.format_ad(ad) and isinstance(text, str)
     first = ads.parse_taken(text)
-    assert first is ad
-    second = ads.parse_taken(text)  # parsed from the text: the first reader may change its ad
-    assert second is not ad and second == ad
-    assert ads.parse_taken(str(text)) == ad
+    assert first == ads.parse_values(text)
+    second = ads.parse_taken(text)  # parsed from the text: the first reader may change its own
+    assert second is not first and second == first
+    assert ads.parse_taken(str(text)) == first
+
+
+def test_an_ad_text_of_stored_values_is_the_text_of_their_ad():
+    stored = {"Cmd": "/bin/true", "ClusterId": 4, "Lease": 1795866640.361, "Note": 'a "b"',
+              "Requirements": {"$expr": "TARGET.Memory > 100"}, "Rerunnable": True}
+    text = ads.AdText(stored)  # the same lines (in the order given rather than the ad's)
+    assert sorted(text.splitlines()) == sorted(ads.format_ad(ads.from_dict(stored)).splitlines())
+    assert ads.parse_taken(text) == ads.values_of(stored)
+
+
+def test_values_read_from_text_are_what_parse_ad_sets():
+    text = 'Cmd = "/bin/true"\nLease = 1795866640.361\nR = TARGET.Memory > 1\nr = 2\nL = {1, 2}\n'
+    values = ads.parse_values(text)
+    assert values["Lease"] == 1795866640.361 and values["R"] == 2 and "r" not in values
+    assert sorted(ads.format_values(values).splitlines()) == \
+        sorted(ads.format_ad(ads.parse_ad(text)).splitlines())
 
 
 def test_a_fetch_hooks_ad_text_is_read_as_its_ad():
     ad = ads.parse_ad('Cmd = "/bin/true"\nClusterId = 4\n')
     fetched = fetchoutput.read_fetch_output(ads.AdText(ad))
-    assert fetched.found_work and fetched.job_ad is ad
+    assert fetched.found_work and fetched.job_ad is not None
+    assert fetched.job_ad.attrs() == {"Cmd": "/bin/true", "ClusterId": 4}
