@@ -43,6 +43,7 @@ resort; both claim scripts re-check every job's PS budget.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -55,7 +56,8 @@ from fetchwork.broker.filters.gate import ClaimView, block_floor, group_of, may_
 from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.store.jobads import slot_name
 from fetchwork.config import latencytrace
-from fetchwork.config.ads import from_dict
+from fetchwork.config.ads import from_dict, values_of
+from fetchwork.config.keptad import KeptAd
 from fetchwork.config.loader import Config
 from fetchwork.config.matching import matches
 from fetchwork.errors import AdError
@@ -80,6 +82,7 @@ WAKE_COUNT = 100
 # Rounds of judging newly met autoclusters before the quiet step leaves the claim
 # to the full one.
 JUDGING_ROUNDS = 4
+_scratch = threading.local()
 # A claimed job as the store holds it (codec.decode_flat), or None.
 Job = dict[str, Any] | None
 
@@ -265,8 +268,13 @@ class Claimer:
 
     @staticmethod
     def _fits(job_id: str, data: dict[str, Any], slot: classad2.ClassAd) -> bool:
+        # One kept ad per thread, loaded with each candidate in place: classad2 keeps
+        # a little memory of every ad made, and a claim may read many candidates.
+        job = getattr(_scratch, "ad", None)
+        if job is None:
+            job = _scratch.ad = KeptAd()
         try:
-            job = from_dict(data)
+            job.load(values_of(data))
         except AdError as exc:
             log.warning("skipping job %s: unreadable ad: %s", job_id, exc)
             return False

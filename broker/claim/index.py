@@ -32,7 +32,8 @@ from redis.client import Pipeline
 from fetchwork.broker.autoclusters import start_job_reads
 from fetchwork.broker.store import Store, calls, codec
 from fetchwork.broker.store.acmembers import SEPARATOR, order_text, parse_member
-from fetchwork.config.ads import from_dict
+from fetchwork.config.ads import values_of
+from fetchwork.config.keptad import KeptAd
 from fetchwork.config.matching import job_refuses, matches
 from fetchwork.errors import AdError
 
@@ -260,7 +261,9 @@ def _verdict(rep: tuple[classad2.ClassAd, frozenset[str]], slot: classad2.ClassA
 def _decoded(gid: str, raw: bytes | str) -> tuple[classad2.ClassAd, frozenset[str]] | None:
     try:
         rep = codec.unpack(codec.as_bytes(raw).split(b"\n", 1)[1])
-        return from_dict(rep), frozenset(name.lower() for name in rep)
+        # A kept ad: a slot ad's text changes at every job, and judging it reads the
+        # representative's Requirements back without making an ExprTree each time.
+        return KeptAd(values_of(rep)), frozenset(name.lower() for name in rep)
     except (AdError, IndexError, ValueError) as exc:
         log.warning("autocluster %s: unreadable representative (%s); its jobs are "
                     "evaluated one by one", gid, exc)
