@@ -1,6 +1,7 @@
 """Where a startd's memory goes per job: classad2 objects made, and heap growth.
 
-    python bench/startd_memory.py [--iterations 10000] [--jobs 2000] [--no-pool]
+    python bench/startd_memory.py [--iterations 10000] [--jobs 2000] [--warmup 300]
+                                  [--trace] [--no-suspects]
 
 classad2 keeps about 0.14 KB of every ClassAd and ExprTree object it makes,
 even once the object is freed; tracemalloc does not see it (C++ allocations).
@@ -16,6 +17,8 @@ Two parts:
    a warm-up, `--jobs` `/bin/true` jobs: the objects made per job by site,
    the startd's heap in use and RSS per job, then `malloc_trim(0)` in the
    startd to tell freed-but-kept heap (fragmentation) from memory in use.
+   `--trace`: the startd's Python allocations that grew most meanwhile
+   (tracemalloc, which sees Python's allocations but not classad2's).
 
 Prints figures only; the machine may be shared, so RSS figures move a little.
 """
@@ -31,6 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -169,13 +173,15 @@ def part_one(iterations: int) -> None:
 # -- part 2: the startd of a real pool --------------------------------------------
 
 COUNTING_HOOK = '''\
-import collections, ctypes, json, os, sys
+import collections, ctypes, json, os, sys, tracemalloc
 
 import classad2
 
 from fetchwork.hooks import reference
 
-REPORT, TRIM = {report!r}, {trim!r}
+REPORT, TRIM, SNAPSHOT = {report!r}, {trim!r}, {snapshot!r}
+if {trace!r}:
+    tracemalloc.start(16)
 _SKIP = ("/classad2/", "/config/ads.py", "/config/keptad.py")
 _made = collections.Counter()
 _jobs = [0]
@@ -238,6 +244,10 @@ def fetch(args, stdin_text):
     out = reference.fetch_work(args, stdin_text)
     if out:
         _jobs[0] += 1
+        if os.path.exists(SNAPSHOT + ".ask"):
+            os.unlink(SNAPSHOT + ".ask")
+            tracemalloc.take_snapshot().dump(SNAPSHOT + ".new")
+            os.replace(SNAPSHOT + ".new", SNAPSHOT)
         if os.path.exists(TRIM):
             os.unlink(TRIM)
             before = _rss_kb()
@@ -262,21 +272,47 @@ def _report(path: Path, after_jobs: int, timeout_s: float = 120) -> dict[str, An
     raise SystemExit(f"the startd's fetch hook reported nothing after {after_jobs} jobs")
 
 
-def part_two(jobs: int, warmup: int) -> None:
+def _snapshot(run: StartdRun, path: Path) -> tracemalloc.Snapshot:
+    """The startd's Python allocations now (its fetch hook dumps them at the next job)."""
+    path.unlink(missing_ok=True)
+    Path(f"{path}.ask").touch()
+    run_jobs(run, 2, timeout_s=120)
+    deadline = time.monotonic() + 120
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return tracemalloc.Snapshot.load(str(path))
+
+
+def _ours(traceback: tracemalloc.Traceback) -> list[str]:
+    """The frames of a traceback in the product (the innermost one whatever it is)."""
+    inward = list(reversed(traceback))  # tracemalloc lists the oldest frame first
+    frames = [f"{frame.filename.rsplit('/', 2)[-1]}:{frame.lineno}" for frame in inward[1:]
+              if "site-packages" not in frame.filename and "/lib/python" not in frame.filename]
+    return [f"{inward[0].filename.rsplit('/', 2)[-1]}:{inward[0].lineno}", *frames[:4]]
+
+
+def part_two(jobs: int, warmup: int, trace: bool) -> None:
     root = Path(tempfile.mkdtemp(prefix="fw-startd-memory-"))
     root.chmod(0o755)
-    report, trim = root / "report.json", root / "trim"
+    report, trim, snapshot = root / "report.json", root / "trim", root / "snapshot"
     run = StartdRun(root / "pool", 2)
-    (run.root / "fwbench_hooks.py").write_text(COUNTING_HOOK.format(report=str(report),
-                                                                    trim=str(trim)))
+    (run.root / "fwbench_hooks.py").write_text(COUNTING_HOOK.format(
+        report=str(report), trim=str(trim), snapshot=str(snapshot), trace=trace))
     try:
         run.start()
         print(f"the startd of a 2-slot pool (STARTER_JOBS_PER_PROCESS = "
               f"{run.jobs_per_process}), /bin/true jobs:")
         run_jobs(run, warmup, timeout_s=600)
         first = _report(report, warmup - warmup % 50)
+        before = _snapshot(run, snapshot) if trace else None
         run_jobs(run, jobs, timeout_s=1800)
         last = _report(report, first["jobs"] + jobs - jobs % 50)
+        if before is not None:
+            grown = _snapshot(run, snapshot).compare_to(before, "traceback")
+            print("  Python allocations grown most (tracemalloc, while the jobs ran):")
+            for stat in grown[:8]:
+                print(f"    {stat.size_diff / jobs:+8.1f} B a job, {stat.count_diff:+d} blocks: "
+                      + " <- ".join(_ours(stat.traceback)))
         done = last["jobs"] - first["jobs"]
         made = collections.Counter(last["made"])
         made.subtract(first["made"])
@@ -306,10 +342,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000,
                         help="jobs the pool's startd runs after its warm-up (0: no pool)")
     parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--trace", action="store_true",
+                        help="also trace the startd's Python allocations (slower)")
+    parser.add_argument("--no-suspects", action="store_true", help="skip part 1")
     args = parser.parse_args()
-    part_one(args.iterations)
+    if not args.no_suspects:
+        part_one(args.iterations)
     if args.jobs > 0:
-        part_two(args.jobs, args.warmup)
+        part_two(args.jobs, args.warmup, args.trace)
 
 
 if __name__ == "__main__":

@@ -42,9 +42,11 @@ log = logging.getLogger(__name__)
 Rows = list[tuple[bytes, float]]
 # Representatives a claimer keeps decoded (they never change for an id).
 REPS_KEPT = 10_000
-# Slot ads whose verdicts per autocluster a claimer keeps, by a digest of their
-# text (a startd hands the same slot ad until the slot changes, or the second of
-# MyCurrentTime does; cleared when full): a few MB at most, in a startd too.
+# Slots whose verdicts per autocluster a claimer keeps, each for the last text of its
+# ad (a startd hands the same slot ad until the slot changes, or the second of
+# MyCurrentTime does; cleared when full). One entry per slot, not per text: a
+# startd's slot ad text changes at every job, and an entry per text grew the
+# startd by a few MB before each clearing.
 SLOTS_KEPT = 4096
 # One past the separator: the end of an autocluster's range of members.
 _AFTER = chr(ord(SEPARATOR) + 1)
@@ -169,9 +171,9 @@ class GroupIndex:
         self.store = store
         # id -> (representative ad, its attribute names), or None when unusable.
         self._reps: dict[str, tuple[classad2.ClassAd, frozenset[str]] | None] = {}
-        # A digest of the slot ad's text -> its verdicts per autocluster (str() of an
-        # ad costs classad2 no memory; evaluations do).
-        self._slots: dict[bytes, SlotVerdicts] = {}
+        # The slot's Name -> a digest of its ad's text and its verdicts per autocluster
+        # (str() of an ad costs classad2 no memory; evaluations do).
+        self._slots: dict[str, tuple[bytes, SlotVerdicts]] = {}
         self._lock = threading.Lock()
 
     def read(self, pipe: Pipeline) -> None:
@@ -182,13 +184,15 @@ class GroupIndex:
         """The verdicts per autocluster kept for this slot ad (cleared when SLOTS_KEPT
         slot ads are kept)."""
         text = hashlib.blake2b(str(slot).encode(), digest_size=16).digest()
+        name = slot.get("Name")
+        key = name if isinstance(name, str) else ""
         with self._lock:
-            verdicts = self._slots.get(text)
-            if verdicts is None:
-                if len(self._slots) >= SLOTS_KEPT:
+            kept = self._slots.get(key)
+            if kept is None or kept[0] != text:
+                if kept is None and len(self._slots) >= SLOTS_KEPT:
                     self._slots.clear()
-                verdicts = self._slots[text] = SlotVerdicts()
-            return verdicts
+                kept = self._slots[key] = (text, SlotVerdicts())
+            return kept[1]
 
     def walk(self, slot: classad2.ClassAd, first: Rows, reply: list[Any]) -> IdleWalk | GroupWalk:
         """Where the claim of `slot` finds its candidates (`first`: the idle set's head,
