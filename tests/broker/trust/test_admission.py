@@ -195,7 +195,7 @@ def test_a_lone_job_is_admitted_by_the_pass_its_event_brings(signing) -> None:
     assert leader.due_in_s(100.0) == 0
     leader.run_due(100.0)
     assert state(broker, job) == "IDLE"
-    assert signedjob.check(public, parse_ad(format_ad(broker.get(job))), broker.pool) is None
+    assert signedjob.check(public, parse_ad(format_ad(handed_ad(broker, job))), broker.pool) is None
 
 
 def test_jobs_named_by_events_are_admitted_with_what_else_waits(signing) -> None:
