@@ -60,6 +60,8 @@ from pathlib import Path
 from fetchwork.config.loader import Config
 from fetchwork.errors import ConfigError, FetchworkError
 
+from . import filecopy
+
 log = logging.getLogger(__name__)
 
 DIGEST_RE = re.compile(r"[0-9a-f]{64}\Z")
@@ -144,8 +146,12 @@ class ChunkCache:
             raise CacheError(f"the chunk cache's bound must be at least one byte, not {max_bytes}")
         self.root = Path(root)
         self.max_bytes = max_bytes
-        # Chunks this object put (checked on their way in): `read` need not check them.
+        # Chunks this object put or read (checked then), by their size: `read` need
+        # not check them again.
         self._checked_in: dict[str, int] = {}
+        # Files whose every chunk this object checked and whose whole bytes made their
+        # digest (`checked_file`): `copy_file` writes them from their chunks.
+        self._checked_files: set[tuple[str, int, tuple[str, ...]]] = set()
 
     @classmethod
     def from_config(cls, config: Config) -> ChunkCache:
@@ -173,7 +179,10 @@ class ChunkCache:
             with contextlib.suppress(OSError):
                 os.utime(path)
             return data
-        return data if self._checked(path, digest, hashlib.sha256(data).hexdigest()) else None
+        if not self._checked(path, digest, hashlib.sha256(data).hexdigest()):
+            return None
+        self._checked_in[digest] = len(data)
+        return data
 
     def read_into(self, digest: str, buffer: bytearray) -> memoryview | None:
         """As `read`, into `buffer` (a chunk's size at least) instead of new bytes: the
@@ -245,7 +254,12 @@ class ChunkCache:
         if actual != digest:
             raise CacheError(f"chunk {digest} refused: its data has SHA-256 {actual} "
                              f"({len(data)} bytes)")
-        path = self._path(digest)
+        return self.put_checked(digest, data)
+
+    def put_checked(self, digest: str, data: bytes) -> Path:
+        """`put` for a chunk its caller has just checked against `digest` (it computed
+        the SHA-256 itself, so the bytes are hashed once on their way in)."""
+        path = self._path(check_digest(digest))
         try:
             self._make_folders(path.parent)
             temporary = self._write_temporary(digest, data)
@@ -303,6 +317,42 @@ class ChunkCache:
                 if following is not None:
                     queued.append((following, fetcher.submit(fetch, following)))
         return fetched
+
+    # -- whole files ---------------------------------------------------------------------
+
+    def checked_file(self, sha256: str, size: int, chunks: tuple[str, ...]) -> None:
+        """Note that the file of `chunks` was checked whole (`size` bytes making
+        `sha256`) from chunks this object checked: `copy_file` may write it."""
+        self._checked_files.add((sha256, size, chunks))
+
+    def copy_file(self, sha256: str, size: int, chunks: tuple[str, ...], fd: int) -> bool:
+        """Write a file noted by `checked_file` to `fd` from its cached chunks, copied in
+        the kernel (transfer/filecopy.py); True when written whole. False when the file
+        was not noted or a chunk is no longer as it was checked (evicted since, or
+        another size): then `fd` is emptied again and the caller writes the file its
+        own way, each chunk checked."""
+        if (sha256, size, chunks) not in self._checked_files:
+            return False
+        for digest in chunks:
+            expected = self._checked_in.get(digest)
+            try:
+                source = os.open(self._path(digest), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return self._emptied(fd)
+            try:
+                whole = (expected is not None and os.fstat(source).st_size == expected
+                         and filecopy.copy(source, fd, expected) == expected)
+            finally:
+                os.close(source)
+            if not whole:
+                return self._emptied(fd)
+        return True
+
+    @staticmethod
+    def _emptied(fd: int) -> bool:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return False
 
     # -- the parts -----------------------------------------------------------------------
 

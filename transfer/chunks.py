@@ -49,6 +49,8 @@ class Cache(Protocol):
 
     def read_into(self, digest: str, buffer: bytearray) -> memoryview | None: ...
 
+    def copy_file(self, sha256: str, size: int, chunks: tuple[str, ...], fd: int) -> bool: ...
+
 
 def read_exact(fd: int, size: int) -> bytes:
     """Up to `size` bytes of `fd`, fewer only at its end."""
@@ -266,7 +268,11 @@ class ChunkStore:
         several chunks, the file's digest is computed in a helper thread while the next
         chunk is read (and checked, when the cache must) and written; cached chunks are
         read into two buffers used in turn, one of them being hashed while the other
-        is filled."""
+        is filled. A file the machine's cache checked whole as it filled
+        (transfer/checkedfill.py) is copied from its chunks in the kernel instead."""
+        if self.cache is not None and self.cache.copy_file(entry.sha256, entry.size,
+                                                           entry.chunks, fd):
+            return
         if len(entry.chunks) == 1:
             data = self.chunk(entry.chunks[0], entry.name)
             _write_all(fd, data)

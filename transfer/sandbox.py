@@ -50,8 +50,8 @@ from fetchwork.errors import (
     TransferError,
 )
 
-from . import privstate, safefiles, stored
-from .cache import ChunkCache
+from . import checkedfill, privstate, safefiles, stored
+from .cache import CacheError, ChunkCache
 from .chunks import ChunkStore
 from .delivery import OUTPUT_MANIFEST_ATTR
 from .inputs import INPUT_MANIFEST_ATTR
@@ -100,14 +100,15 @@ def _machine_cache(config: Config) -> ChunkCache | None:
 
 def _fill(cache: ChunkCache, store: Store, manifest: Manifest) -> int:
     """Put the manifest's chunks the cache lacks into it, as the starter's account (the
-    job's user may read the cache, never write it); the bytes fetched."""
+    job's user may read the cache, never write it), each chunk and each file checked
+    on the way (TransferError names a file that does not check); the bytes fetched."""
     def fetch(digest: str) -> bytes | None:
         data = store.client.get(store.keys.xfer_chunk(digest))
         return data if isinstance(data, bytes) else None
 
     try:
-        return cache.fill(manifest.digests(), fetch, ahead=FETCH_AHEAD)
-    except (OSError, FetchworkError) as exc:
+        return checkedfill.fill_checked(cache, manifest.files, fetch, ahead=FETCH_AHEAD)
+    except (OSError, CacheError) as exc:
         log.warning("cannot fill the machine's chunk cache: %s; reading from the pool", exc)
         return 0
 
