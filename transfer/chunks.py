@@ -39,6 +39,9 @@ _PACK_CUTOFF_BYTES = 6000
 # first would cost a round trip more than sending it); a bigger one is asked about
 # first, then sent with a plain SET.
 ASK_FIRST_BYTES = 256 * 1024
+# Small chunks held back for one round trip (ChunkStore.hold_small) are sent once
+# they pass this many bytes.
+HELD_MAX_BYTES = 4 * 1024 * 1024
 
 
 class Cache(Protocol):
@@ -87,8 +90,13 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 class ChunkStore:
     """The chunks of one pool: upload a file from a descriptor, write one to another."""
 
-    def __init__(self, store: Store, pending_ms: int, cache: Cache | None = None):
+    def __init__(self, store: Store, pending_ms: int, cache: Cache | None = None,
+                 hold_small: bool = False):
         self.store = store
+        # Small chunks kept back until `flush` sends them in one round trip (a
+        # sandbox's small outputs), instead of one round trip each.
+        self.hold_small = hold_small
+        self._held: list[tuple[str, bytes]] = []
         self.pending_ms = pending_ms
         self.cache = cache
         self.sent_bytes = 0
@@ -171,6 +179,11 @@ class ChunkStore:
         for the batch), then the missing ones are sent with plain SETs (`_put`)."""
         small = [(digest, data) for digest, data in batch if len(data) <= ASK_FIRST_BYTES]
         big = [(digest, data) for digest, data in batch if len(data) > ASK_FIRST_BYTES]
+        if self.hold_small:
+            self._held.extend((digest, bytes(data)) for digest, data in small)
+            if sum(len(data) for _, data in self._held) > HELD_MAX_BYTES:
+                self.flush()
+            small = []
         for digest, data in small:
             if calls.transfer_chunk(self.store, digest=digest, data=bytes(data),
                                     pending_ms=self.pending_ms):
@@ -190,6 +203,27 @@ class ChunkStore:
         stored = self._put(missing)
         self.sent_bytes += sum(len(data) for (_, data), done in zip(missing, stored, strict=True)
                                if done)
+
+    def flush(self) -> None:
+        """Send the small chunks held back (`hold_small`) in one round trip."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        if len(held) == 1:
+            digest, data = held[0]
+            if calls.transfer_chunk(self.store, digest=digest, data=data,
+                                    pending_ms=self.pending_ms):
+                self.sent_bytes += len(data)
+            return
+
+        def queue(pipe: Any) -> None:
+            for digest, data in held:
+                calls.queue_transfer_chunk(self.store, pipe, digest=digest, data=data,
+                                           pending_ms=self.pending_ms)
+
+        replies = self._pipelined(queue)
+        self.sent_bytes += sum(len(data) for (_, data), stored in zip(held, replies, strict=True)
+                               if stored)
 
     def _put(self, chunks: list[tuple[str, bytes | memoryview]]) -> list[Any]:
         """Send `chunks` with the plain SET transfer_chunk.lua leaves to its caller after

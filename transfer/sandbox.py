@@ -308,7 +308,7 @@ class Step:
         url_bytes = self._urls([UrlEntry(item.target, item.source) for item in uploads],
                                Direction.UPLOAD, code)
         chunk_store = ChunkStore(self.store, int(self.config.get_duration_s(
-            "TRANSFER_PENDING_LIFETIME") * 1000))
+            "TRANSFER_PENDING_LIFETIME") * 1000), hold_small=True)
         limit = self.ad.get("MaxTransferOutputMB")
         entries: list[FileEntry] = []
         total = 0
@@ -320,17 +320,18 @@ class Step:
                         f"{item.source}: the output files pass MaxTransferOutputMB = {limit}",
                         HoldCode.MAX_TRANSFER_OUTPUT_SIZE_EXCEEDED)
                 entries.append(chunk_store.upload(fd, item.target, info.st_mode & 0o777))
+        chunk_store.flush()  # the small files, in one round trip
         manifest = Manifest(tuple(entries))
-        lifetime_s = stored.pool_seconds(self.store, "TRANSFER_OUTPUT_LIFETIME")
+        cap_bytes, lifetime_s = stored.output_rules(self.store)
 
         def resend(_missing: list[str]) -> None:
             for item in planned:
                 with safefiles.open_file(self.sandbox, item.source, code) as (fd, info):
                     chunk_store.upload(fd, item.target, info.st_mode & 0o777)
+            chunk_store.flush()
 
         try:
-            ident = stored.attach(self.store, manifest, 1,
-                                  stored.pool_cap_bytes(self.store), resend,
+            ident = stored.attach(self.store, manifest, 1, cap_bytes, resend,
                                   output_of=self.job_id,
                                   expires_s=int(time.time() + lifetime_s))
         except SubmitError as exc:

@@ -31,13 +31,25 @@ pool_cap_bytes = poolrules.transfer_cap_bytes
 pool_knob = poolrules.published_knob
 
 
-def pool_seconds(store: Store, name: str) -> float:
-    """A transfer duration knob of the pool (`pool_knob`), in seconds."""
-    text = pool_knob(store, name)
+def output_rules(store: Store) -> tuple[int, float]:
+    """The pool's cap on transferred bytes (`pool_cap_bytes`) and its
+    TRANSFER_OUTPUT_LIFETIME in seconds (a duration), from one read of its
+    published rules (an output transfer needs both)."""
+    published = poolrules.read(store)
+    knobs = dict(published.knobs) if published is not None else {}
+    names = (poolrules.TRANSFER_CAP_KNOB, "TRANSFER_OUTPUT_LIFETIME")
+    defaults: Config | None = None
+    if any(name not in knobs for name in names):
+        defaults = Config.load(environ={}, config_file=os.devnull)
+        for name in names:
+            knobs.setdefault(name, defaults.require(name))
+    cap_bytes = max(0, int(float(knobs[names[0]]))) * 1024 * 1024
     try:
-        return float(text)
+        lifetime_s = float(knobs[names[1]])
     except ValueError:
-        return Config.load(environ={}, config_file=os.devnull).get_duration_s(name)
+        defaults = defaults or Config.load(environ={}, config_file=os.devnull)
+        lifetime_s = defaults.get_duration_s(names[1])
+    return cap_bytes, lifetime_s
 
 
 def pending_ms(config: Config) -> int:

@@ -523,3 +523,14 @@ def queue_transfer_event(store: Store, pipe: Pipeline, *, job_id: str, kind: str
     flat = [item for pair in fields for item in pair]
     _queue(store, pipe, "transfer_event", [store.keys.events],
            [store.events_maxlen, job_id, kind, *flat])
+
+
+# -- file transfer: small chunks sent together ---------------------------------------
+
+
+def queue_transfer_chunk(store: Store, pipe: Pipeline, *, digest: str, data: bytes,
+                         pending_ms: int) -> None:
+    """`transfer_chunk` queued on `pipe` (a sandbox's small files sent in one round
+    trip); its reply in the pipeline's: 1 when the bytes were stored."""
+    keys = [store.keys.xfer_chunk(digest), store.keys.xfer_chunkrefs]
+    _queue(store, pipe, "transfer_chunk", keys, [digest, data, pending_ms])

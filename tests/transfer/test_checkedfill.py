@@ -219,3 +219,29 @@ def test_a_copy_that_fails_for_real_is_an_error(tmp_path: Path,
     finally:
         os.close(source)
         os.close(target)
+
+
+def test_small_outputs_go_up_in_one_round_trip(store: Store, tmp_path: Path) -> None:
+    """Small chunks held back are sent together by `flush`, each stored once."""
+    chunk_store = ChunkStore(store, HOUR_MS, hold_small=True)
+    entries = []
+    for n in range(3):
+        (tmp_path / f"o{n}").write_bytes(f"output {n}\n".encode())
+        fd = os.open(tmp_path / f"o{n}", os.O_RDONLY)
+        try:
+            entries.append(chunk_store.upload(fd, f"o{n}", 0o644))
+        finally:
+            os.close(fd)
+    assert all(store.client.get(store.keys.xfer_chunk(e.chunks[0])) is None for e in entries)
+    chunk_store.flush()
+    assert [store.client.get(store.keys.xfer_chunk(e.chunks[0])) for e in entries] == [
+        f"output {n}\n".encode() for n in range(3)]
+    assert chunk_store.sent_bytes == sum(e.size for e in entries)
+    again = ChunkStore(store, HOUR_MS, hold_small=True)
+    fd = os.open(tmp_path / "o0", os.O_RDONLY)
+    try:
+        again.upload(fd, "o0", 0o644)
+    finally:
+        os.close(fd)
+    again.flush()
+    assert again.sent_bytes == 0  # the pool had it
