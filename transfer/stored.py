@@ -25,10 +25,9 @@ _ATTACH_TRIES = 3
 
 
 # The pool's cap on the bytes of transferred files (TRANSFER_POOL_MAX_MB, 0: none) and
-# its transfer knobs: what its broker service published, never a submitting client's
-# own; before any publication, the packaged default.
+# its transfer knobs (`output_rules`): what its broker service published, never a
+# submitting client's own; before any publication, the packaged default.
 pool_cap_bytes = poolrules.transfer_cap_bytes
-pool_knob = poolrules.published_knob
 
 
 def output_rules(store: Store) -> tuple[int, float]:
