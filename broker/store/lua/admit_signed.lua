@@ -53,8 +53,37 @@ local NAMES = {'FetchworkState', 'HoldReasonCode', 'BlockedReason', 'FetchworkWa
 local AWAITS = {[cmsgpack.pack('VALIDATING')] = 'always', [cmsgpack.pack('IDLE')] = 'listed',
                 [cmsgpack.pack('BLOCKED')] = 'listed', [cmsgpack.pack('HELD')] = 'listed'}
 local admitted, gone, idle, members, best = 0, {}, {}, {}, {}
--- Each cluster hash is read once for the batch (this script writes job hashes only).
-local clusters = {}
+-- A job's NAMES as its ad gives them (jobad.lua hmget_raw), with each cluster hash
+-- read once for the batch (this script writes job hashes only) and a linked job's
+-- derived FetchworkOrder made from its cluster's '#order' and its sequence read
+-- above for the whole batch, not from one HGET and one ZSCORE a job.
+local N, ORDER_AT = #NAMES, 7
+local ASKED, CLUSTER_ASKED = {unpack(NAMES)}, {unpack(NAMES)}
+ASKED[N + 1], CLUSTER_ASKED[N + 1] = JOB_LINK, CLUSTER_ORDER
+local shared_of = {}
+local function read_job(key, seq)
+  local got = redis.call('HMGET', key, unpack(ASKED))
+  local linked = got[N + 1]
+  got[N + 1] = nil
+  if not linked then return got end
+  local ckey = cluster_key(key)
+  local shared = shared_of[ckey]
+  if not shared then
+    shared = redis.call('HMGET', ckey, unpack(CLUSTER_ASKED))
+    shared_of[ckey] = shared
+  end
+  for i = 1, N do
+    if not got[i] then
+      if i == ORDER_AT then
+        local base = shared[N + 1]
+        got[i] = base and seq and cmsgpack.pack(tonumber(base) + tonumber(seq)) or false
+      else
+        got[i] = shared[i]
+      end
+    end
+  end
+  return got
+end
 local PACKED_IDLE_STATUS, PACKED_NOW = cmsgpack.pack(STATUS_IDLE), cmsgpack.pack(NOW_S)
 local PACKED_STATE = {IDLE = cmsgpack.pack('IDLE'), BLOCKED = cmsgpack.pack('BLOCKED')}
 for j = 0, count - 1 do
@@ -62,7 +91,7 @@ for j = 0, count - 1 do
   local at = 5 + WIDTH * j
   local id, prio = ARGV[at], ARGV[at + 1]
   local blocked, group = ARGV[at + 2], ARGV[at + 3]
-  local got = hmget_raw(key, NAMES, clusters)
+  local got = read_job(key, seqs[j + 1])
   local awaits = got[1] and AWAITS[got[1]]
   gone[#gone + 1] = id
   if awaits == 'always' or (awaits == 'listed' and waiting[j + 1]) then

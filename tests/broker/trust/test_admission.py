@@ -19,7 +19,7 @@ from fetchwork.broker.trust.signer import Signer, ensure_key_pair
 from fetchwork.config import signedjob
 from fetchwork.config.ads import format_ad, parse_ad
 from fetchwork.config.loader import Config
-from tests.support.sigbatches import handed_ad
+from tests.support.sigbatches import SIG_REF, handed_ad
 
 
 @pytest.fixture
@@ -237,3 +237,28 @@ def test_only_new_waiting_jobs_wake_a_signing_pass(signing) -> None:
     assert leader.due_in_s(100.1) > 0  # claims and exits need no admission
     leader.on_events([("1-2", {"type": "submit", "job": "3.0", "state": "VALIDATING"})])
     assert leader.due_in_s(100.1) == 0
+
+
+def test_admission_keeps_each_jobs_order_from_its_cluster_and_sequence(signing) -> None:
+    # admit_signed.lua derives a linked job's FetchworkOrder from its cluster's order and
+    # the sequences it reads for the batch: the idle order is the one the ad gives, and
+    # a job changed since staging (in the same cluster) is refused whole: no batch
+    # place, no idle entry, no autocluster member.
+    broker, leader, _public = signing
+    jobs = broker.submit([{"Cmd": "/bin/true", "JobPrio": 5}] * 4, owner="alice")
+    broker.client.hset(broker.keys.job(jobs[2]), "Arguments", msgpack.packb("changed"))
+    settle(leader)
+    assert [state(broker, job) for job in jobs] == ["IDLE", "IDLE", "FAILED", "IDLE"]
+    for job in (jobs[0], jobs[1], jobs[3]):
+        order = broker.get(job)["FetchworkOrder"]
+        assert broker.client.zscore(broker.keys.idle, job) == order
+        # The ad's order is its cluster's: admission wrote no FetchworkOrder of its own.
+        assert not broker.client.hexists(broker.keys.job(job), "FetchworkOrder")
+    orders = [broker.get(job)["FetchworkOrder"] for job in (jobs[0], jobs[1], jobs[3])]
+    assert orders == sorted(orders) and len(set(orders)) == 3 and orders[0] < 0
+    refused = broker.keys.job(jobs[2])
+    assert broker.client.hget(refused, SIG_REF) is None
+    assert broker.client.zscore(broker.keys.idle, jobs[2]) is None
+    members = broker.client.zrange(broker.keys.ac_members, 0, -1)
+    assert not any(member.endswith(f"|{jobs[2]}".encode()) for member in members)
+    assert broker.client.zcard(broker.keys.validating) == 0
