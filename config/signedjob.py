@@ -43,6 +43,18 @@ claim that hands a job to an execute machine reads the job's sibling nodes
 from that string (lua/sigbatch.lua) and gives the job its whole `v2`
 FetchworkSignature, the text `proof_text` makes from the same bytes, so the
 check above is the same for a job signed either way.
+
+A stored batch's tree is `v3` (`WIDE_ARITY` = 16 children a node, not 2): the
+leaves are 32 bytes a job whatever the tree, and a binary tree's inner nodes
+add as many again, where a 16-wide tree's add a fifteenth of that (about 34
+bytes a job in all against 64). A job's proof holds, at each level, the other
+nodes of its group of 16 (read by the claim with one GETRANGE a level):
+
+    FetchworkSignature = "v3:<batch id>:<jobs in batch>:<index>:<root signature>:<proof>"
+
+and its batch's root is signed under its own header (`batch_text`), so a `v2`
+proof cannot be passed off as a `v3` one or the reverse. `v2` and `v1` jobs
+stay checkable.
 """
 
 from __future__ import annotations
@@ -71,8 +83,14 @@ from fetchwork.config.ads import attr_text, from_dict
 SIGNATURE_ATTR = "FetchworkSignature"
 VERSION = "v2"
 _V1 = "v1"
+# The stored batches' version: a hash tree of WIDE_ARITY children a node.
+WIDE_VERSION, WIDE_ARITY = "v3", 16
 _HEADER = b"fetchwork job signature v1\n"
 _BATCH_HEADER = b"fetchwork job batch v2\n"
+_WIDE_BATCH_HEADER = b"fetchwork job batch v3 arity 16\n"
+# The arity of each batch version's tree, and the header its root's signature covers.
+_ARITY = {VERSION: 2, WIDE_VERSION: WIDE_ARITY}
+_BATCH_HEADERS = {VERSION: _BATCH_HEADER, WIDE_VERSION: _WIDE_BATCH_HEADER}
 # Hash prefixes of a leaf (one job's signed text) and of an inner node of the tree.
 _LEAF, _NODE = b"\x00", b"\x01"
 DIGEST_BYTES = 32
@@ -203,17 +221,17 @@ def check(key: Ed25519PublicKey, ad: classad2.ClassAd, pool: str,
     version, _, rest = value.partition(":")
     if version == _V1:
         return _check_v1(key, ad, rest)
-    if version != VERSION:
+    if version not in _ARITY:
         return (f"{SIGNATURE_ATTR} has version {version!r}; this machine checks "
-                f"{VERSION} and {_V1}")
+                f"{WIDE_VERSION}, {VERSION} and {_V1}")
     try:
-        proof = BatchProof.parse(rest)
+        proof = BatchProof.parse(rest, version)
     except ValueError as exc:
         return f"{SIGNATURE_ATTR} is malformed: {exc}"
     root = proof.root(leaf_digest(signed_text(ad)))
     if root is None:
         return f"{SIGNATURE_ATTR}'s proof path does not fit its leaf index and batch size"
-    message = batch_text(pool, proof.batch_id, proof.count, root)
+    message = batch_text(pool, proof.batch_id, proof.count, root, version)
     if roots is not None and roots.known(key, message, proof.signature):
         return None
     try:
@@ -287,28 +305,37 @@ def tree(leaves: Sequence[bytes]) -> tuple[bytes, list[bytes]]:
     return level[0], [b"".join(path) for path in proofs]
 
 
-def root_of(leaf: bytes, index: int, count: int, path: bytes) -> bytes | None:
-    """The root that `leaf` at `index` of a `count`-leaf tree reaches with proof `path`;
-    None when the path does not fit (too short, too long, an index outside the tree)."""
+def root_of(leaf: bytes, index: int, count: int, path: bytes, arity: int = 2
+            ) -> bytes | None:
+    """The root that `leaf` at `index` of a `count`-leaf tree of `arity` children a node
+    reaches with proof `path`; None when the path does not fit (too short, too long, an
+    index outside the tree). At each level the path holds the other nodes of the leaf's
+    group of `arity` in their order; a group of one node goes up unchanged (so arity 2
+    is the binary tree of `tree`)."""
     if count < 1 or not 0 <= index < count or len(path) % DIGEST_BYTES:
         return None
     node, pos, size, used = leaf, index, count, 0
     while size > 1:
-        sibling = pos ^ 1
-        if sibling < size:
-            if used + DIGEST_BYTES > len(path):
+        start = pos - pos % arity
+        width = min(arity, size - start)
+        if width > 1:
+            take = (width - 1) * DIGEST_BYTES
+            if used + take > len(path):
                 return None
-            other = path[used:used + DIGEST_BYTES]
-            used += DIGEST_BYTES
-            node = _node(node, other) if pos % 2 == 0 else _node(other, node)
-        pos, size = pos // 2, (size + 1) // 2
+            others = path[used:used + take]
+            used += take
+            cut = (pos - start) * DIGEST_BYTES
+            node = hashlib.sha256(_NODE + others[:cut] + node + others[cut:]).digest()
+        pos, size = pos // arity, (size + arity - 1) // arity
     return node if used == len(path) else None
 
 
-def batch_text(pool: str, batch_id: str, count: int, root: bytes) -> bytes:
-    """The bytes a batch signature covers: the pool, the batch, its size and its root."""
-    return _BATCH_HEADER + (f"pool={pool}\nbatch={batch_id}\ncount={count}\n"
-                            f"root={root.hex()}").encode()
+def batch_text(pool: str, batch_id: str, count: int, root: bytes,
+               version: str = VERSION) -> bytes:
+    """The bytes a batch signature covers: the tree's version, the pool, the batch, its
+    size and its root."""
+    return _BATCH_HEADERS[version] + (f"pool={pool}\nbatch={batch_id}\ncount={count}\n"
+                                      f"root={root.hex()}").encode()
 
 
 def sign_batch(key: Ed25519PrivateKey, pool: str, batch_id: str,
@@ -348,72 +375,89 @@ class SignedBatch:
     blob: bytes
 
 
-def levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
-    """Every level of the hash tree over `leaves` (at least one), the leaves first and
-    the root last; an odd level's last node goes up unchanged (as `tree`)."""
+def levels(leaves: Sequence[bytes], arity: int = 2) -> list[list[bytes]]:
+    """Every level of the hash tree of `arity` children a node over `leaves` (at least
+    one), the leaves first and the root last; a level's last group of one node goes
+    up unchanged (as `tree` for arity 2)."""
     if not leaves:
         raise ValueError("a batch signature needs at least one job")
     level = list(leaves)
     out = [level]
     while len(level) > 1:
-        up = [_node(level[pos], level[pos + 1]) for pos in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            up.append(level[-1])
+        up = []
+        for start in range(0, len(level), arity):
+            group = level[start:start + arity]
+            up.append(group[0] if len(group) == 1
+                      else hashlib.sha256(_NODE + b"".join(group)).digest())
         level = up
         out.append(level)
     return out
 
 
 def sign_batch_blob(key: Ed25519PrivateKey, pool: str, batch_id: str,
-                    leaves: Sequence[bytes]) -> SignedBatch:
+                    leaves: Sequence[bytes], version: str = WIDE_VERSION) -> SignedBatch:
     """The batch of `leaves` signed once, as the string the pool stores for it: the
-    root's signature, the batch id and size, every level's nodes."""
+    root's signature, the batch id and size (and, from v3 on, the tree's arity as
+    "<batch id>:<count>:<arity>"), every level's nodes. `version` is v3 (16 wide); v2
+    (binary) is kept for the tests of batches stored before v3."""
     if not _BATCH_ID_RE.match(batch_id):
         raise ValueError(f"batch id {batch_id!r} is not [A-Za-z0-9_.-], 1 to 64 characters")
-    tiers = levels(leaves)
+    arity = _ARITY[version]
+    tiers = levels(leaves, arity)
     count = len(leaves)
-    signature = key.sign(batch_text(pool, batch_id, count, tiers[-1][0]))
-    head = f"{batch_id}:{count}".encode().ljust(BLOB_HEADER_BYTES - SIGNATURE_BYTES)
+    signature = key.sign(batch_text(pool, batch_id, count, tiers[-1][0], version))
+    label = f"{batch_id}:{count}" if version == VERSION else f"{batch_id}:{count}:{arity}"
+    head = label.encode().ljust(BLOB_HEADER_BYTES - SIGNATURE_BYTES)
     return SignedBatch(batch_id, count, b"".join(
         [signature, head, *(node for tier in tiers[:-1] for node in tier)]))
 
 
 def proof_text(blob: bytes, index: int) -> str | None:
-    """The `v2` FetchworkSignature of leaf `index` of a stored batch string, as the claim
-    rebuilds it (lua/sigbatch.lua); None when the string or the index does not fit."""
+    """The FetchworkSignature of leaf `index` of a stored batch string (`v3`, or `v2`
+    for a binary batch stored before), as the claim rebuilds it (lua/sigbatch.lua);
+    None when the string or the index does not fit."""
     head = blob[SIGNATURE_BYTES:BLOB_HEADER_BYTES].decode("ascii", "replace").strip()
-    batch_id, _, count_text = head.rpartition(":")
+    parts = head.split(":")
+    version, arity = VERSION, 2
+    if len(parts) == 3 and parts[2] == str(WIDE_ARITY):
+        version, arity = WIDE_VERSION, WIDE_ARITY
+        parts = parts[:2]
+    if len(parts) != 2:
+        return None
+    batch_id, count_text = parts
     if not count_text.isdigit() or not 0 <= index < int(count_text):
         return None
     count = int(count_text)
     path, pos, size, offset = [], index, count, BLOB_HEADER_BYTES
     while size > 1:
-        sibling = pos ^ 1
-        if sibling < size:
-            start = offset + sibling * DIGEST_BYTES
-            node = blob[start:start + DIGEST_BYTES]
-            if len(node) != DIGEST_BYTES:
+        start = pos - pos % arity
+        width = min(arity, size - start)
+        if width > 1:
+            group = blob[offset + start * DIGEST_BYTES:offset + (start + width) * DIGEST_BYTES]
+            if len(group) != width * DIGEST_BYTES:
                 return None
-            path.append(node)
+            cut = (pos - start) * DIGEST_BYTES
+            path.append(group[:cut] + group[cut + DIGEST_BYTES:])
         offset += size * DIGEST_BYTES
-        pos, size = pos // 2, (size + 1) // 2
+        pos, size = pos // arity, (size + arity - 1) // arity
     signature = base64.b64encode(blob[:SIGNATURE_BYTES]).decode()
-    return (f"{VERSION}:{batch_id}:{count}:{index}:{signature}:"
+    return (f"{version}:{batch_id}:{count}:{index}:{signature}:"
             f"{base64.b64encode(b''.join(path)).decode()}")
 
 
 @dataclass(frozen=True)
 class BatchProof:
-    """A `v2` FetchworkSignature, read (everything after `v2:`)."""
+    """A `v2` or `v3` FetchworkSignature, read (everything after the version)."""
 
     batch_id: str
     count: int
     index: int
     signature: bytes
     path: bytes
+    arity: int = 2
 
     @classmethod
-    def parse(cls, rest: str) -> BatchProof:
+    def parse(cls, rest: str, version: str = VERSION) -> BatchProof:
         parts = rest.split(":")
         if len(parts) != 5:
             raise ValueError("expected batch:count:index:signature:proof")
@@ -427,10 +471,10 @@ class BatchProof:
             raw_path = base64.b64decode(path, validate=True)
         except (ValueError, binascii.Error) as exc:
             raise ValueError("its signature or proof is not base64") from exc
-        return cls(batch_id, int(count), int(index), raw_signature, raw_path)
+        return cls(batch_id, int(count), int(index), raw_signature, raw_path, _ARITY[version])
 
     def root(self, leaf: bytes) -> bytes | None:
-        return root_of(leaf, self.index, self.count, self.path)
+        return root_of(leaf, self.index, self.count, self.path, self.arity)
 
 
 class RootCache:

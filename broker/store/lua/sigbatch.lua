@@ -5,7 +5,9 @@
 -- The leader signs jobs a batch at a time (config/signedjob.py) and stores, per
 -- batch n, under the pool's prefix P = "fw:{pool}:":
 --   P.."sig:<n>"       string  the root's Ed25519 signature (64 bytes), then
---                              "<batch id>:<jobs in batch>" padded with spaces to
+--                              "<batch id>:<jobs in batch>:16" (a v3 tree, 16
+--                              children a node) or "<batch id>:<jobs in batch>" (v2,
+--                              binary, stored before v3) padded with spaces to
 --                              byte 160, then every level of the hash tree from
 --                              the leaves up (not the root), 32 bytes a node
 --   P.."sig:<n>:jobs"  string  the batch's jobs that may still be queued, as runs
@@ -39,8 +41,10 @@ local function sig_base64(data)
   return table.concat(out)
 end
 
--- The v2 FetchworkSignature of job hash `key` from its batch's string (the text
--- signedjob.proof_text makes), or nil when the job names no stored batch.
+-- The FetchworkSignature of job hash `key` from its batch's string (the text
+-- signedjob.proof_text makes: v3 for a 16-wide tree, v2 for a binary one), or nil
+-- when the job names no stored batch. At each level the proof is the other nodes
+-- of the job's group, read with one GETRANGE.
 local function batch_signature(key)
   local ref = redis.call('HGET', key, SIG_REF)
   if not ref then return nil end
@@ -49,22 +53,32 @@ local function batch_signature(key)
   local bkey = string.sub(K_QUEUE, 1, #K_QUEUE - #'queue') .. 'sig:' .. number
   local head = redis.call('GETRANGE', bkey, 0, SIG_HEADER - 1)
   if #head < SIG_HEADER then return nil end
-  local batch_id, count = string.match(string.sub(head, SIG_BYTES + 1),
-                                       '^([A-Za-z0-9_.-]+):(%d+) *$')
+  local label = string.sub(head, SIG_BYTES + 1)
+  local version, arity = 'v2', 2
+  local batch_id, count = string.match(label, '^([A-Za-z0-9_.-]+):(%d+):16 *$')
+  if batch_id then
+    version, arity = 'v3', 16
+  else
+    batch_id, count = string.match(label, '^([A-Za-z0-9_.-]+):(%d+) *$')
+  end
   if not batch_id then return nil end
   index, count = tonumber(index), tonumber(count)
   if index >= count then return nil end
   local path, pos, size, offset = {}, index, count, SIG_HEADER
   while size > 1 do
-    local sibling = pos % 2 == 0 and pos + 1 or pos - 1
-    if sibling < size then
-      local at = offset + sibling * SIG_NODE
-      path[#path + 1] = redis.call('GETRANGE', bkey, at, at + SIG_NODE - 1)
+    local start = pos - pos % arity
+    local width = math.min(arity, size - start)
+    if width > 1 then
+      local at = offset + start * SIG_NODE
+      local group = redis.call('GETRANGE', bkey, at, at + width * SIG_NODE - 1)
+      if #group ~= width * SIG_NODE then return nil end
+      local cut = (pos - start) * SIG_NODE
+      path[#path + 1] = string.sub(group, 1, cut) .. string.sub(group, cut + SIG_NODE + 1)
     end
     offset = offset + size * SIG_NODE
-    pos, size = math.floor(pos / 2), math.floor((size + 1) / 2)
+    pos, size = math.floor(pos / arity), math.floor((size + arity - 1) / arity)
   end
-  return 'v2:' .. batch_id .. ':' .. count .. ':' .. index .. ':' ..
+  return version .. ':' .. batch_id .. ':' .. count .. ':' .. index .. ':' ..
     sig_base64(string.sub(head, 1, SIG_BYTES)) .. ':' .. sig_base64(table.concat(path))
 end
 

@@ -1,7 +1,8 @@
 """Signed batches stored once (lua/sigbatch.lua, sig_sweep.lua) on a real Redis: a job
 keeps a short field and its hash stays in Redis's compact encoding; the claim hands out
-the job's whole v2 signature, rebuilt from the batch; a changed node or a moved index
-does not check; a batch's keys go when its last job leaves the queue."""
+the job's whole v3 signature (a 16-wide tree), rebuilt from the batch; a changed node or
+a moved index does not check; a batch stored as v2 (binary) before still hands out
+signatures that check; a batch's keys go when its last job leaves the queue."""
 
 from __future__ import annotations
 
@@ -79,12 +80,14 @@ def test_a_signed_jobs_hash_keeps_a_short_field_and_the_compact_encoding(signing
         assert ref is not None and len(ref) < 64
         assert not broker.client.hexists(key, signedjob.SIGNATURE_ATTR)
         assert broker.client.object("encoding", key) == b"listpack"
-    # One string a batch: 160 bytes of header, then every level of the tree.
+    # One string a batch: 160 bytes of header, then every level of the 16-wide tree
+    # below its root: 300 leaves, 19 nodes, 2 nodes (about 34 bytes a job).
     blob = broker.client.get(broker.keys.sig_batch(batch_of(broker, jobs[0])))
-    assert blob is not None and len(blob) == 160 + 32 * (300 + 150 + 75 + 38 + 19 + 10 + 5 + 3 + 2)
+    assert blob is not None and len(blob) == 160 + 32 * (300 + 19 + 2)
+    assert blob[64:160].strip().endswith(b":300:16")
 
 
-@pytest.mark.parametrize("count", [1, 2, 3, 5, 17])
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 16, 17, 33, 257])
 def test_the_claim_hands_out_the_signature_its_batch_gives(signing, count: int) -> None:
     broker, leader, public = signing
     jobs = submit(broker, leader, count)
@@ -104,24 +107,45 @@ def test_the_claim_hands_out_the_signature_its_batch_gives(signing, count: int) 
 
 def test_a_changed_node_or_a_moved_index_does_not_check(signing) -> None:
     broker, leader, public = signing
-    jobs = submit(broker, leader, 4)
+    jobs = submit(broker, leader, 18)
     number = batch_of(broker, jobs[0])
     client = broker.client
-    # Job 0's sibling leaf (job 1's) changed in the batch's string.
+    # Job 1's leaf changed in the batch's string: it is in the proof of every other job
+    # of its group of 16 (jobs 0 to 15), not in its own nor in the next group's.
     client.setrange(broker.keys.sig_batch(number), 160 + 32, b"\0" * 32)
-    # Job 2 moved onto job 3's leaf.
-    client.hset(broker.keys.job(jobs[2]), SIG_REF, f"{number}:3")
+    # Job 16 moved onto job 17's leaf.
+    client.hset(broker.keys.job(jobs[16]), SIG_REF, f"{number}:17")
     refused = {}
     for _ in jobs:
         ad = broker.claim(SLOT)
         assert ad is not None
+        assert ad[signedjob.SIGNATURE_ATTR].startswith("v3:")
         job = f"{ad['ClusterId']}.{ad['ProcId']}"
         refused[job] = starter_verdict(public, ad, broker.pool).refusal
-    assert refused[jobs[3]] is None
-    for job in (jobs[0], jobs[2]):
+    for job in (jobs[1], jobs[17]):
+        assert refused[job] is None
+    for job in (*jobs[0:1], *jobs[2:17]):
         assert refused[job] is not None and "job signature check failed" in refused[job]
-    # Job 1 checks: its own sibling (job 0's leaf) is untouched.
-    assert refused[jobs[1]] is None
+
+
+def test_a_batch_stored_as_v2_before_still_checks(signing, tmp_path: Path) -> None:
+    # Jobs queued before the 16-wide tree: their batch's binary string is replaced by
+    # the v2 one the same key signs, and the claim still hands out signatures that check.
+    broker, leader, public = signing
+    jobs = submit(broker, leader, 5)
+    number = batch_of(broker, jobs[0])
+    key = signedjob.read_private_key((tmp_path / "k.pem").read_bytes(), "k.pem")
+    leaves = [signedjob.leaf_digest(signedjob.signed_text_of(broker.get(job) or {}))
+              for job in jobs]
+    old = signedjob.sign_batch_blob(key, broker.pool, "old.1", leaves,
+                                    version=signedjob.VERSION)
+    assert len(old.blob) == 160 + 32 * (5 + 3 + 2)
+    broker.client.set(broker.keys.sig_batch(number), old.blob)
+    for _ in jobs:
+        ad = broker.claim(SLOT)
+        assert ad is not None
+        assert ad[signedjob.SIGNATURE_ATTR].startswith("v2:old.1:5:")
+        assert starter_verdict(public, ad, broker.pool).refusal is None
 
 
 def test_a_job_signed_alone_or_before_keeps_its_own_signature(signing) -> None:
