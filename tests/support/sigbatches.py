@@ -13,8 +13,9 @@ SIG_REF = "#s"
 
 
 def handed_signature(broker: Broker, job: str) -> str | None:
-    """The v2 signature the claim would hand out with `job`; None when it has no
-    stored batch (a job signed alone keeps its own FetchworkSignature)."""
+    """The signature (v3, or v2 for a binary batch) the claim hands out with `job`;
+    None when it has no stored batch (a job signed alone keeps its own
+    FetchworkSignature)."""
     ref = broker.client.hget(broker.keys.job(job), SIG_REF)
     if ref is None:
         return None
