@@ -40,9 +40,10 @@ leader writes one string per batch (`batch_blob`: the root signature, the
 batch id and size, then every level of the tree, leaves first, 32 bytes a
 node), and each job's hash holds only which batch and which leaf it is. The
 claim that hands a job to an execute machine reads the job's sibling nodes
-from that string (lua/sigbatch.lua) and gives the job its whole `v2`
-FetchworkSignature, the text `proof_text` makes from the same bytes, so the
-check above is the same for a job signed either way.
+from that string (lua/sigbatch.lua) and gives the job its whole
+FetchworkSignature (`v3` below, `v2` for a batch stored before), the text
+`proof_text` makes from the same bytes, so the check above is the same for a
+job signed either way.
 
 A stored batch's tree is `v3` (`WIDE_ARITY` = 16 children a node, not 2): the
 leaves are 32 bytes a job whatever the tree, and a binary tree's inner nodes
