@@ -132,3 +132,4 @@ def test_v2_and_v1_jobs_still_check(key) -> None:
 def test_an_unknown_version_names_the_ones_checked(key) -> None:
     why = verdict(key, {**jobs_of(1)[0], ATTR: "v9:x"})
     assert why is not None and "v3, v2 and v1" in why
+

@@ -11,9 +11,10 @@ from pathlib import Path
 import msgpack
 import pytest
 import redis
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.filters.leader import FilterLeader
+from fetchwork.broker.filters.leader import BATCH, FilterLeader
 from fetchwork.broker.filters.settings import load_settings
 from fetchwork.broker.leader.publish import RulesPublisher, pool_rules
 from fetchwork.broker.trust.signer import Signer, ensure_key_pair
@@ -210,3 +211,15 @@ def test_a_batch_outlives_a_forged_counter_and_its_number_is_not_reused(signing)
     for _ in first + second:
         ad = broker.claim(SLOT)
         assert ad is not None and signedjob.check(key, ad, broker.pool) is None
+
+
+def test_a_full_admission_batch_fits_16_kib() -> None:
+    # The leader's batch size is chosen so a full batch's string, with Redis's 6-byte
+    # string header, takes the allocator's 16 KiB class and one more job would not.
+    key = Ed25519PrivateKey.generate()
+
+    def stored(count: int) -> int:
+        leaves = [signedjob.leaf_digest(str(n).encode()) for n in range(count)]
+        return len(signedjob.sign_batch_blob(key, "p", "b1", leaves).blob) + 6
+
+    assert stored(BATCH) <= 16384 < stored(BATCH + 1)
