@@ -1,6 +1,6 @@
 """What job signing costs: the broker's batch signature at admission, the startd's check.
 
-    python bench/signing_bench.py [--jobs 20000] [--admit 100000] [--batch 500]
+    python bench/signing_bench.py [--jobs 20000] [--admit 100000] [--batch 474]
 
 - sign: CPU time per job of the leader's signing, batches of --batch jobs
   (each job's signed text and leaf, the hash tree, one Ed25519 signature a
@@ -201,7 +201,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--admit", type=int, default=100_000)
-    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--batch", type=int, default=474)
     args = parser.parse_args()
     signing_cpu(args.jobs, args.batch)
     if args.admit:
