@@ -175,14 +175,7 @@ class ChunkCache:
             log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
                         exc.strerror or exc)
             return None
-        if self._checked_in.get(digest) == len(data):  # put by this object, checked then
-            with contextlib.suppress(OSError):
-                os.utime(path)
-            return data
-        if not self._checked(path, digest, hashlib.sha256(data).hexdigest()):
-            return None
-        self._checked_in[digest] = len(data)
-        return data
+        return data if self._verified(path, digest, data) else None
 
     def read_into(self, digest: str, buffer: bytearray) -> memoryview | None:
         """As `read`, into `buffer` (a chunk's size at least) instead of new bytes: the
@@ -197,15 +190,9 @@ class ChunkCache:
             log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
                         exc.strerror or exc)
             return None
-        view = memoryview(buffer)
         try:
-            got = 0
-            while got < len(view):
-                count = os.readv(fd, [view[got:]])
-                if not count:
-                    break
-                got += count
-            longer = got == len(view) and bool(os.read(fd, 1))
+            got = filecopy.read_into(fd, buffer)
+            longer = got == len(buffer) and bool(os.read(fd, 1))
         except OSError as exc:
             log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
                         exc.strerror or exc)
@@ -216,12 +203,21 @@ class ChunkCache:
             log.warning("chunk cache: %s is damaged (longer than a chunk); removing it", path)
             self._discard(path)
             return None
-        data = view[:got]
-        if self._checked_in.get(digest) == got:  # put by this object, checked then
+        data = memoryview(buffer)[:got]
+        return data if self._verified(path, digest, data) else None
+
+    def _verified(self, path: Path, digest: str, data: bytes | memoryview) -> bool:
+        """Whether the bytes read from `path` are chunk `digest`: taken on this object's
+        word when it put or checked them (same size), else hashed; touched if so,
+        removed if not."""
+        if self._checked_in.get(digest) == len(data):  # put or checked by this object
             with contextlib.suppress(OSError):
                 os.utime(path)
-            return data
-        return data if self._checked(path, digest, hashlib.sha256(data).hexdigest()) else None
+            return True
+        if not self._checked(path, digest, hashlib.sha256(data).hexdigest()):
+            return False
+        self._checked_in[digest] = len(data)
+        return True
 
     def _checked(self, path: Path, digest: str, actual: str) -> bool:
         """Whether the chunk at `path` is `digest` (its SHA-256 is `actual`): touched if

@@ -23,6 +23,7 @@ from redis.exceptions import NoScriptError
 from fetchwork.broker.store import Store, calls
 from fetchwork.errors import TransferError
 
+from .filecopy import read_into
 from .manifest import FileEntry
 
 log = logging.getLogger(__name__)
@@ -66,18 +67,6 @@ def read_exact(fd: int, size: int) -> bytes:
         parts.append(piece)
         left -= len(piece)
     return b"".join(parts)
-
-
-def read_into(fd: int, buffer: bytearray) -> int:
-    """Fill `buffer` from `fd`; the bytes read, fewer than its size only at `fd`'s end."""
-    view = memoryview(buffer)
-    got = 0
-    while got < len(view):
-        count = os.readv(fd, [view[got:]])
-        if not count:
-            break
-        got += count
-    return got
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:

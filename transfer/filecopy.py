@@ -46,3 +46,15 @@ def copy(source: int, target: int, count: int) -> int:
             view = view[os.write(target, view):]
         left -= len(piece)
     return count - left
+
+
+def read_into(fd: int, buffer: bytearray) -> int:
+    """Fill `buffer` from `fd`; the bytes read, fewer than its size only at `fd`'s end."""
+    view = memoryview(buffer)
+    got = 0
+    while got < len(view):
+        count = os.readv(fd, [view[got:]])
+        if not count:
+            break
+        got += count
+    return got
