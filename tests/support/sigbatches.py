@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from fetchwork.broker.client import Broker
+from fetchwork.broker.filters.leader import FilterLeader
 from fetchwork.config import signedjob
 
 SIG_REF = "#s"
@@ -31,3 +32,9 @@ def handed_ad(broker: Broker, job: str) -> dict[str, Any]:
     if signature is not None and signedjob.SIGNATURE_ATTR not in ad:
         ad[signedjob.SIGNATURE_ATTR] = signature
     return ad
+
+
+def settle(leader: FilterLeader) -> None:
+    """One leader pass, its duties' work finished."""
+    for work in leader.run_pass():
+        work.result()

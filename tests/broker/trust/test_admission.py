@@ -19,28 +19,13 @@ from fetchwork.broker.trust.signer import Signer, ensure_key_pair
 from fetchwork.config import signedjob
 from fetchwork.config.ads import format_ad, parse_ad
 from fetchwork.config.loader import Config
-from tests.support.sigbatches import SIG_REF, handed_ad
+from tests.support.sigbatches import SIG_REF, handed_ad, settle
 
 
 @pytest.fixture
-def signing(tmp_path: Path, redis_client: redis.Redis, pool_name: str):
-    ensure_key_pair(tmp_path / "k.pem", tmp_path / "p.pem")
-    signer = Signer((tmp_path / "k.pem").read_bytes(), "k.pem", pool_name)
-    config = Config.load(environ={})
-    broker = Broker(redis_client, pool_name, config)
-    leader = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
-                          signer=signer)
-    # The pool's rules, published as the leader does: with a signer, everything waits.
-    store = broker.store
-    RulesPublisher(store, pool_rules(config, leader.summary()), leader.summary(),
-                   "tests").publish()
-    yield broker, leader, signedjob.read_public_key((tmp_path / "p.pem").read_bytes(), "p")
-    leader.close()
-
-
-def settle(leader: FilterLeader) -> None:
-    for work in leader.run_pass():
-        work.result()
+def signing(signing_leader):
+    broker, leader, pem = signing_leader
+    return broker, leader, signedjob.read_public_key(pem.read_bytes(), "p")
 
 
 def state(broker: Broker, job: str) -> str:

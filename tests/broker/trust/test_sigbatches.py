@@ -10,40 +10,22 @@ from pathlib import Path
 
 import msgpack
 import pytest
-import redis
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.filters.leader import BATCH, FilterLeader
-from fetchwork.broker.filters.settings import load_settings
-from fetchwork.broker.leader.publish import RulesPublisher, pool_rules
-from fetchwork.broker.trust.signer import Signer, ensure_key_pair
 from fetchwork.config import signedjob
 from fetchwork.config.loader import Config
 from fetchwork.starter import jobsignature
-from tests.support.sigbatches import SIG_REF, handed_signature
+from tests.support.sigbatches import SIG_REF, handed_signature, settle
 from tests.support.waiting import wait_until
 
 SLOT = {"Name": "slot1@here", "Cpus": 1, "Memory": 1024, "Requirements": True, "Start": True}
 
 
 @pytest.fixture
-def signing(tmp_path: Path, redis_client: redis.Redis, pool_name: str):
-    ensure_key_pair(tmp_path / "k.pem", tmp_path / "p.pem")
-    signer = Signer((tmp_path / "k.pem").read_bytes(), "k.pem", pool_name)
-    config = Config.load(environ={})
-    broker = Broker(redis_client, pool_name, config)
-    leader = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
-                          signer=signer)
-    RulesPublisher(broker.store, pool_rules(config, leader.summary()), leader.summary(),
-                   "tests").publish()
-    yield broker, leader, tmp_path / "p.pem"
-    leader.close()
-
-
-def settle(leader: FilterLeader) -> None:
-    for work in leader.run_pass():
-        work.result()
+def signing(signing_leader):
+    return signing_leader
 
 
 def swept(leader: FilterLeader) -> bool:
