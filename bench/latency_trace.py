@@ -23,9 +23,16 @@ machine's). For each job, the first time of each hop after its submission:
   fetch hook returned    the fetch hook hands the job's ad out
   startd fetched         the startd's loop takes the fetch hook's result
   startd handover        the startd hands the job to a starter
+  sandbox made           the startd has written the job's sandbox and ads
+  job sent to a starter  the startd has sent the job to a kept or standby starter
   starter received       the starter (forked ahead, or kept) has the job
+  starter configured     its configuration read, its logs set up
+  starter ads read       the two ads read from the sandbox
+  signature checked      the job's signature checked, its user chosen
+  starter running        its signals and wake-up pipe set up
   prepare hook called    the in-process prepare hook starts
   prepare hook returned  and returns
+  spawn called           the starter calls the job's spawn
   job spawned            the starter's spawn call returned
   program runs           the job (`/bin/date +%s%N`) reads the clock
 
@@ -106,9 +113,16 @@ HOPS = [
     ("fetch hook returned", "fetch.returned"),
     ("startd fetched", "startd.fetched"),
     ("startd handover", "startd.handover"),
+    ("sandbox made", "startd.sandbox_made"),
+    ("job sent to a starter", "startd.sent"),
     ("starter received", "starter.received"),
+    ("starter configured", "starter.configured"),
+    ("starter ads read", "starter.ads_read"),
+    ("signature checked", "starter.checked"),
+    ("starter running", "starter.running"),
     ("prepare hook called", "prepare.called"),
     ("prepare hook returned", "prepare.returned"),
+    ("spawn called", "starter.spawning"),
     ("job spawned", "starter.spawned"),
     ("program runs", "program.runs"),
 ]

@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 
+from fetchwork.config import latencytrace
 from fetchwork.config.ads import parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
@@ -161,10 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = Config.load()
         file_log = _log_to_file(config, args.slot)
+        latencytrace.mark("starter.configured")
         job_ad, job_text = _read_ad(args.job_ad)
         slot_ad, slot_text = _read_ad(args.slot_ad)
+        latencytrace.mark("starter.ads_read")
         starter = Starter(config, job_ad, slot_ad, args.slot, args.sandbox,  # type: ignore[arg-type]
                           keyword=args.keyword, events=events, ad_texts=(job_text, slot_text))
+        latencytrace.mark("starter.checked")
         starter.run()
     except FetchworkError as exc:
         log.error("%s", exc)

@@ -124,6 +124,7 @@ class Starter:
         self._listen(wake_read)
         try:
             self._watch(self._selector)
+            latencytrace.mark("starter.running")
             how = self._run()
             # The last word: the exit hook has run and the sandbox is gone.
             shutil.rmtree(self.sandbox, ignore_errors=True)
@@ -299,6 +300,7 @@ class Starter:
         self._written = text
 
     def _spawn(self) -> None:
+        latencytrace.mark("starter.spawning")
         marker = (f"_CONDOR_ANCESTOR_{os.getpid()}", f"{os.getpid()}:{uuid.uuid4().hex}")
         plan = launch_plan(self.ad, self.sandbox, self.slot, marker)
         job = JobProcess(plan, self.user, marker, limits.cpu_affinity(self.slot_ad))

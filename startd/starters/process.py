@@ -16,6 +16,7 @@ import shutil
 import signal
 from typing import Any
 
+from fetchwork.config import latencytrace
 from fetchwork.config.protocol import CONTROL_WORDS, JOB_AD_FILE, MACHINE_AD_FILE
 from fetchwork.errors import StarterError
 from fetchwork.hooks.pipes import read_available
@@ -57,6 +58,7 @@ class StarterProcess:
             where = exc.filename or sandboxes.execute_dir
             raise StarterError(f"cannot set up the sandbox {where}: {exc.strerror or exc} "
                                f"(check EXECUTE)") from exc
+        latencytrace.mark("startd.sandbox_made")
         args = ["--job-ad", os.path.join(sandbox, JOB_AD_FILE),
                 "--slot-ad", os.path.join(sandbox, MACHINE_AD_FILE),
                 "--slot", str(slot_id), "--sandbox", sandbox]

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from fetchwork.config import latencytrace
 from fetchwork.errors import StarterError
 from fetchwork.starter.zygote import receive, send
 
@@ -345,6 +346,7 @@ class ZygoteClient:
         finally:
             os.close(stdin_r)
             os.close(stdout_w)
+        latencytrace.mark("startd.sent")
         if last:
             fork.sock.close()
         os.set_blocking(stdout_r, False)
