@@ -8,6 +8,7 @@ next timer (sample, update, SIGKILL deadline). The decisions come from
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import selectors
@@ -103,12 +104,20 @@ class Starter:
         self.initial_update_s = config.get_duration_s("STARTER_INITIAL_UPDATE_INTERVAL")
         self.update_interval_s = max(_MIN_INTERVAL_S,
                                      config.get_duration_s("STARTER_UPDATE_INTERVAL"))
-        self.vacate_time_s = limits.vacate_time_s(config, slot_ad, job_ad)
-        self.memory_policy = limits.memory_policy(config)
+        self.memory_policy = limits.memory_policy(config)  # a bad value: the job never starts
         # What `.job.ad` holds (as read, then as last written here), and the texts the
         # prepare hook is given while the ads are still as read (not formatted again).
         self._written: str | None = ad_texts[0] if ad_texts else None
         self._as_read = ad_texts
+
+    # Evaluated when first used (a stop request), not before the job starts, which
+    # does not need it: HTCondor, too, evaluates MachineMaxVacateTime when it
+    # vacates. The startd has read the knob at its start, so it is known to be good.
+
+    @functools.cached_property
+    def vacate_time_s(self) -> float:
+        """Seconds a vacating job gets (`limits.vacate_time_s`)."""
+        return limits.vacate_time_s(self.config, self.slot_ad, self.ad)
 
     # -- the whole run -----------------------------------------------------
 
