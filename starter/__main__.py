@@ -69,12 +69,21 @@ def _plain_arguments(argv: list[str] | None) -> argparse.Namespace | None:
 
 
 def _read_ad(path: str) -> tuple[object, str]:
-    """The ad in `path` and the text it was read from."""
+    """The ad in `path` and the text it was read from (read with plain system calls:
+    no buffered file object on every job's path)."""
+    chunks: list[bytes] = []
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise FetchworkError(f"cannot read {path}: {exc.strerror}") from exc
+    text = b"".join(chunks).decode("utf-8")
+    if "\r" in text:  # as a text-mode read gives it
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     return parse_ad(text, path), text
 
 
