@@ -358,6 +358,30 @@ def test_each_job_gets_its_own_kill_signal(slot: Slot, job_tmp: Path) -> None:
         assert out.read_text().strip() == ("USR1" if kill_sig else "TERM"), index
 
 
+def test_each_job_gets_its_own_vacate_time(slot: Slot, job_tmp: Path) -> None:
+    """MachineMaxVacateTime is each job's own, evaluated when it is vacated: 1 s for a
+    job that ignores SIGTERM (then SIGKILL), 60 s for the next, which takes 1.5 s to
+    leave after its SIGTERM and so ends on its own."""
+    for index, (vacate_s, on_term) in enumerate([(1, ":"), (60, "sleep 1.5; exit 0")]):
+        ready = _world_writable(job_tmp, f"vready{index}")
+        script = job_tmp / f"vacating{index}.sh"
+        script.write_text(f"#!/bin/sh\ntrap '{on_term}' TERM\necho up > {ready}\n"
+                          "while :; do sleep 0.05; done\n")
+        script.chmod(0o755)
+        starter = slot.start({"Cmd": str(script)}, {"MachineMaxVacateTime": vacate_s})
+        wait_until(lambda ready=ready: ready.read_text().strip() == "up", 60,
+                   what=f"job {index} to run")
+        starter.stdin.write(b"vacate\n")
+        starter.stdin.flush()
+        status, events = slot.finish(starter)
+        assert status == 0 and events[-1]["how"] == "evict"
+        ad = _exit_ad(events)
+        if index == 0:
+            assert ad["ExitBySignal"] is True and ad["ExitSignal"] == signal.SIGKILL
+        else:
+            assert ad["ExitBySignal"] is False and ad["ExitCode"] == 0
+
+
 def test_a_job_held_for_its_memory_does_not_hold_the_next_one(slot: Slot,
                                                              job_tmp: Path) -> None:
     """MEMORY_LIMIT_POLICY = hold: the job over its RequestMemory is held, and the
