@@ -44,7 +44,9 @@ def startd_command(name: str | None, once: bool) -> None:
     SIGQUIT kills them fast; SIGHUP rereads the configuration.
     """
     from fetchwork.startd.daemon import Startd
+    from fetchwork.startd.mallocheap import one_arena
 
+    one_arena()  # before any thread: every thread shares one malloc arena
     config = Config.load()
     root = logging.getLogger()
     if root.level > logging.INFO or root.level == logging.NOTSET:

@@ -29,6 +29,7 @@ from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
 from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
 from fetchwork.startd.fetchoutput import describe, log_level, note, read_fetch_output
+from fetchwork.startd.mallocheap import HeapTrim
 from fetchwork.startd.metricsswitch import serve_startd_metrics
 from fetchwork.startd.settings import StartdSettings, keep_slots, slot_hooks
 from fetchwork.startd.shutdown import ShutdownPlan
@@ -82,6 +83,7 @@ class Startd:
         self._next_policy_at = 0.0
         self.metrics = serve_startd_metrics(self, config)
         self.outcomes = OutcomeReporter(config, self.settings.execute_dir)
+        self._heap = HeapTrim()  # the C heap's free pages go back every so many jobs
 
     # -- the loop --------------------------------------------------------------
 
@@ -276,6 +278,7 @@ class Startd:
                     slot.label, result.spec.value, result.duration_s, describe(result))
             self._no_more_work(slot)
             return
+        self._heap.job()
         # Output that is not an ad still gets a `reject` reply, with an empty
         # job ad, so the site's system hears of it (HTCondor only logs it).
         job_ad = fetched.job_ad if fetched.job_ad is not None else classad2.ClassAd()
