@@ -26,7 +26,7 @@ One private pool (embedded Redis, broker, a startd with the reference
   idle forking `Worker`s as slots (`enqueue` called -> the job's `/bin/date`
   reads the clock); `bench/latency_trace.py` shows where the time goes;
 - footprint: the startd's resident memory after the throughput run and again
-  after `--rss-jobs` more jobs (10,000; 0 skips them), a starter's private
+  after each 10,000 of `--rss-jobs` more jobs (10,000; 0 skips them), a starter's private
   memory (USS) while its job runs, and the CPU an idle startd (and its
   zygote) uses;
 - the program form of the hooks: a `/bin/sh` fetch hook handing out job
@@ -572,8 +572,10 @@ def main() -> None:
         startd = run.startd()
         print(f"  {'startd resident memory (RSS)':<34} "
               f"{startd.memory_info().rss / 2**20:7.1f} MB after {run.ended()} jobs")
-        if args.rss_jobs > 0:
-            ended = run_jobs(run, args.rss_jobs, timeout_s=1800)
+        left = args.rss_jobs
+        while left > 0:  # a figure every 10,000 jobs, to show whether it grows
+            ended = run_jobs(run, min(left, 10000), timeout_s=1800)
+            left -= min(left, 10000)
             print(f"  {'startd resident memory (RSS)':<34} "
                   f"{startd.memory_info().rss / 2**20:7.1f} MB after {run.ended()} jobs "
                   f"({ended} more)")

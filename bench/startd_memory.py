@@ -17,6 +17,8 @@ Two parts:
    a warm-up, `--jobs` `/bin/true` jobs: the objects made per job by site,
    the startd's heap in use and RSS per job, then `malloc_trim(0)` in the
    startd to tell freed-but-kept heap (fragmentation) from memory in use.
+   The startd's live objects by type that grew meanwhile (`gc.get_objects()`),
+   its threads and pymalloc's arenas (`sys._debugmallocstats()`).
    `--trace`: the startd's Python allocations that grew most meanwhile
    (tracemalloc, which sees Python's allocations but not classad2's).
 
@@ -173,7 +175,7 @@ def part_one(iterations: int) -> None:
 # -- part 2: the startd of a real pool --------------------------------------------
 
 COUNTING_HOOK = '''\
-import collections, ctypes, json, os, sys, tracemalloc
+import collections, ctypes, gc, json, os, sys, threading, tracemalloc
 
 import classad2
 
@@ -240,13 +242,95 @@ def _report(trimmed=None):
     os.replace(REPORT + ".new", REPORT)
 
 
+def _census():
+    """The startd's live objects by type, its threads and pymalloc's arenas, now."""
+    gc.collect()
+    types = collections.Counter(type(obj).__qualname__ for obj in gc.get_objects())
+    arenas = None
+    if hasattr(sys, "_debugmallocstats"):
+        import tempfile
+        with tempfile.TemporaryFile("w+") as err:
+            saved = os.dup(2)
+            os.dup2(err.fileno(), 2)
+            try:
+                sys._debugmallocstats()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            err.seek(0)
+            for line in err:
+                if line.startswith("# arenas allocated current"):
+                    arenas = int(line.split("=")[1].replace(",", ""))
+    with open(SNAPSHOT + ".census", "w") as out:
+        json.dump({{"types": dict(types), "threads": threading.active_count(),
+                    "arenas": arenas, "maps": _maps(), "blocks": sys.getallocatedblocks(),
+                    "sizes": _sizes(), "arenas_in_use": _arenas_in_use()}}, out)
+
+
+_libc.fopen.restype = ctypes.c_void_p
+_libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+_libc.fclose.argtypes = [ctypes.c_void_p]
+_libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+
+
+def _arenas_in_use():
+    """Bytes in use and mapped in each glibc malloc arena (malloc_info: mallinfo2
+    sees the main arena only, not those of the threads)."""
+    import re
+    path = SNAPSHOT + ".malloc"
+    stream = _libc.fopen(path.encode(), b"w")
+    _libc.malloc_info(0, stream)
+    _libc.fclose(stream)
+    text = open(path).read()
+    found = []
+    for heap in re.findall(r'<heap nr="\\d+">(.*?)</heap>', text, re.S):
+        free = sum(int(n) for n in re.findall(
+            r'<total type="(?:fast|rest)" count="\\d+" size="(\\d+)"', heap))
+        mapped = re.search(r'<system type="current" size="(\\d+)"', heap)
+        found.append([int(mapped.group(1)) if mapped else 0, free])
+    return found
+
+
+def _sizes():
+    """The length of every dict, list, set and deque of 64 entries or more, by id,
+    with what holds it and a few of its keys."""
+    found = {{}}
+    for obj in gc.get_objects():
+        if isinstance(obj, (dict, list, set, collections.deque)) and len(obj) >= 64:
+            holders = [type(h).__qualname__ for h in gc.get_referrers(obj)[:4]
+                       if h is not found]
+            sample = repr(list(obj)[:3])[:120]
+            found[str(id(obj))] = [type(obj).__qualname__, len(obj), holders, sample]
+    return found
+
+
+def _maps():
+    """Resident KB of each mapping of the process, by its start address (with its
+    size in KB and what it maps: a file, [heap], [stack] or an anonymous map)."""
+    found, current = {{}}, None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):
+                start, end = (int(part, 16) for part in head[0].split("-"))
+                what = head[5] if len(head) > 5 else "anonymous " + head[1]
+                current = found[head[0].split("-")[0]] = [(end - start) // 1024, what, 0]
+            elif head[0] == "Rss:" and current is not None:
+                current[2] = int(head[1])
+    return found
+
+
 def fetch(args, stdin_text):
     out = reference.fetch_work(args, stdin_text)
     if out:
         _jobs[0] += 1
         if os.path.exists(SNAPSHOT + ".ask"):
             os.unlink(SNAPSHOT + ".ask")
-            tracemalloc.take_snapshot().dump(SNAPSHOT + ".new")
+            _census()
+            if tracemalloc.is_tracing():
+                tracemalloc.take_snapshot().dump(SNAPSHOT + ".new")
+            else:
+                open(SNAPSHOT + ".new", "w").close()
             os.replace(SNAPSHOT + ".new", SNAPSHOT)
         if os.path.exists(TRIM):
             os.unlink(TRIM)
@@ -272,15 +356,61 @@ def _report(path: Path, after_jobs: int, timeout_s: float = 120) -> dict[str, An
     raise SystemExit(f"the startd's fetch hook reported nothing after {after_jobs} jobs")
 
 
-def _snapshot(run: StartdRun, path: Path) -> tracemalloc.Snapshot:
-    """The startd's Python allocations now (its fetch hook dumps them at the next job)."""
+def _snapshot(run: StartdRun, path: Path) -> tuple[tracemalloc.Snapshot | None, dict[str, Any]]:
+    """The startd's Python allocations (when traced) and its census (live objects by
+    type, threads, pymalloc arenas) now: its fetch hook dumps them at the next job."""
     path.unlink(missing_ok=True)
     Path(f"{path}.ask").touch()
     run_jobs(run, 2, timeout_s=120)
     deadline = time.monotonic() + 120
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    return tracemalloc.Snapshot.load(str(path))
+    census: dict[str, Any] = json.loads(Path(f"{path}.census").read_text())
+    traced = tracemalloc.Snapshot.load(str(path)) if path.stat().st_size else None
+    return traced, census
+
+
+def _print_census(before: dict[str, Any], after: dict[str, Any], jobs: int) -> None:
+    grown = collections.Counter(after["types"])
+    grown.subtract(before["types"])
+    print(f"  threads {before['threads']} -> {after['threads']}; pymalloc arenas "
+          f"{before['arenas']} -> {after['arenas']}; live objects by type that grew "
+          f"(gc.get_objects(), over {jobs} jobs):")
+    rising = [(name, count) for name, count in grown.most_common(8) if count > 0]
+    print(f"  Python blocks allocated (sys.getallocatedblocks()): {before['blocks']} -> "
+          f"{after['blocks']} ({(after['blocks'] - before['blocks']) / jobs:+.2f} a job)")
+    for key, (kind, size, holders, sample) in after["sizes"].items():
+        old = before["sizes"].get(key)
+        if size - (old[1] if old and old[0] == kind else 0) >= jobs // 20:
+            print(f"    a {kind} held by {', '.join(holders)}: "
+                  f"{old[1] if old else 0} -> {size} entries, {sample}")
+    print("  glibc arenas (malloc_info), in use (mapped - free) KB: " + ", ".join(
+        f"{(b[0] - b[1]) // 1024} -> {(a[0] - a[1]) // 1024} (mapped {a[0] // 1024})"
+        for b, a in zip(before["arenas_in_use"] + [[0, 0]] * 9, after["arenas_in_use"],
+                        strict=False)))
+    maps_before, maps_after = before["maps"], after["maps"]
+    by_kind: collections.Counter[str] = collections.Counter()
+    for start, (size_kb, what, rss) in maps_after.items():
+        old = maps_before.get(start)
+        kind = ("pymalloc arena or small map" if size_kb <= 1024 and what.startswith("anon")
+                else "thread stack or malloc arena" if what.startswith("anon") else what)
+        by_kind[kind] += rss - (old[2] if old and old[0] == size_kb else 0)
+    for start, (_size_kb, _what, rss) in maps_before.items():
+        if start not in maps_after:
+            by_kind["(mappings gone)"] -= rss
+    for start, (size_kb, what, rss) in sorted(
+            maps_after.items(), key=lambda item: -(item[1][2] - maps_before.get(
+                item[0], [0, 0, 0])[2]))[:6]:
+        old = maps_before.get(start, [0, "", 0])
+        print(f"    map {start} {what}: {old[0]} -> {size_kb} KB mapped, "
+              f"{old[2]} -> {rss} KB resident")
+    print("  resident memory grown by mapping: " + ", ".join(
+        f"{kind.rsplit('/', 1)[-1]} {kb:+d} KB" for kind, kb in by_kind.most_common()
+        if kb))
+    for name, count in rising:
+        print(f"    {count:+7d} {name} ({count / jobs:.3f} a job)")
+    if not rising:
+        print("    none")
 
 
 def _ours(traceback: tracemalloc.Traceback) -> list[str]:
@@ -304,11 +434,13 @@ def part_two(jobs: int, warmup: int, trace: bool) -> None:
               f"{run.jobs_per_process}), /bin/true jobs:")
         run_jobs(run, warmup, timeout_s=600)
         first = _report(report, warmup - warmup % 50)
-        before = _snapshot(run, snapshot) if trace else None
+        before, census = _snapshot(run, snapshot)
         run_jobs(run, jobs, timeout_s=1800)
         last = _report(report, first["jobs"] + jobs - jobs % 50)
-        if before is not None:
-            grown = _snapshot(run, snapshot).compare_to(before, "traceback")
+        after, census_after = _snapshot(run, snapshot)
+        _print_census(census, census_after, jobs)
+        if before is not None and after is not None:
+            grown = after.compare_to(before, "traceback")
             print("  Python allocations grown most (tracemalloc, while the jobs ran):")
             for stat in grown[:8]:
                 print(f"    {stat.size_diff / jobs:+8.1f} B a job, {stat.count_diff:+d} blocks: "
