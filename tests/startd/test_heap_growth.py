@@ -37,6 +37,7 @@ _libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
 _libc.fclose.argtypes = [ctypes.c_void_p]
 _libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
 _fetched = [0]
+_lock = threading.Lock()
 
 
 def _arenas():
@@ -50,11 +51,13 @@ def _arenas():
 def fetch(args, stdin_text):
     out = reference.fetch_work(args, stdin_text)
     if out:
-        _fetched[0] += 1
-        if _fetched[0] in AT:
+        with _lock:  # the two slots' fetches may run at once
+            _fetched[0] += 1
+            fetched = _fetched[0]
+        if fetched in AT:
             gc.collect()
             with open(OUT, "a") as counts:
-                counts.write(json.dumps({{"jobs": _fetched[0], "arenas": _arenas(),
+                counts.write(json.dumps({{"jobs": fetched, "arenas": _arenas(),
                                           "threads": threading.active_count(),
                                           "types": collections.Counter(
                                               type(o).__qualname__
@@ -92,9 +95,10 @@ def test_the_startd_keeps_one_arena_and_grows_no_thread_or_object_per_job(
     before, after = (json.loads(line) for line in counts.read_text().splitlines()[:2])
     assert after["jobs"] - before["jobs"] == JOBS
     # Every thread allocates from the main arena (without it: one a hook thread).
-    assert before["arenas"] == after["arenas"] == 1, (before, after)
-    # Hook threads are reused: none is left behind per job.
-    assert after["threads"] <= before["threads"] + 2, (before, after)
+    assert before["arenas"] == after["arenas"] == 1, (before["arenas"], after["arenas"])
+    # Hook threads are reused: none is left behind per job (a busy moment may
+    # start a few more, each ending once idle).
+    assert after["threads"] < before["threads"] + JOBS // 10, (before["threads"], after["threads"])
     # A structure kept per job makes its type grow by JOBS; the threads' own
     # objects (cells, locks, functions) come and go by a few dozen.
     grown = {name: count - before["types"].get(name, 0)
