@@ -394,7 +394,7 @@ def _print_census(before: dict[str, Any], after: dict[str, Any], jobs: int) -> N
         old = maps_before.get(start)
         kind = ("pymalloc arena or small map" if size_kb <= 1024 and what.startswith("anon")
                 else "thread stack or malloc arena" if what.startswith("anon") else what)
-        by_kind[kind] += rss - (old[2] if old and old[0] == size_kb else 0)
+        by_kind[kind] += rss - (old[2] if old else 0)
     for start, (_size_kb, _what, rss) in maps_before.items():
         if start not in maps_after:
             by_kind["(mappings gone)"] -= rss
