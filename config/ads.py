@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import classad2
@@ -50,6 +50,15 @@ def parse_ad(text: str, source: str | None = None) -> classad2.ClassAd:
     if stripped.startswith("["):
         return _parse_new(stripped, source)
     ad = classad2.ClassAd()
+    for number, name, expr_text in _attribute_lines(text, source):
+        ad[name] = plain_literal(expr_text, number, source)
+    return ad
+
+
+def _attribute_lines(text: str, source: str | None) -> Iterator[tuple[int, str, str]]:
+    """(line number, name, expression text) of each `Name = expression` line of
+    old-format ad text; blank lines and `#` comments skipped; AdError naming the line
+    for anything else."""
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -59,8 +68,7 @@ def parse_ad(text: str, source: str | None = None) -> classad2.ClassAd:
         name, expr_text = match.group(1), match.group(2).strip()
         if not expr_text:
             raise AdError(f"attribute {name} has no value", number, source)
-        ad[name] = plain_literal(expr_text, number, source)
-    return ad
+        yield number, name, expr_text
 
 
 def plain_literal(text: str, number: int | None = None, source: str | None = None) -> Any:
@@ -89,15 +97,7 @@ def parse_values(text: str, source: str | None = None) -> dict[str, Any]:
                 for name in ad.keys()}
     values: dict[str, Any] = {}
     names: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        match = _ATTR_RE.match(line)
-        if not match:
-            raise AdError(f"expected 'Name = expression', got {clip(line)!r}", number, source)
-        name, expr_text = match.group(1), match.group(2).strip()
-        if not expr_text:
-            raise AdError(f"attribute {name} has no value", number, source)
+    for number, name, expr_text in _attribute_lines(text, source):
         # A later attribute of the same name wins, under the first spelling (as in an ad).
         values[names.setdefault(name.lower(), name)] = plain_literal(expr_text, number, source)
     return values
