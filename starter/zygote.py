@@ -170,6 +170,11 @@ class Zygote:
             else:
                 send(self.sock, {"op": "error", "error": "a spawn request needs arguments "
                                                          "and two file descriptors"})
+        except ConnectionError:
+            # The startd closed its end while this request was served (a fork ahead it
+            # asked for before it stopped): it has gone, as an end of its requests says.
+            # The child's socket is closed with it, so a fork made meanwhile ends too.
+            return False
         finally:
             self._held = []
             for fd in fds:

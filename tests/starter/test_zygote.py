@@ -427,6 +427,19 @@ def test_a_starter_forked_ahead_that_waited_rehearses_quietly_then_runs_its_job(
     assert "starter[slot1] INFO job ended (exit)" in err
 
 
+def test_a_startd_gone_while_forks_ahead_are_made_ends_the_zygote_cleanly(
+        client: Client) -> None:
+    # Forks asked for and the socket closed at once: the zygote finds the startd gone
+    # while it announces a fork, which is the end of its requests, not an error.
+    client.keep_ahead(1)
+    _waiting(client, 1)
+    client.keep_ahead(12)
+    proc = client.proc
+    assert proc is not None
+    client.close()
+    assert proc.returncode == 0
+
+
 def test_starters_waiting_for_a_job_leave_with_the_zygote(client: Client,
                                                           job_tmp: Path) -> None:
     client.keep_ahead(2)
