@@ -172,8 +172,7 @@ class ChunkCache:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
-                        exc.strerror or exc)
+            _unreadable(path, exc)
             return None
         return data if self._verified(path, digest, data) else None
 
@@ -187,15 +186,13 @@ class ChunkCache:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
-                        exc.strerror or exc)
+            _unreadable(path, exc)
             return None
         try:
             got = filecopy.read_into(fd, buffer)
             longer = got == len(buffer) and bool(os.read(fd, 1))
         except OSError as exc:
-            log.warning("chunk cache: cannot read %s (%s); fetching it again", path,
-                        exc.strerror or exc)
+            _unreadable(path, exc)
             return None
         finally:
             os.close(fd)
@@ -456,3 +453,8 @@ class ChunkCache:
         except OSError as exc:
             log.warning("chunk cache: cannot remove the damaged chunk %s: %s", path,
                         exc.strerror or exc)
+
+
+def _unreadable(path: Path, exc: OSError) -> None:
+    """A cached chunk that cannot be read is as good as absent: said, and fetched again."""
+    log.warning("chunk cache: cannot read %s (%s); fetching it again", path, exc.strerror or exc)

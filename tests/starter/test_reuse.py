@@ -349,13 +349,19 @@ def test_each_job_gets_its_own_kill_signal(slot: Slot, job_tmp: Path) -> None:
         if kill_sig:
             job["KillSig"] = kill_sig
         starter = slot.start(job)
-        wait_until(lambda ready=ready: ready.read_text().strip() == "up", 60,
-                   what=f"job {index} to run")
-        starter.stdin.write(b"vacate\n")
-        starter.stdin.flush()
-        status, events = slot.finish(starter)
-        assert status == 0 and events[-1]["how"] == "evict"
+        _vacated(slot, starter, ready, index)
         assert out.read_text().strip() == ("USR1" if kill_sig else "TERM"), index
+
+
+def _vacated(slot: Slot, starter: Any, ready: Path, index: int) -> list[dict[str, Any]]:
+    """The events of job `index`, vacated once its script wrote `up` into `ready`; it
+    ended evicted and its starter exited 0."""
+    wait_until(lambda: ready.read_text().strip() == "up", 60, what=f"job {index} to run")
+    starter.stdin.write(b"vacate\n")
+    starter.stdin.flush()
+    status, events = slot.finish(starter)
+    assert status == 0 and events[-1]["how"] == "evict"
+    return events
 
 
 def test_each_job_gets_its_own_vacate_time(slot: Slot, job_tmp: Path) -> None:
@@ -369,12 +375,7 @@ def test_each_job_gets_its_own_vacate_time(slot: Slot, job_tmp: Path) -> None:
                           "while :; do sleep 0.05; done\n")
         script.chmod(0o755)
         starter = slot.start({"Cmd": str(script)}, {"MachineMaxVacateTime": vacate_s})
-        wait_until(lambda ready=ready: ready.read_text().strip() == "up", 60,
-                   what=f"job {index} to run")
-        starter.stdin.write(b"vacate\n")
-        starter.stdin.flush()
-        status, events = slot.finish(starter)
-        assert status == 0 and events[-1]["how"] == "evict"
+        events = _vacated(slot, starter, ready, index)
         ad = _exit_ad(events)
         if index == 0:
             assert ad["ExitBySignal"] is True and ad["ExitSignal"] == signal.SIGKILL
