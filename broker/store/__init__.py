@@ -18,7 +18,7 @@ import redis
 
 from fetchwork.errors import BrokerError, RedisUnavailableError
 
-from . import calls, codec
+from . import calls, codec, eventbatch
 from .keys import PoolKeys
 from .scripts import Scripts
 
@@ -99,14 +99,16 @@ class Store:
 
     def events(self, last_id: str = "$", block_ms: int = 0,
                count: int = 100) -> list[tuple[str, dict[str, str]]]:
-        """Transition events after `last_id` (`$`: only new ones, so use it with block_ms)."""
+        """Transition events after `last_id` (`$`: only new ones, so use it with block_ms),
+        from at most `count` stream entries: an entry that names a batch of jobs gives
+        one event a job, all under its id (eventbatch.py)."""
         reply: Any = self.client.xread({self.keys.events: last_id}, count=count,
                                        block=block_ms if block_ms > 0 else None)
         out: list[tuple[str, dict[str, str]]] = []
         for _stream, entries in reply or []:
             for entry_id, fields in entries:
-                out.append((codec.text(entry_id),
-                            {codec.text(k): codec.text(v) for k, v in fields.items()}))
+                decoded = {codec.text(k): codec.text(v) for k, v in fields.items()}
+                out.extend(eventbatch.expand(codec.text(entry_id), decoded))
         return out
 
     def last_event_id(self) -> str:

@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from fetchwork.broker.store import Store, calls, codec
+from fetchwork.broker.store import Store, calls, codec, eventbatch
 from fetchwork.errors import FetchworkError
 
 from .events import JOB_FIELDS, render
@@ -247,8 +247,9 @@ class UserLogWriter:
         raw: Any = self.store.client.xrange(self.store.keys.events,
                                             "-" if after is None else f"({after}", until,
                                             count=self.batch)
-        return [(codec.text(entry_id), {codec.text(k): codec.text(v) for k, v in fields.items()})
-                for entry_id, fields in raw]
+        return eventbatch.expand_all(
+            [(codec.text(entry_id), {codec.text(k): codec.text(v) for k, v in fields.items()})
+             for entry_id, fields in raw])
 
     def _texts(self, events: Sequence[tuple[str, dict[str, str]]]) -> dict[str, list[str]]:
         """Log path -> the texts to append to it, in stream order."""

@@ -18,7 +18,8 @@
 -- awaits_admission) is left alone and leaves the validating set. FetchworkOrder
 -- becomes -JobPrio * PRIO_SCALE + the job's sequence; a job submitted on hold is
 -- HELD, one with a BlockedReason or dependencies BLOCKED, any other IDLE in its
--- autocluster; one 'admit' event per job.
+-- autocluster; one 'admit' event for the batch's IDLE jobs and one for its BLOCKED ones
+-- (jobstates.lua batch_event: an entry naming its jobs), a HELD job's own.
 -- Returns the number of jobs admitted.
 local WIDTH = 4
 local count = (#ARGV - 4) / WIDTH
@@ -53,6 +54,7 @@ local NAMES = {'FetchworkState', 'HoldReasonCode', 'BlockedReason', 'FetchworkWa
 local AWAITS = {[cmsgpack.pack('VALIDATING')] = 'always', [cmsgpack.pack('IDLE')] = 'listed',
                 [cmsgpack.pack('BLOCKED')] = 'listed', [cmsgpack.pack('HELD')] = 'listed'}
 local admitted, gone, idle, members, best = 0, {}, {}, {}, {}
+local entered = {IDLE = {}, BLOCKED = {}}
 -- A job's NAMES as its ad gives them (jobad.lua hmget_raw), with each cluster hash
 -- read once for the batch (this script writes job hashes only) and a linked job's
 -- derived FetchworkOrder made from its cluster's '#order' and its sequence read
@@ -142,7 +144,8 @@ for j = 0, count - 1 do
         members[#members + 1] = ac_member(gid, order, id)
         if not best[gid] or order < best[gid] then best[gid] = order end
       end
-      event('admit', id, state, STATUS_IDLE)
+      local named = entered[state]
+      named[#named + 1] = id
     end
     admitted = admitted + 1
   end
@@ -153,6 +156,8 @@ if admitted > 0 then
   redis.call('SET', P .. 'sig:' .. number .. ':jobs', table.concat(runs, ' '))
   redis.call('SADD', P .. 'sigbatches', number)
 end
+batch_event('admit', entered.IDLE, 'IDLE', STATUS_IDLE)
+batch_event('admit', entered.BLOCKED, 'BLOCKED', STATUS_IDLE)
 if #gone > 0 then
   for start = 1, #gone, 1000 do
     redis.call('ZREM', K_VALIDATING, unpack(gone, start, math.min(start + 999, #gone)))

@@ -31,6 +31,44 @@ local function event(kind, id, state, status, ...)
              'type', kind, 'job', id, 'state', state, 'status', tostring(status), ...)
 end
 
+-- One entry for the jobs `ids` that made the same transition in one call (a batch
+-- submitted or admitted): 'jobs' names them in their order as space-separated runs,
+-- "<cluster>.<proc>" or "<cluster>.<first proc>-<last proc>" for consecutive procs
+-- (store/eventbatch.py reads it back as one event a job). A single job gets event()'s
+-- entry. One entry instead of one a job is what keeps a batch's Redis time and AOF
+-- bytes small.
+local function batch_event(kind, ids, state, status)
+  if not ids[1] then return end
+  if not ids[2] then return event(kind, ids[1], state, status) end
+  local runs, cluster, first, last = {}, nil, nil, nil
+  local function close()
+    if not cluster then return end
+    if first == last then
+      runs[#runs + 1] = cluster .. '.' .. first
+    else
+      runs[#runs + 1] = cluster .. '.' .. first .. '-' .. last
+    end
+  end
+  for i = 1, #ids do
+    local c, p = string.match(ids[i], '^(%d+)%.(%d+)$')
+    p = tonumber(p)
+    if c and c == cluster and p == last + 1 then
+      last = p
+    else
+      close()
+      if c then
+        cluster, first, last = c, p, p
+      else
+        cluster = nil
+        runs[#runs + 1] = ids[i]
+      end
+    end
+  end
+  close()
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', kind,
+             'jobs', table.concat(runs, ' '), 'state', state, 'status', tostring(status))
+end
+
 local function set_state(key, state, status)
   setv(key, 'FetchworkState', state)
   setv(key, 'JobStatus', status)

@@ -21,7 +21,8 @@
 --   autoclusters (ac:reps entries; an existing entry is kept).
 -- Queued jobs join the queue set (score = sequence), IDLE ones the idle set
 -- (score = FetchworkOrder) and their autocluster; BLOCKED ones wait for the
--- policy's pass; one 'submit' event per job.
+-- policy's pass; one 'submit' event for the batch's jobs of each state
+-- (jobstates.lua batch_event: an entry naming its jobs, in batch order).
 -- Returns the number of jobs queued.
 local rules = redis.call('HMGET', KEYS[FIRST_JOB_KEY], 'version', 'filtered', 'events_maxlen',
                          'limits')
@@ -33,6 +34,7 @@ local block_all = ARGV[4] == 'blocked' or (published and rules[4] == '1')
 local reps = cmsgpack.unpack(ARGV[5])
 for r = 1, #reps, 2 do redis.call('HSETNX', K_AC_REPS, reps[r], reps[r + 1]) end
 local queued, idle, validating, members, best = {}, {}, {}, {}, {}
+local entered = {VALIDATING = {}, HELD = {}, BLOCKED = {}, IDLE = {}}
 for j = 1, #batch do
   local id, seq, order, held = batch[j][1], batch[j][2], batch[j][3], batch[j][4]
   local blocked, gid = batch[j][5], batch[j][6] or ''
@@ -41,11 +43,11 @@ for j = 1, #batch do
   if validate then
     validating[#validating + 1] = score(seq)
     validating[#validating + 1] = id
-    event('submit', id, 'VALIDATING', STATUS_IDLE)
+    entered.VALIDATING[#entered.VALIDATING + 1] = id
   elseif held then
-    event('submit', id, 'HELD', STATUS_HELD)
+    entered.HELD[#entered.HELD + 1] = id
   elseif blocked or block_all then
-    event('submit', id, 'BLOCKED', STATUS_IDLE)
+    entered.BLOCKED[#entered.BLOCKED + 1] = id
   else
     idle[#idle + 1] = order
     idle[#idle + 1] = id
@@ -53,9 +55,13 @@ for j = 1, #batch do
     members[#members + 1] = 0
     members[#members + 1] = ac_member(gid, number, id)
     if not best[gid] or number < best[gid] then best[gid] = number end
-    event('submit', id, 'IDLE', STATUS_IDLE)
+    entered.IDLE[#entered.IDLE + 1] = id
   end
 end
+batch_event('submit', entered.VALIDATING, 'VALIDATING', STATUS_IDLE)
+batch_event('submit', entered.HELD, 'HELD', STATUS_HELD)
+batch_event('submit', entered.BLOCKED, 'BLOCKED', STATUS_IDLE)
+batch_event('submit', entered.IDLE, 'IDLE', STATUS_IDLE)
 zadd_chunked(K_QUEUE, queued)
 zadd_chunked(K_IDLE, idle)
 zadd_chunked(K_AC_MEMBERS, members)

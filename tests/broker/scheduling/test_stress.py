@@ -17,7 +17,7 @@ import pytest
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.leader.service import BrokerService
-from fetchwork.broker.store import codec
+from fetchwork.broker.store import codec, eventbatch
 from fetchwork.config.loader import Config
 from tests.support.rules import publish_rules
 from tests.support.waiting import wait_until
@@ -50,10 +50,11 @@ def replay(broker: Broker, owners: dict[str, str], sizes: dict[str, int]) -> lis
     idle: Counter[str] = Counter()
     running: dict[str, set[str]] = defaultdict(set)
     broken = []
-    for event_id, fields in broker.client.xrange(broker.keys.events):
-        fields = {codec.text(k): codec.text(v) for k, v in fields.items()}
+    entries = [(codec.text(entry_id), {codec.text(k): codec.text(v) for k, v in fields.items()})
+               for entry_id, fields in broker.client.xrange(broker.keys.events)]
+    for event_id, fields in eventbatch.expand_all(entries):
         job, new = fields["job"], fields["state"]
-        user, now_ms = owners[job], int(codec.text(event_id).split("-")[0])
+        user, now_ms = owners[job], int(event_id.split("-")[0])
         old = state.get(job)
         idle[user] += (new == "IDLE") - (old == "IDLE")
         if new == "RUNNING" and old != "RUNNING":

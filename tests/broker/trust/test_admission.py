@@ -15,6 +15,7 @@ from fetchwork.broker.client import Broker
 from fetchwork.broker.filters.leader import BATCH, FilterLeader
 from fetchwork.broker.filters.settings import load_settings
 from fetchwork.broker.leader.publish import RulesPublisher, pool_rules
+from fetchwork.broker.store import codec
 from fetchwork.broker.trust.signer import Signer, ensure_key_pair
 from fetchwork.config import signedjob
 from fetchwork.config.ads import format_ad, parse_ad
@@ -247,3 +248,20 @@ def test_admission_keeps_each_jobs_order_from_its_cluster_and_sequence(signing) 
     members = broker.client.zrange(broker.keys.ac_members, 0, -1)
     assert not any(member.endswith(f"|{jobs[2]}".encode()) for member in members)
     assert broker.client.zcard(broker.keys.validating) == 0
+
+
+def test_a_signed_admission_writes_one_event_entry_for_its_batch(signing) -> None:
+    broker, leader, _public = signing
+    jobs = broker.submit([{"Cmd": "/bin/true", "Arguments": str(n)} for n in range(30)],
+                         owner="alice")
+    more = broker.submit([{"Cmd": "/bin/true"}] * 2, owner="alice")
+    since = broker.last_event_id()
+    settle(leader)
+    admits = [{codec.text(k): codec.text(v) for k, v in fields.items()}
+              for _id, fields in broker.client.xrange(broker.keys.events, f"({since}")]
+    first, second = jobs[0].split(".")[0], more[0].split(".")[0]
+    assert admits == [{"type": "admit", "jobs": f"{first}.0-29 {second}.0-1", "state": "IDLE",
+                       "status": "1"}]
+    events = broker.events(since, count=10)
+    assert [(fields["type"], fields["job"], fields["state"]) for _id, fields in events] == [
+        ("admit", job, "IDLE") for job in jobs + more]
