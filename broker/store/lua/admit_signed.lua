@@ -47,7 +47,6 @@ local function add_run(id)
   run_cluster, run_first, run_last = cluster, proc, proc
 end
 local seqs = count > 0 and redis.call('ZMSCORE', K_QUEUE, unpack(ids)) or {}
-local waiting = count > 0 and redis.call('ZMSCORE', K_VALIDATING, unpack(ids)) or {}
 local NAMES = {'FetchworkState', 'HoldReasonCode', 'BlockedReason', 'FetchworkWaitingOn',
                AUTOCLUSTER_ATTR, 'FetchworkSignature', 'FetchworkOrder', 'JobStatus'}
 -- What a job that awaits admission may show (awaits_admission), packed.
@@ -96,7 +95,9 @@ for j = 0, count - 1 do
   local got = read_job(key, seqs[j + 1])
   local awaits = got[1] and AWAITS[got[1]]
   gone[#gone + 1] = id
-  if awaits == 'always' or (awaits == 'listed' and waiting[j + 1]) then
+  -- Only a job no longer VALIDATING needs its place in the validating set looked up
+  -- (one ZSCORE then): the batch's scores are not all read back to be dropped.
+  if awaits == 'always' or (awaits == 'listed' and redis.call('ZSCORE', K_VALIDATING, id)) then
     local order = -tonumber(prio) * PRIO_SCALE + (tonumber(seqs[j + 1]) or 0)
     local fields = {SIG_REF, number .. ':' .. j}
     -- What the job's ad already says (its cluster's, most often) is not written again:

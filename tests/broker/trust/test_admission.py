@@ -15,7 +15,7 @@ from fetchwork.broker.client import Broker
 from fetchwork.broker.filters.leader import BATCH, FilterLeader
 from fetchwork.broker.filters.settings import load_settings
 from fetchwork.broker.leader.publish import RulesPublisher, pool_rules
-from fetchwork.broker.store import codec
+from fetchwork.broker.store import calls, codec
 from fetchwork.broker.trust.signer import Signer, ensure_key_pair
 from fetchwork.config import signedjob
 from fetchwork.config.ads import format_ad, parse_ad
@@ -265,3 +265,29 @@ def test_a_signed_admission_writes_one_event_entry_for_its_batch(signing) -> Non
     events = broker.events(since, count=10)
     assert [(fields["type"], fields["job"], fields["state"]) for _id, fields in events] == [
         ("admit", job, "IDLE") for job in jobs + more]
+
+
+def test_the_admission_leaves_alone_a_job_that_stopped_waiting_after_the_read(signing) -> None:
+    broker, leader, _public = signing
+    jobs = broker.submit([{"Cmd": "/bin/true"}] * 4, owner="alice")
+    # What the leader read had all four waiting; before its admission runs, one is
+    # removed, and two are HELD, one of them still listed in the validating set.
+    broker.remove([jobs[0]])
+    for job in jobs[1:3]:
+        broker.client.hset(broker.keys.job(job), "FetchworkState", msgpack.packb("HELD"))
+    broker.client.zrem(broker.keys.validating, jobs[2])
+    signed = leader.signer.sign_batch([signedjob.leaf_digest(b"%d" % n) for n in range(4)])
+    pipe = broker.client.pipeline(transaction=False)
+    calls.admit_signed(broker.store, pipe, jobs=[(job, 0, False, "") for job in jobs],
+                       batch=signed.blob, blocked_reason="waiting")
+    assert pipe.execute() == [2]
+    assert state(broker, jobs[0]) == "REMOVED", "a removed job is not brought back"
+    assert broker.client.zscore(broker.keys.queue, jobs[0]) is None
+    assert [state(broker, job) for job in jobs[1:]] == ["IDLE", "HELD", "IDLE"]
+    assert broker.client.hget(broker.keys.job(jobs[2]), SIG_REF) is None
+    idle = {member.decode() for member in broker.client.zrange(broker.keys.idle, 0, -1)}
+    assert idle == {jobs[1], jobs[3]}
+    assert broker.client.zcard(broker.keys.validating) == 0
+    admits = [fields["job"] for _id, fields in broker.events("0-0", count=100)
+              if fields["type"] == "admit"]
+    assert admits == [jobs[1], jobs[3]]
