@@ -1,6 +1,7 @@
 """What job signing costs: the broker's batch signature at admission, the startd's check.
 
     python bench/signing_bench.py [--jobs 20000] [--admit 100000] [--batch 474]
+                                  [--redis-cost 20000]
 
 - sign: CPU time per job of the leader's signing, batches of --batch jobs
   (each job's signed text and leaf, the hash tree, one Ed25519 signature a
@@ -10,6 +11,10 @@
   batch, the roots verified being kept), and the same for a starter that
   has seen no job of the batch before (one verification a job: the most a
   check costs);
+- Redis's work: --redis-cost signed jobs submitted, then admitted by a leader
+  in this process, each apart: Redis's CPU a job (`INFO cpu`), the bytes its
+  append-only file grew a job (`INFO persistence`), and the commands a job
+  (`INFO commandstats`: calls and µs, the commands scripts run included);
 - admit: --admit signed jobs through the leader on a private embedded Redis:
   submitted in clusters of 1000 while a broker service's leader (another
   process, as in a pool) checks, signs and admits them, from the first
@@ -197,13 +202,91 @@ def admit_rate(jobs: int, state: Path) -> None:
         server.stop()
 
 
+def _commands(client: Any) -> dict[str, tuple[int, int]]:
+    """Redis's calls and µs by command (`INFO commandstats`: those run by scripts too)."""
+    return {name.removeprefix("cmdstat_"): (int(row["calls"]), int(row["usec"]))
+            for name, row in client.info("commandstats").items()}
+
+
+def _redis_cpu_s(client: Any) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _aof_bytes(client: Any) -> int:
+    return int(client.info("persistence").get("aof_current_size", 0))
+
+
+def _cost_line(label: str, client: Any, before: tuple[dict[str, tuple[int, int]], float, int],
+               jobs: int) -> None:
+    """Print what Redis spent a job since `before` (commands, CPU, AOF bytes)."""
+    commands, cpu_s, aof = before
+    now = _commands(client)
+    rows = sorted(((usec - commands.get(name, (0, 0))[1], name,
+                    calls - commands.get(name, (0, 0))[0])
+                   for name, (calls, usec) in now.items()), reverse=True)
+    shown = ", ".join(f"{name} {calls / jobs:.3g}/{usec / jobs:.1f}"
+                      for usec, name, calls in rows[:8] if calls and usec / jobs >= 0.1)
+    print(f"  {label:<12} Redis CPU {(_redis_cpu_s(client) - cpu_s) / jobs * 1e6:5.1f} us a job, "
+          f"AOF {(_aof_bytes(client) - aof) / jobs:4.0f} bytes a job")
+    print(f"    commands a job (calls/us, scripts' own commands included): {shown}")
+
+
+def redis_cost(jobs: int, state: Path) -> None:
+    """Redis's CPU, commands and AOF bytes a job, for the signed submission of `jobs`
+    jobs (clusters of CLUSTER) and for their admission by a leader in this process,
+    apart, on a private embedded Redis; printed."""
+    env = {**os.environ, "FETCHWORK_STATE_DIR": str(state), "FETCHWORK_CONFIG": os.devnull,
+           "FETCHWORK_POOL": f"cost{int(time.time() * 1000) % 100000}"}
+    ensure_key_pair(state / "key.pem", state / "pub.pem")
+    config = Config.load(environ=env)
+    server = embedded_for(config)
+    server.start()
+    try:
+        broker = Broker.from_config(config)
+        client = broker.client
+        signer = Signer((state / "key.pem").read_bytes(), "key.pem", broker.pool)
+        leader = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
+                              signer=signer)
+        summary = leader.summary()
+        RulesPublisher(broker.store, pool_rules(config, summary), summary, "bench").publish()
+        ad = {"Cmd": "/bin/true", "Arguments": "x", "Iwd": "/tmp"}
+        print(f"Redis's work a job, {jobs} signed jobs (private embedded Redis, "
+              f"append-only file on):")
+        client.config_resetstat()
+        before = (_commands(client), _redis_cpu_s(client), _aof_bytes(client))
+        for start in range(0, jobs, CLUSTER):
+            broker.submit([ad] * min(CLUSTER, jobs - start), owner="bench")
+        _cost_line("submission", client, before, jobs)
+        before = (_commands(client), _redis_cpu_s(client), _aof_bytes(client))
+        started = time.process_time()
+        while client.zcard(broker.keys.validating):
+            leader.run_pass()
+        leader_us = (time.process_time() - started) / jobs * 1e6
+        _cost_line("admission", client, before, jobs)
+        print(f"    the leader's CPU (this process, its reads' thread included): "
+              f"{leader_us:.1f} us a job")
+        leader.close()
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--admit", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=474)
+    parser.add_argument("--redis-cost", type=int, default=20_000, metavar="JOBS",
+                        help="jobs whose submission and admission Redis's work is "
+                             "counted apart (0: none)")
     args = parser.parse_args()
     signing_cpu(args.jobs, args.batch)
+    if args.redis_cost:
+        folder = Path(tempfile.mkdtemp(prefix="fw-signing-cost-"))
+        try:
+            redis_cost(args.redis_cost, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     if args.admit:
         folder = Path(tempfile.mkdtemp(prefix="fw-signing-bench-"))
         try:
