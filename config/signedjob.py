@@ -160,23 +160,23 @@ def signed_text_of(data: Mapping[str, Any]) -> bytes:
     plan = _PLANS.get(names)
     if plan is None:
         plan = _plan(names)
-    lines = []
-    for head, name in plan:
-        if name is None:
-            lines.append(head)
-            continue
+    heads, tail = plan
+    parts = []
+    for head, name in heads:
         value = data[name]
         kind = type(value)
+        parts.append(head)
         # A plain string literal: printable ASCII without '"' or '\\' (_PLAIN_STRING_RE),
         # tested with str's own methods, the common case first.
         if kind is str and value.isascii() and value.isprintable() and '"' not in value \
                 and "\\" not in value:
-            lines.append(f'{head}"{value}"')
+            parts.append(f'"{value}"')
         elif kind is int:
-            lines.append(f"{head}{value}")
+            parts.append(str(value))
         else:
-            lines.append(head + _value_text(name, value))
-    return _HEADER + "\n".join(lines).encode("utf-8")
+            parts.append(_value_text(name, value))
+    parts.append(tail)
+    return _HEADER + "".join(parts).encode("utf-8")
 
 
 def _value_text(name: str, value: Any) -> str:
@@ -191,22 +191,35 @@ def _value_text(name: str, value: Any) -> str:
 
 
 _POSITION = {name.lower(): index for index, name in enumerate(SIGNED_ATTRIBUTES)}
-# For each set of names a stored job has (jobs of one submission share theirs): per
-# signed attribute in the order of SIGNED_ATTRIBUTES, its line's head (`Name=`, or the
-# whole `Name!` line when absent) and the name that spells it (None: absent; of two
-# spellings, the later). Bounded: names come from users.
-_PLANS: dict[tuple[str, ...], tuple[tuple[str, str | None], ...]] = {}
+# A signed text's plan for one set of names: (head, name) for each signed attribute the
+# job has, in the order of SIGNED_ATTRIBUTES, where the head is the text before its
+# value (the `Name!` lines of the absent attributes before it, and its `Name=`), and
+# the text after the last value. Of two spellings of one attribute, the later counts.
+_Plan = tuple[tuple[tuple[str, str], ...], str]
+# Plans by the names a stored job has (jobs of one submission share theirs). Bounded:
+# names come from users.
+_PLANS: dict[tuple[str, ...], _Plan] = {}
 _PLANS_KEPT = 1024
 
 
-def _plan(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+def _plan(names: tuple[str, ...]) -> _Plan:
     found: list[str | None] = [None] * len(SIGNED_ATTRIBUTES)
     for name in names:
         index = _POSITION.get(name.lower())
         if index is not None:
             found[index] = name
-    plan = tuple((f"{attr}=", name) if name is not None else (f"{attr}!", None)
-                 for attr, name in zip(SIGNED_ATTRIBUTES, found, strict=True))
+    heads: list[tuple[str, str]] = []
+    pending: list[str] = []
+    for position, (attr, spelled) in enumerate(zip(SIGNED_ATTRIBUTES, found, strict=True)):
+        if position:
+            pending.append("\n")
+        if spelled is None:
+            pending.append(f"{attr}!")
+        else:
+            pending.append(f"{attr}=")
+            heads.append(("".join(pending), spelled))
+            pending = []
+    plan = (tuple(heads), "".join(pending))
     if len(_PLANS) < _PLANS_KEPT:
         _PLANS[names] = plan
     return plan
