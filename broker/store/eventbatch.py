@@ -45,7 +45,9 @@ def job_ids(text: str) -> Iterator[str]:
 
 def expand(entry_id: str, fields: Mapping[str, str]) -> list[tuple[str, dict[str, str]]]:
     """The events of one stream entry: itself when it names one job, else one a job
-    it names (its other fields, and 'job' in place of 'jobs')."""
+    it names (its other fields, and 'job' in place of 'jobs'). An entry whose 'jobs'
+    names no job is given as it is (as any entry without a 'job' is), so a reader
+    still moves past it."""
     named = fields.get(JOBS_FIELD)
     if named is None:
         return [(entry_id, dict(fields))]
@@ -53,6 +55,7 @@ def expand(entry_id: str, fields: Mapping[str, str]) -> list[tuple[str, dict[str
     out = [(entry_id, {**common, "job": job}) for job in job_ids(named)]
     if not out:
         log.warning("event %s names no job in its %r field: %r", entry_id, JOBS_FIELD, named)
+        return [(entry_id, dict(fields))]
     return out
 
 

@@ -46,7 +46,9 @@ def test_an_entry_for_one_job_is_read_as_it_is() -> None:
                           "status": "1"}) == [
         ("5-1", {"type": "submit", "state": "IDLE", "status": "1", "job": "3.0"}),
         ("5-1", {"type": "submit", "state": "IDLE", "status": "1", "job": "3.1"})]
-    assert expand("5-2", {"type": "submit", "jobs": "nonsense"}) == []
+    # An entry naming no job is handed on as it is: readers move past it.
+    assert expand("5-2", {"type": "submit", "jobs": "nonsense"}) == [
+        ("5-2", {"type": "submit", "jobs": "nonsense"})]
 
 
 def test_a_submission_writes_one_entry_per_state_read_as_one_event_a_job(broker) -> None:
@@ -80,3 +82,11 @@ def test_the_user_log_gets_every_job_of_a_batched_entry(broker, tmp_path: Path) 
         events = list(htcondor2.JobEventLog(str(log)).events(0))
         assert [(event.type, event.cluster, event.proc) for event in events] == [
             (htcondor2.JobEventType.SUBMIT, cluster, proc) for proc in range(n, 5, 2)]
+
+
+def test_readers_move_past_an_entry_that_names_no_job(broker) -> None:
+    broker.client.xadd(broker.keys.events, {"type": "submit", "jobs": "x-y", "state": "IDLE"})
+    jobs = broker.submit([{"Cmd": "x"}] * 2)
+    events = broker.events("0-0", count=10)
+    assert [fields.get("job") for _id, fields in events] == [None, *jobs]
+    assert [fields["job"] for _id, fields in broker.events(events[0][0])] == jobs
