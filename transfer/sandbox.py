@@ -16,8 +16,8 @@ sandbox into SANDBOX (each chunk and file checked) and records what arrived;
 `output` sends back what the job made (transfer/outputs.py decides which) and
 attaches it as the job's output manifest. The answer is `{"ok": true,
 "attrs": {...}}` with the attributes for the job ad, or `{"ok": false, "code":
-12|13|32|33, "subcode": N, "reason": "..."}` for the hold; the user log's
-transfer events go to the pool's stream.
+12|13|32|33, "subcode": N, "reason": "..."}` for the hold; for a job with a
+user log, its transfer events go to the pool's stream.
 """
 
 from __future__ import annotations
@@ -130,11 +130,17 @@ class Step:
         # The machine's plugins, looked up before the switch of user (when URLs are
         # involved: each lookup runs every plugin once).
         self.registry: PluginRegistry | None = None
+        # The transfer's events feed only the job's user log (HTCondor's event 040;
+        # nothing else reads them): a job without one records none, which spares
+        # the pool a round trip per step and every reader of the stream its entries.
+        self.logged = logs_events(ad)
 
     def find_plugins(self) -> None:
         self.registry = PluginRegistry.from_config(self.config, dict(os.environ))
 
     def event(self, kind: str, **fields: Any) -> None:
+        if not self.logged:
+            return
         try:
             calls.transfer_event(self.store, job_id=self.job_id, kind=kind,
                                  fields=[(k, str(v)) for k, v in fields.items()])
@@ -144,6 +150,8 @@ class Step:
     def events(self, kinds: Sequence[str], **fields: Any) -> None:
         """Events `kinds` with the same `fields` in one round trip (a transfer's queued
         and started events: it starts as it is queued)."""
+        if not self.logged:
+            return
         listed = [(k, str(v)) for k, v in fields.items()]
         try:
             with self.store.client.pipeline(transaction=False) as pipe:
@@ -342,6 +350,13 @@ class Step:
                                         "FetchworkSizeBytes": manifest.size,
                                         "UrlFilesCount": len(uploads),
                                         "UrlSizeBytes": url_bytes}}
+
+
+def logs_events(ad: Mapping[str, Any]) -> bool:
+    """Whether the job's transfer steps go on the pool's event stream: only for a job
+    with a user log (`log =`), the one reader of those entries (pure)."""
+    path = ad.get("UserLog")
+    return isinstance(path, str) and bool(path.strip())
 
 
 def _urls_out(ad: Mapping[str, Any]) -> bool:

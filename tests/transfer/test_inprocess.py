@@ -88,7 +88,7 @@ def test_inputs_are_written_as_the_jobs_user_in_the_starters_process(
     folder = _sandbox(job_tmp)
     before = privstate.ids()
     _no_fork(monkeypatch)
-    step = _step(folder, {INPUT_MANIFEST_ATTR: ident})
+    step = _step(folder, {INPUT_MANIFEST_ATTR: ident, "UserLog": str(job_tmp / "job.log")})
     assert step.inputs(lambda: False) is None
     assert privstate.ids() == before
     for name in ("a.txt", "sub", "sub/b.txt"):
@@ -149,6 +149,9 @@ def test_outputs_go_back_from_the_starters_process(
     assert privstate.ids() == before
     manifest = stored.load(store, step.ad[delivery.OUTPUT_MANIFEST_ATTR])
     assert [entry.name for entry in manifest.files] == ["out.txt"]
+    # No user log: no transfer events on the pool's stream (their only reader).
+    assert not [fields for _id, fields in store.client.xrange(store.keys.events)
+                if fields.get(b"type") == b"transfer"]
 
 
 def test_a_stop_request_ends_an_input_transfer_before_its_files(
