@@ -24,7 +24,7 @@ from fetchwork.broker.store import Store
 from fetchwork.config.protocol import HoldCode
 from fetchwork.errors import TransferError
 
-from . import safefiles, stored
+from . import inline, safefiles, stored
 from .chunks import ChunkStore
 from .manifest import Manifest
 
@@ -57,10 +57,12 @@ def deliver(store: Store, job_id: str, ad: Mapping[str, Any],
     The files are written inside `rights()` (the Owner's, privstate.as_user, for a
     root process), the pool's bookkeeping outside it."""
     ident = output_manifest(ad)
-    if ident is None or not stored.is_waiting(store, job_id, ident):
+    if ident is None:
+        return None
+    manifest = stored.load_waiting(store, job_id, ident)
+    if manifest is None:
         return None
     iwd = iwd_of(job_id, ad)
-    manifest = stored.load(store, ident)
     with rights():
         write_outputs(store, manifest, iwd)
     stored.settle(store, ident, job_id, DELIVERED)
@@ -84,8 +86,9 @@ def write_outputs(store: Store, manifest: Manifest, iwd: str) -> None:
     for folder in manifest.dirs:
         safefiles.make_folder(iwd, folder, code)
     for entry in manifest.files:
-        safefiles.write_file(iwd, entry.name, entry.mode,
-                             functools.partial(chunk_store.download, entry), code)
+        fill = (inline.fill(entry, code) if entry.data is not None
+                else functools.partial(chunk_store.download, entry))
+        safefiles.write_file(iwd, entry.name, entry.mode, fill, code)
 
 
 def expire_due(store: Store, now_s: float | None = None) -> list[str]:

@@ -27,6 +27,7 @@ from fetchwork.errors import SubmitError, TransferError
 
 from . import stored
 from .chunks import ChunkStore
+from .inline import Budget
 from .manifest import FileEntry, Manifest, UrlEntry, check_name
 
 log = logging.getLogger(__name__)
@@ -147,17 +148,21 @@ def _walk(top: str, base: str, files: list[Source], dirs: list[str]) -> None:
 
 
 class Uploader:
-    """Sends files into the pool, each distinct file read once per submission."""
+    """Sends files into the pool, each distinct file read once per submission. With
+    `inline`, a small file within the manifest's `budget` travels inside it
+    (transfer/inline.py) instead of as a chunk (a person's staged inputs are
+    chunks only: the leader checks each chunk it moves into the pool)."""
 
-    def __init__(self, chunk_store: ChunkStore):
+    def __init__(self, chunk_store: ChunkStore, inline: bool = False):
         self.chunk_store = chunk_store
+        self.inline = inline
         self._sent: dict[tuple[int, int, int, int], FileEntry] = {}
 
     def forget(self) -> None:
         """Read every file again at the next send (its chunks lapsed in the pool)."""
         self._sent.clear()
 
-    def send(self, source: Source) -> FileEntry:
+    def send(self, source: Source, budget: Budget | None = None) -> FileEntry:
         try:
             fd = os.open(source.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
@@ -168,9 +173,16 @@ class Uploader:
                 raise _fail("transfer_input_files", f"{source.path} is not a regular file")
             key = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
             known = self._sent.get(key)
+            if known is not None and known.data is not None and (
+                    budget is None or known.size > budget.left):
+                known = None  # inline before; as chunks in this manifest
+            if known is not None and known.data is not None and budget is not None:
+                budget.left -= known.size
+            if known is None and self.inline and budget is not None:
+                known = budget.read(fd, info.st_size, source.name, stat.S_IMODE(info.st_mode))
             if known is None:
                 known = self.chunk_store.upload(fd, source.name, stat.S_IMODE(info.st_mode))
-                self._sent[key] = known
+            self._sent[key] = known
             return replace(known, name=source.name, mode=stat.S_IMODE(info.st_mode))
         finally:
             os.close(fd)
@@ -195,7 +207,7 @@ def upload_inputs(store: Store, ads: Sequence[dict[str, Any]], cap_bytes: int,
                   pending_ms: int, say: Callable[[str], None] = log.info) -> Uploaded:
     """Send the inputs of every transferring job of `ads`, attach one manifest per
     distinct input sandbox (counted by its jobs) and name it in each ad."""
-    uploader = Uploader(ChunkStore(store, pending_ms))
+    uploader = Uploader(ChunkStore(store, pending_ms), inline=True)
     plans: dict[InputPlan, list[dict[str, Any]]] = {}
     for ad in ads:
         if transfers(ad):
@@ -203,13 +215,15 @@ def upload_inputs(store: Store, ads: Sequence[dict[str, Any]], cap_bytes: int,
     uploaded = Uploaded(store, {})
     try:
         for plan, jobs in plans.items():
-            manifest = Manifest(tuple(uploader.send(source) for source in plan.files),
+            budget = Budget()
+            manifest = Manifest(tuple(uploader.send(source, budget) for source in plan.files),
                                 plan.dirs, plan.urls)
 
             def resend(_missing: list[str], plan: InputPlan = plan) -> None:
                 uploader.forget()
+                again = Budget()
                 for source in plan.files:
-                    uploader.send(source)
+                    uploader.send(source, again)
 
             ident = stored.attach(store, manifest, len(jobs), cap_bytes, resend)
             uploaded.counts[ident] = uploaded.counts.get(ident, 0) + len(jobs)

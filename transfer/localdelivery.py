@@ -131,12 +131,15 @@ class LocalDelivery:
         """Deliver the waiting outputs of `jobs` (those this machine delivers); under root
         the jobs of one Owner together (from this thread, or one child)."""
         by_owner: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-        # delivery.deliver looks whether a job's outputs still wait; a look here
-        # first only spares a fork, or a log line about another user's outputs.
-        look = not (os.geteuid() == 0 and privstate.per_thread())
+        # delivery.deliver looks whether a job's outputs still wait (with the read of
+        # their manifest); a look here first only spares a fork, or a log line about
+        # another user's outputs.
+        root = os.geteuid() == 0
+        fork = root and not privstate.per_thread()
         for job_id, ad in store.hashes(sorted(jobs, key=job_id_key)):
             if not local_job(ad, self.domain):
                 continue
+            look = fork or (not root and str(ad.get("Owner")) != self.me)
             if look and not stored.is_waiting(store, job_id,
                                               str(delivery.output_manifest(ad))):
                 continue

@@ -50,7 +50,7 @@ from fetchwork.errors import (
     TransferError,
 )
 
-from . import checkedfill, privstate, safefiles, stored
+from . import checkedfill, inline, privstate, safefiles, stored
 from .cache import CacheError, ChunkCache
 from .chunks import ChunkStore
 from .delivery import OUTPUT_MANIFEST_ATTR
@@ -98,6 +98,18 @@ def _machine_cache(config: Config) -> ChunkCache | None:
         return None
 
 
+def chunked(manifest: Manifest) -> tuple[FileEntry, ...]:
+    """The manifest's files that travel as chunks (the others are inside it)."""
+    return tuple(entry for entry in manifest.files if entry.data is None)
+
+
+def writer(chunk_store: ChunkStore, entry: FileEntry) -> Callable[[int], None]:
+    """What writes `entry` into a descriptor, checked: its inline bytes, or its chunks."""
+    if entry.data is not None:
+        return inline.fill(entry)
+    return functools.partial(chunk_store.download, entry)
+
+
 def _fill(cache: ChunkCache, store: Store, manifest: Manifest) -> int:
     """Put the manifest's chunks the cache lacks into it, as the starter's account (the
     job's user may read the cache, never write it), each chunk and each file checked
@@ -107,7 +119,7 @@ def _fill(cache: ChunkCache, store: Store, manifest: Manifest) -> int:
         return data if isinstance(data, bytes) else None
 
     try:
-        return checkedfill.fill_checked(cache, manifest.files, fetch, ahead=FETCH_AHEAD)
+        return checkedfill.fill_checked(cache, chunked(manifest), fetch, ahead=FETCH_AHEAD)
     except (OSError, CacheError) as exc:
         log.warning("cannot fill the machine's chunk cache: %s; reading from the pool", exc)
         return 0
@@ -195,17 +207,17 @@ class Step:
         for entry in manifest.files:
             self.check()
             safefiles.write_file(self.sandbox, entry.name, entry.mode,
-                                 functools.partial(chunk_store.download, entry), code)
+                                 writer(chunk_store, entry), code)
         url_bytes = self._urls(list(manifest.urls), Direction.DOWNLOAD, code)
         restored = self._restore(chunk_store, code)
         self._snapshot()
-        return {"BytesRecvd": float(chunk_store.received_bytes + cached_bytes + url_bytes),
+        from_pool = chunk_store.received_bytes + cached_bytes + manifest.inline_bytes
+        return {"BytesRecvd": float(from_pool + url_bytes),
                 "TransferInputSizeMB": int((manifest.size + url_bytes + MB - 1) // MB),
                 "TransferInputStats": {"FetchworkFilesCount": len(manifest.files),
                                        "CheckpointFilesCount": restored,
                                        "FetchworkSizeBytes": manifest.size,
-                                       "FetchworkBytesFromPool": chunk_store.received_bytes
-                                       + cached_bytes,
+                                       "FetchworkBytesFromPool": from_pool,
                                        "UrlFilesCount": len(manifest.urls),
                                        "UrlSizeBytes": url_bytes}}
 
@@ -220,7 +232,7 @@ class Step:
         for entry in saved.files:
             self.check()
             safefiles.write_file(self.sandbox, entry.name, entry.mode,
-                                 functools.partial(chunk_store.download, entry), code)
+                                 writer(chunk_store, entry), code)
         log.info("job %s: restored %d file(s) of its checkpoint", self.job_id, len(saved.files))
         return len(saved.files)
 
@@ -320,6 +332,7 @@ class Step:
         limit = self.ad.get("MaxTransferOutputMB")
         entries: list[FileEntry] = []
         total = 0
+        budget = inline.Budget()  # the smallest files travel inside the manifest
         for item in planned:
             with safefiles.open_file(self.sandbox, item.source, code) as (fd, info):
                 total += info.st_size
@@ -327,13 +340,17 @@ class Step:
                     raise TransferError(
                         f"{item.source}: the output files pass MaxTransferOutputMB = {limit}",
                         HoldCode.MAX_TRANSFER_OUTPUT_SIZE_EXCEEDED)
-                entries.append(chunk_store.upload(fd, item.target, info.st_mode & 0o777))
-        chunk_store.flush()  # the small files, in one round trip
+                mode = info.st_mode & 0o777
+                entries.append(budget.read(fd, info.st_size, item.target, mode)
+                               or chunk_store.upload(fd, item.target, mode))
+        chunk_store.flush()  # the other small files, in one round trip
         manifest = Manifest(tuple(entries))
         cap_bytes, lifetime_s = stored.output_rules(self.store)
 
         def resend(_missing: list[str]) -> None:
-            for item in planned:
+            for entry, item in zip(entries, planned, strict=True):
+                if entry.data is not None:
+                    continue  # inside the manifest: nothing to send again
                 with safefiles.open_file(self.sandbox, item.source, code) as (fd, info):
                     chunk_store.upload(fd, item.target, info.st_mode & 0o777)
             chunk_store.flush()
@@ -345,7 +362,8 @@ class Step:
         except SubmitError as exc:
             raise TransferError(f"the outputs cannot be kept: {exc}", code) from exc
         return {OUTPUT_MANIFEST_ATTR: ident,
-                "BytesSent": float(chunk_store.sent_bytes + url_bytes),
+                "BytesSent": float(chunk_store.sent_bytes + manifest.inline_bytes
+                                   + url_bytes),
                 "TransferOutputStats": {"FetchworkFilesCount": len(entries),
                                         "FetchworkSizeBytes": manifest.size,
                                         "UrlFilesCount": len(uploads),
@@ -531,7 +549,8 @@ def _transfer(config: Config, store: Store, direction: str, sandbox: str,
                                        and _urls_out(ad))
     if here and (programs or manifest.size > IN_PROCESS_MAX_BYTES):
         raise NeedsChild("plugins to run" if programs else "a big input")
-    if direction == "input":
+    if direction == "input" and chunked(manifest):
+        # (Inputs all inside their manifest need neither the cache nor its set-up.)
         cache = _machine_cache(config)
         if cache is not None:
             cached_bytes = _fill(cache, store, manifest)

@@ -66,7 +66,8 @@ def attach(store: Store, manifest: Manifest, jobs: int, cap_bytes: int,
     for _ in range(_ATTACH_TRIES):
         verdict, detail = calls.transfer_attach(
             store, manifest_id=ident, packed=packed, digests=digests, jobs=jobs,
-            cap_bytes=cap_bytes, output_of=output_of, expires_s=expires_s)
+            cap_bytes=cap_bytes, output_of=output_of, expires_s=expires_s,
+            inline_bytes=manifest.inline_bytes)
         if verdict == 1:
             return ident
         if verdict == -1:
@@ -84,6 +85,20 @@ def attach(store: Store, manifest: Manifest, jobs: int, cap_bytes: int,
 def load(store: Store, manifest_id: str) -> Manifest:
     """The manifest `manifest_id`; TransferError when the pool does not hold it."""
     data: Any = store.client.hget(store.keys.xfer_manifest(manifest_id), "data")
+    return _checked(manifest_id, data)
+
+
+def load_waiting(store: Store, job_id: str, manifest_id: str) -> Manifest | None:
+    """Job `job_id`'s outputs `manifest_id` when they wait to be delivered (else None),
+    the look and the read in one round trip; TransferError as `load`."""
+    with store.client.pipeline(transaction=False) as pipe:
+        pipe.zscore(store.keys.xfer_outputs, f"{job_id}|{manifest_id}")
+        pipe.hget(store.keys.xfer_manifest(manifest_id), "data")
+        waiting, data = pipe.execute()
+    return None if waiting is None else _checked(manifest_id, data)
+
+
+def _checked(manifest_id: str, data: Any) -> Manifest:
     if not isinstance(data, bytes):
         raise TransferError(f"the pool no longer holds the files of manifest "
                             f"{manifest_id[:12]}")

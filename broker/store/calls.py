@@ -468,18 +468,20 @@ def ask_transfer_chunk(store: Store, pipe: Pipeline, *, digest: str, pending_ms:
 
 def transfer_attach(store: Store, *, manifest_id: str, packed: bytes, digests: Sequence[str],
                     jobs: int, cap_bytes: int, output_of: str = "",
-                    expires_s: int = 0) -> tuple[int, list[str] | tuple[int, int] | int]:
+                    expires_s: int = 0,
+                    inline_bytes: int = 0) -> tuple[int, list[str] | tuple[int, int] | int]:
     """transfer_attach.lua: `jobs` jobs need manifest `manifest_id` (`packed`, made of the
     distinct chunks `digests`); a manifest new to the pool is stored when all its chunks
     are there and `cap_bytes` (0: none) allows its new bytes. For an output sandbox,
-    `output_of` is the job that returned it and `expires_s` when it expires.
+    `output_of` is the job that returned it and `expires_s` when it expires;
+    `inline_bytes` the bytes of the small files inside it, counted with its chunks.
     Returns (1, new bytes), (0, [missing digests]) or (-1, (bytes held, new bytes))."""
     k = store.keys
     keys = [k.xfer_manifest(manifest_id), k.xfer_refs, k.xfer_chunkrefs, k.xfer_bytes,
             k.xfer_outputs, *(k.xfer_chunk(digest) for digest in digests)]
     reply = store.scripts.call("transfer_attach", keys,
                                [manifest_id, packed, jobs, cap_bytes, output_of, expires_s,
-                                *digests])
+                                inline_bytes, *digests])
     verdict = int(reply[0])
     if verdict == 1:
         return 1, int(reply[1])

@@ -6,12 +6,14 @@ root's after each transfer, whether it succeeded or was held."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 from collections.abc import Iterator
 from pathlib import Path
 
 import classad2
+import msgpack
 import pytest
 
 from fetchwork.broker.store import Store
@@ -21,7 +23,7 @@ from fetchwork.starter import transferstep
 from fetchwork.transfer import delivery, privstate, sandbox, stored
 from fetchwork.transfer.chunks import ChunkStore
 from fetchwork.transfer.inputs import INPUT_MANIFEST_ATTR
-from fetchwork.transfer.manifest import Manifest
+from fetchwork.transfer.manifest import FileEntry, Manifest
 
 pytestmark = [pytest.mark.timeout(60),
               pytest.mark.skipif(os.geteuid() != 0, reason="a root starter's case")]
@@ -149,9 +151,45 @@ def test_outputs_go_back_from_the_starters_process(
     assert privstate.ids() == before
     manifest = stored.load(store, step.ad[delivery.OUTPUT_MANIFEST_ATTR])
     assert [entry.name for entry in manifest.files] == ["out.txt"]
+    # A small output travels inside its manifest: no chunk of its own.
+    assert manifest.files[0].data == b"made by the job" and not manifest.digests()
     # No user log: no transfer events on the pool's stream (their only reader).
     assert not [fields for _id, fields in store.client.xrange(store.keys.events)
                 if fields.get(b"type") == b"transfer"]
+
+
+def _inline_inputs(store: Store, names: dict[str, bytes]) -> str:
+    entries = tuple(FileEntry(name, 0o644, len(data), hashlib.sha256(data).hexdigest(), (),
+                              data) for name, data in names.items())
+    return stored.attach(store, Manifest(files=entries), jobs=1, cap_bytes=0,
+                         resend=lambda _d: None)
+
+
+def test_inline_inputs_are_written_as_the_jobs_user_and_checked(
+        store: Store, job_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ident = _inline_inputs(store, {"a.txt": b"a" * 100, "sub/b.txt": b"b" * 10})
+    folder = _sandbox(job_tmp)
+    _no_fork(monkeypatch)
+    step = _step(folder, {INPUT_MANIFEST_ATTR: ident})
+    assert step.inputs(lambda: False) is None
+    assert (folder / "sub" / "b.txt").read_bytes() == b"b" * 10
+    assert ((folder / "a.txt").stat().st_uid, (folder / "a.txt").stat().st_gid) == _nobody()
+    assert step.ad["TransferInputStats"]["FetchworkBytesFromPool"] == 110
+
+
+def test_an_inline_input_changed_in_the_pool_holds_the_job(
+        store: Store, job_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ident = _inline_inputs(store, {"a.txt": b"a" * 100})
+    key = store.keys.xfer_manifest(ident)
+    raw = msgpack.unpackb(store.client.hget(key, "data"), raw=False)
+    raw["files"][0][5] = b"x" * 100
+    store.client.hset(key, "data", msgpack.packb(raw, use_bin_type=True))
+    folder = _sandbox(job_tmp)
+    _no_fork(monkeypatch)
+    held = _step(folder, {INPUT_MANIFEST_ATTR: ident}).inputs(lambda: False)
+    assert held is not None and held.code == HoldCode.TRANSFER_INPUT_ERROR
+    assert "does not match its digest" in held.reason
+    assert not os.listdir(folder)
 
 
 def test_a_stop_request_ends_an_input_transfer_before_its_files(

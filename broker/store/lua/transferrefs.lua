@@ -10,9 +10,11 @@
 --                              upload not attached yet) carry a TTL, referenced none
 --   P.."xfer:chunkrefs"        hash    sha256 -> how many manifests hold the chunk
 --   P.."xfer:manifest:<id>"    hash    'data' the packed manifest, 'chunks' its
---                              distinct chunk digests joined by spaces
+--                              distinct chunk digests joined by spaces, 'inline'
+--                              the bytes of the small files inside it (if any)
 --   P.."xfer:refs"             hash    manifest id -> how many jobs need it
---   P.."xfer:bytes"            string  bytes of all referenced chunks (the pool cap)
+--   P.."xfer:bytes"            string  bytes of all referenced chunks and inline
+--                              files (the pool cap)
 --   P.."xfer:outputs"          zset    "<job id>|<manifest id>" of outputs not yet
 --                              delivered, score = when they expire (s)
 -- Keys found only here are made from the prefix of a declared key, so they stay
@@ -25,8 +27,8 @@ local function xfer_split(text)
 end
 
 -- Drop `n` of the references jobs hold on manifest `id`; at none, the manifest goes
--- and each of its chunks loses one reference (a chunk at none is deleted and its
--- bytes leave the pool's count). Returns the references left (0 when freed).
+-- (its inline bytes leave the pool's count) and each of its chunks loses one
+-- reference (a chunk at none is deleted and its bytes leave the pool's count). Returns the references left (0 when freed).
 local function xfer_release(prefix, id, n)
   if not id or id == '' then return 0 end
   local refs_key = prefix .. 'xfer:refs'
@@ -34,8 +36,11 @@ local function xfer_release(prefix, id, n)
   if left > 0 then return left end
   redis.call('HDEL', refs_key, id)
   local manifest = prefix .. 'xfer:manifest:' .. id
-  local chunks = redis.call('HGET', manifest, 'chunks')
+  local chunks, inline = unpack(redis.call('HMGET', manifest, 'chunks', 'inline'))
   redis.call('DEL', manifest)
+  if inline then
+    redis.call('DECRBY', prefix .. 'xfer:bytes', inline)
+  end
   local chunkrefs = prefix .. 'xfer:chunkrefs'
   for _, digest in ipairs(xfer_split(chunks)) do
     if redis.call('HINCRBY', chunkrefs, digest, -1) <= 0 then
