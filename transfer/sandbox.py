@@ -464,7 +464,7 @@ def prepare(config: Config) -> None:
         _prepared[1].client.close()
     try:
         store = _new_store(config)
-        store.scripts.ensure_loaded(SCRIPTS)
+        store.scripts.ensure_loaded_together(SCRIPTS)
     except (redis.RedisError, FetchworkError, OSError) as exc:
         log.debug("the transfer's pool client is made in its child: %s", exc)
         _prepared = None
@@ -540,7 +540,7 @@ def _transfer(config: Config, store: Store, direction: str, sandbox: str,
               here: bool = False, check: Callable[[], None] = lambda: None) -> dict[str, Any]:
     # Credentials are read, the connection made and the scripts loaded before the
     # file work: the job's user may not read the files they come from.
-    store.scripts.ensure_loaded(SCRIPTS)
+    store.scripts.ensure_loaded_together(SCRIPTS)
     step = Step(config, store, ad, sandbox, check)
     manifest, cache, cached_bytes = Manifest(), None, 0
     if direction == "input":
