@@ -36,13 +36,13 @@ import select
 import signal
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import classad2
 
-from fetchwork.config.ads import format_ad, to_dict
+from fetchwork.config.ads import EXPR_KEY, format_ad, unparse
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import EVICT, EXIT, HOLD, HoldCode
 
@@ -122,6 +122,31 @@ def run_ad(ad: Any, sandbox: str) -> dict[str, Any]:
     return changes
 
 
+class AdValues(Mapping[str, Any]):
+    """The job ad's values as `config.ads.to_dict` gives them (literals as values,
+    anything else as `{"$expr": text}`), each converted when it is read: a transfer
+    reads a dozen attributes of an ad of a hundred, and converting them all cost
+    about half a millisecond of CPU a step."""
+
+    def __init__(self, ad: classad2.ClassAd):
+        self._ad = ad
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._ad:
+            raise KeyError(name)
+        value = self._ad[name]
+        # undefined/error are an IntEnum: checked before the literals.
+        if not isinstance(value, classad2.Value) and isinstance(value, bool | int | float | str):
+            return value
+        return {EXPR_KEY: unparse(self._ad.lookup(name))}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._ad.keys()))
+
+    def __len__(self) -> int:
+        return len(self._ad)
+
+
 class TransferStep:
     """The transfer steps of one job in one sandbox."""
 
@@ -188,7 +213,7 @@ class TransferStep:
         transfer.name_process(direction)
         started = time.process_time()
         try:
-            answer = transfer.answer_here(direction, self.sandbox, self.user, to_dict(self.ad),
+            answer = transfer.answer_here(direction, self.sandbox, self.user, AdValues(self.ad),
                                           evicted, stop)
         except transfer.NeedsChild as why:
             log.debug("the %s transfer runs in a child: %s", direction, why)
