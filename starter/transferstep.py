@@ -157,7 +157,9 @@ class TransferStep:
         self.sandbox = sandbox
         self.user = user
         self.env = dict(env)
-        self.on = applies(ad, file_system_domain(config, slot_ad))
+        # The machine's domain (a host name lookup at worst) matters to IF_NEEDED only.
+        self.on = _word(ad, "ShouldTransferFiles", "NO") == "YES" or applies(
+            ad, file_system_domain(config, slot_ad))
 
     def inputs(self, stop: Callable[[], bool]) -> Held | None:
         """Fetch the inputs into the sandbox and point the job at it; the hold or None."""
