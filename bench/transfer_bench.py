@@ -102,6 +102,7 @@ class Submitted:
     seconds: float
     max_rss_kb: int
     cpu_s: float
+    stages: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -154,13 +155,15 @@ class TransferRun:
     def waiting_outputs(self) -> int:
         return int(self.client.zcard(self.broker.keys.xfer_outputs))
 
-    def submit(self, work: Path, text: str) -> Submitted:
-        """`fetchwork submit` of `text` from `work`, timed, with its peak memory."""
+    def submit(self, work: Path, text: str, verbose: bool = False) -> Submitted:
+        """`fetchwork submit` of `text` from `work`, timed, with its peak memory (and
+        with `verbose`, its log lines about transfer stages in `Submitted.stages`)."""
         path = work / "job.sub"
         path.write_text(text)
         own(path)
         started = time.perf_counter()
-        process = subprocess.Popen([sys.executable, "-m", "fetchwork", "submit", path.name],
+        process = subprocess.Popen([sys.executable, "-m", "fetchwork",
+                                    *(["-v"] if verbose else []), "submit", path.name],
                                    cwd=work, env=self.env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         assert process.stdout is not None and process.stderr is not None
@@ -176,7 +179,9 @@ class TransferRun:
             raise SystemExit(f"fetchwork submit failed ({process.returncode}):\n{out}\n{err}")
         cluster = int(out.split("cluster ")[1].split(".")[0].split()[0])
         return Submitted(cluster, seconds, peak.by_role["submit"],
-                         usage.ru_utime + usage.ru_stime)
+                         usage.ru_utime + usage.ru_stime,
+                         [line.split(": ", 1)[1] for line in err.splitlines()
+                          if " by stage: " in line])
 
     def states(self, cluster: int, count: int) -> list[tuple[object, object]]:
         jobs = [f"{cluster}.{proc}" for proc in range(count)]
@@ -279,10 +284,11 @@ def big_input(run: TransferRun, root: Path, size_mb: int) -> None:
     own(work)
     peaks = Peaks()
     cpu_before = cpu_now(run)
+    run.client.config_resetstat()
     started_wall = time.time()
     with sampling(0.005, tree_peaks(run, peaks)):
         submitted = run.submit(work, "executable = job.sh\nshould_transfer_files = YES\n"
-                                     "transfer_input_files = big.bin\nqueue\n")
+                                     "transfer_input_files = big.bin\nqueue\n", verbose=True)
         run.wait_done(submitted.cluster, 1, timeout_s=600,
                       also=lambda: run.waiting_outputs() == 0)
     stamp = (marks / "started").read_text().split()
@@ -302,6 +308,7 @@ def big_input(run: TransferRun, root: Path, size_mb: int) -> None:
     print("  CPU seconds spent on it: " + ", ".join(
         f"{role} {seconds:.2f} s ({size_mb / seconds:.0f} MB a CPU-second)"
         for role, seconds in spent.items() if seconds > 0))
+    print_stages(run, submitted)
     run.remove_history(submitted.cluster, 1)
     shutil.rmtree(work, ignore_errors=True)
     redis_both = redis_rates(run, min(size_mb, 256))
@@ -313,6 +320,28 @@ def big_input(run: TransferRun, root: Path, size_mb: int) -> None:
     print(f"  ours {size_mb / to_sandbox_s:.0f} MB/s submit-to-sandbox, against those steps "
           f"at their own rates one after the other: {in_turn:.0f} MB/s (on two free cores "
           f"the hashing and the writes overlap the transfer, up to twice that)")
+
+
+def print_stages(run: TransferRun, submitted: Submitted) -> None:
+    """Where the big input's time went, by stage, as the submit client and the starter
+    logged it (busy and CPU seconds of each stage; they overlap on several threads),
+    and what Redis spent besides its commands (INFO persistence, commandstats)."""
+    for line in submitted.stages:
+        print(f"  upload, {line}")
+    log_dir = Path(run.config.get("LOG") or run.state / "log")
+    for path in sorted(log_dir.glob("StarterLog.slot*")):
+        for line in path.read_text(errors="replace").splitlines():
+            if "big.bin: into the machine's cache" in line or "big.bin: copied" in line:
+                print(f"  download, {line.split('big.bin: ', 1)[1]}")
+    persistence = run.client.info("persistence")
+    print("  Redis: " + ", ".join(f"{name} {persistence.get(name)}" for name in (
+        "aof_enabled", "aof_rewrites", "aof_rewrite_in_progress", "rdb_saves",
+        "rdb_bgsave_in_progress", "aof_delayed_fsync")))
+    stats = run.client.info("commandstats")
+    busiest = sorted(stats.items(), key=lambda kv: -float(kv[1]["usec"]))[:5]
+    print("  Redis commands by time: " + ", ".join(
+        f"{name.removeprefix('cmdstat_')} {int(v['calls'])} calls {float(v['usec']) / 1e6:.2f} s"
+        for name, v in busiest))
 
 
 def redis_rates(run: TransferRun, size_mb: int) -> float:

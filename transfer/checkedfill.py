@@ -21,15 +21,20 @@ sandbox's writer reports it, naming the file, when it needs that chunk.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
+from typing import Any
 
 from fetchwork.errors import TransferError
 
 from .cache import ChunkCache
 from .manifest import FileEntry
+from .stagetimes import StageTimes
+
+log = logging.getLogger(__name__)
 
 Fetch = Callable[[str], bytes | None]
 
@@ -70,10 +75,21 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
     wanted = [digest for digest in dict.fromkeys(d for entry in files for d in entry.chunks)
               if digest not in cache]
     fetched = 0
+    stages = StageTimes()
+
+    def timed_fetch(digest: str) -> bytes | None:
+        with stages.stage("GET"):
+            return fetch(digest)
+
+    def file_digest(whole: Any, data: bytes) -> None:
+        with stages.stage("file digest"):
+            whole.update(data)
+
     with ThreadPoolExecutor(1, thread_name_prefix="cache-fill") as fetcher, \
             ThreadPoolExecutor(1, thread_name_prefix="file-digest") as hasher:
-        pending = _Ahead(wanted, fetch, ahead, fetcher)
+        pending = _Ahead(wanted, timed_fetch, ahead, fetcher)
         for entry in files:
+            stages = StageTimes() if len(entry.chunks) > 1 else stages
             whole = hashlib.sha256() if len(entry.chunks) != 1 else None
             hashing: Future[None] | None = None
             size = 0
@@ -81,7 +97,8 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
             for digest in entry.chunks:
                 ahead_taken, data = pending.take(digest)
                 if not ahead_taken:
-                    data = cache.read(digest)  # checked, unless this object did already
+                    with stages.stage("cache read"):
+                        data = cache.read(digest)  # checked, unless this object did already
                     if data is None:  # damaged (removed), or evicted since: fetch it again
                         ahead_taken, data = True, fetch(digest)
                 if data is None:  # the rest is still walked: the fetches ahead stay in turn
@@ -90,13 +107,15 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
                 if hashing is not None:
                     hashing.result()
                 if whole is not None:  # the file's digest, beside the chunk's
-                    hashing = hasher.submit(whole.update, data)
+                    hashing = hasher.submit(file_digest, whole, data)
                 if ahead_taken:
-                    actual = hashlib.sha256(data).hexdigest()
+                    with stages.stage("chunk digest"):
+                        actual = hashlib.sha256(data).hexdigest()
                     if actual != digest:
                         raise TransferError(f"{entry.name}: a chunk of this file is corrupt "
                                             f"in the pool ({digest[:12]})")
-                    cache.put_checked(digest, data)
+                    with stages.stage("cache write"):
+                        cache.put_checked(digest, data)
                     fetched += len(data)
                 size += len(data)
                 del data
@@ -109,4 +128,7 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
                 raise TransferError(f"{entry.name}: the file arrived with another size or "
                                     "digest than it was sent with")
             cache.checked_file(entry.sha256, entry.size, entry.chunks)
+            if len(entry.chunks) > 1:
+                log.info("%s: into the machine's cache, checked: %s", entry.name,
+                         stages.summary(entry.size))
     return fetched

@@ -13,6 +13,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import queue
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
@@ -25,6 +28,8 @@ from fetchwork.errors import TransferError
 
 from .filecopy import read_into
 from .manifest import FileEntry
+from .sendwindow import WINDOW, Chunk, SendWindow
+from .stagetimes import StageTimes
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,9 @@ ASK_FIRST_BYTES = 256 * 1024
 # Small chunks held back for one round trip (ChunkStore.hold_small) are sent once
 # they pass this many bytes.
 HELD_MAX_BYTES = 4 * 1024 * 1024
+# The buffers of an upload: one being read, one asked about, WINDOW SETs unanswered,
+# and one for the reader to go on while the oldest is answered.
+UPLOAD_BUFFERS = WINDOW + 3
 
 
 class Cache(Protocol):
@@ -90,13 +98,14 @@ class ChunkStore:
         self.cache = cache
         self.sent_bytes = 0
         self.received_bytes = 0
-        # The two chunk buffers a file of several chunks is read into in turn, made
-        # at its first such file (a small file needs none: bytes of its own size).
-        self._buffers: tuple[bytearray, bytearray] | None = None
+        # The chunk buffers a file of several chunks is read into in turn, made at its
+        # first such file (a small file needs none: bytes of its own size): two for a
+        # download, UPLOAD_BUFFERS for an upload.
+        self._buffers: list[bytearray] = []
 
-    def _chunk_buffers(self) -> tuple[bytearray, bytearray]:
-        if self._buffers is None:
-            self._buffers = (bytearray(CHUNK_BYTES), bytearray(CHUNK_BYTES))
+    def _chunk_buffers(self, count: int = 2) -> list[bytearray]:
+        while len(self._buffers) < count:
+            self._buffers.append(bytearray(CHUNK_BYTES))
         return self._buffers
 
     def upload(self, fd: int, name: str, mode: int,
@@ -114,52 +123,105 @@ class ChunkStore:
             if progress is not None:
                 progress(len(first))
             return FileEntry(name, mode, len(first), digest, (digest,))
+        assert isinstance(first, memoryview)  # read into buffer 0
         return self._upload_chunks(first, fd, name, mode, progress)
 
-    def _upload_chunks(self, first: bytes | memoryview, fd: int, name: str, mode: int,
+    def _upload_chunks(self, first: memoryview, fd: int, name: str, mode: int,
                        progress: Callable[[int], None] | None) -> FileEntry:
-        """A file of several chunks: read, hashed and sent in a pipeline. The file's
-        digest is computed in one helper thread and each chunk is sent by another,
-        while this one reads the next chunk and computes its digest (hashlib and the
+        """A file of several chunks: read, hashed and sent in a pipeline of three
+        threads. This one reads each chunk into a free buffer and computes its
+        digest; one helper computes the file's digest over the same buffers, in
+        order; another sends them (transfer/sendwindow.py: each chunk asked about
+        before the one before it is sent, WINDOW SETs in flight). hashlib and the
         socket let go of the interpreter's lock for big buffers, so the two SHA-256
-        passes and the sending spread over the cores). Chunks are read into two
-        buffers used in turn, never copied on their way to the socket: a buffer is
-        read into again only once the file's hashing and the sending of the chunk it
-        held are done."""
+        passes and the sending spread over the cores. No chunk is copied on its way
+        to the socket, and none is read twice: a buffer is read into again once the
+        file's digest has passed over it and Redis has answered its SET."""
+        stages = StageTimes()
+        buffers = self._chunk_buffers(UPLOAD_BUFFERS)
+        free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(1, len(buffers)):  # the first chunk is in buffer 0
+            free.put(slot)
+        holders: dict[int, int] = {}
+        lock = threading.Lock()
+
+        def release(chunk: Chunk) -> None:
+            with lock:
+                holders[chunk.slot] -= 1
+                if holders[chunk.slot] == 0:
+                    free.put(chunk.slot)
+
         whole = hashlib.sha256()
+        errors: list[BaseException] = []
+        aborted = threading.Event()
+        to_hash: queue.SimpleQueue[Chunk | None] = queue.SimpleQueue()
+        to_send: queue.SimpleQueue[Chunk | None] = queue.SimpleQueue()
+
+        def hashing() -> None:
+            while (chunk := to_hash.get()) is not None:
+                if not errors:
+                    try:
+                        with stages.stage("file digest"):
+                            whole.update(chunk.data)
+                    except BaseException as exc:  # noqa: BLE001 - raised by the reader
+                        errors.append(exc)
+                release(chunk)
+
+        def sending() -> None:
+            window = SendWindow(self.store, self.pending_ms, release, stages)
+            try:
+                while (chunk := to_send.get()) is not None:
+                    window.send(chunk)
+                if aborted.is_set():
+                    window.abandon()
+                else:
+                    window.finish()
+                self.sent_bytes += window.sent_bytes
+            except BaseException as exc:  # noqa: BLE001 - raised by the reader
+                errors.append(exc)
+                window.abandon()
+                while (chunk := to_send.get()) is not None:
+                    release(chunk)
+
+        helpers = [threading.Thread(target=hashing, name="upload-file-digest", daemon=True),
+                   threading.Thread(target=sending, name="upload-send", daemon=True)]
+        for helper in helpers:
+            helper.start()
         digests: list[str] = []
         size = 0
-        buffers = self._chunk_buffers()
-        data = first
-        # The first chunk may be in the first buffer: the second is read into next.
-        turn = 1
-        with ThreadPoolExecutor(2, thread_name_prefix="upload") as helpers:
-            hashing: Future[None] | None = None
-            sending: Future[None] | None = None
+        data, slot = first, 0
+        try:
             while True:
-                if hashing is not None:
-                    hashing.result()
-                hashing = helpers.submit(whole.update, data)
-                digest = hashlib.sha256(data).hexdigest()
+                with stages.stage("chunk digest"):
+                    digest = hashlib.sha256(data).hexdigest()
+                with lock:
+                    holders[slot] = 2
+                chunk = Chunk(digest, data, slot)
+                to_hash.put(chunk)
+                to_send.put(chunk)
                 digests.append(digest)
                 size += len(data)
                 if progress is not None:
                     progress(len(data))
-                if sending is not None:
-                    sending.result()
-                sending = helpers.submit(self._send, [(digest, data)])
-                if len(data) < CHUNK_BYTES:
+                if len(data) < CHUNK_BYTES or errors:
                     break
-                # The chunk before this one was in this buffer: its hashing and its
-                # sending were waited for above.
-                buffer = buffers[turn]
-                turn ^= 1
-                got = read_into(fd, buffer)
+                slot = free.get()  # the helpers hand every buffer back, even failing
+                with stages.stage("read"):
+                    got = read_into(fd, buffers[slot])
                 if not got:
                     break
-                data = memoryview(buffer)[:got]
-            hashing.result()
-            sending.result()
+                data = memoryview(buffers[slot])[:got]
+        except BaseException:
+            aborted.set()
+            raise
+        finally:
+            to_hash.put(None)
+            to_send.put(None)
+            for helper in helpers:
+                helper.join()
+        if errors:
+            raise errors[0]
+        log.info("%s: sent %s", name, stages.summary(size))
         return FileEntry(name, mode, size, whole.hexdigest(), tuple(digests))
 
     def _send(self, batch: list[tuple[str, bytes | memoryview]]) -> None:
@@ -293,8 +355,12 @@ class ChunkStore:
         read into two buffers used in turn, one of them being hashed while the other
         is filled. A file the machine's cache checked whole as it filled
         (transfer/checkedfill.py) is copied from its chunks in the kernel instead."""
+        started_s = time.perf_counter()
         if self.cache is not None and self.cache.copy_file(entry.sha256, entry.size,
                                                            entry.chunks, fd):
+            if len(entry.chunks) > 1:
+                log.info("%s: copied from the machine's cache into the sandbox in %.2f s",
+                         entry.name, time.perf_counter() - started_s)
             return
         if len(entry.chunks) == 1:
             data = self.chunk(entry.chunks[0], entry.name)

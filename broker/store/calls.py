@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.client import Pipeline
 
-from . import codec
+from . import codec, scripts
 
 if TYPE_CHECKING:
     from . import Store
@@ -464,6 +464,16 @@ def ask_transfer_chunk(store: Store, pipe: Pipeline, *, digest: str, pending_ms:
     the caller then sends the bytes with a plain SET (transfer/chunks.py)."""
     keys = [store.keys.xfer_chunk(digest), store.keys.xfer_chunkrefs]
     _queue(store, pipe, "transfer_chunk", keys, [digest, b"", pending_ms, "ask"])
+
+
+def ask_transfer_chunk_command(store: Store, *, digest: str,
+                               pending_ms: int) -> tuple[Any, ...]:
+    """`ask_transfer_chunk` as the arguments of one EVALSHA, for a caller that writes
+    commands on a connection itself and reads their replies later
+    (transfer/sendwindow.py); load the script first (Scripts.ensure_loaded)."""
+    keys = [store.keys.xfer_chunk(digest), store.keys.xfer_chunkrefs]
+    return ("EVALSHA", scripts.sha("transfer_chunk"), len(keys), *keys, digest, b"",
+            pending_ms, "ask")
 
 
 def transfer_attach(store: Store, *, manifest_id: str, packed: bytes, digests: Sequence[str],
