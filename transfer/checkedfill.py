@@ -7,7 +7,9 @@ sandbox from it. Each chunk's SHA-256 is checked as it arrives from the pool,
 and the file's SHA-256 is computed over the same bytes at the same time, in a
 helper thread (hashlib lets go of the interpreter's lock, so the two passes
 run on two cores while a third thread fetches the chunks ahead). A file of one
-chunk has its chunk's digest: it is hashed once. A file whose bytes do not
+chunk has its chunk's digest: it is hashed once. A chunk checked is written into
+the cache by a fourth thread while the next one is checked (writing a few MiB
+into a new file costs as much CPU as hashing them). A file whose bytes do not
 make its digest fails here, before anything of it reaches a sandbox. Every
 file checked whole is noted in the cache (`ChunkCache.checked_file`), and the
 sandbox's copy is then made in the kernel (`ChunkCache.copy_file`), with no
@@ -37,6 +39,14 @@ from .stagetimes import StageTimes
 log = logging.getLogger(__name__)
 
 Fetch = Callable[[str], bytes | None]
+# Chunks checked and handed to the cache's writer thread, not yet written, at most.
+WRITES_AHEAD = 1
+
+
+def _wait(writes: deque[Future[None]], left: int) -> None:
+    """Until at most `left` of the cache's writes are pending (their errors raised)."""
+    while len(writes) > left:
+        writes.popleft().result()
 
 
 class _Ahead:
@@ -85,9 +95,15 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
         with stages.stage("file digest"):
             whole.update(data)
 
+    def cache_write(digest: str, data: bytes) -> None:
+        with stages.stage("cache write"):
+            cache.put_checked(digest, data)
+
     with ThreadPoolExecutor(1, thread_name_prefix="cache-fill") as fetcher, \
-            ThreadPoolExecutor(1, thread_name_prefix="file-digest") as hasher:
+            ThreadPoolExecutor(1, thread_name_prefix="file-digest") as hasher, \
+            ThreadPoolExecutor(1, thread_name_prefix="cache-write") as writer:
         pending = _Ahead(wanted, timed_fetch, ahead, fetcher)
+        writes: deque[Future[None]] = deque()
         for entry in files:
             stages = StageTimes() if len(entry.chunks) > 1 else stages
             whole = hashlib.sha256() if len(entry.chunks) != 1 else None
@@ -97,6 +113,7 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
             for digest in entry.chunks:
                 ahead_taken, data = pending.take(digest)
                 if not ahead_taken:
+                    _wait(writes, 0)  # the chunk may be one being written
                     with stages.stage("cache read"):
                         data = cache.read(digest)  # checked, unless this object did already
                     if data is None:  # damaged (removed), or evicted since: fetch it again
@@ -114,13 +131,15 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
                     if actual != digest:
                         raise TransferError(f"{entry.name}: a chunk of this file is corrupt "
                                             f"in the pool ({digest[:12]})")
-                    with stages.stage("cache write"):
-                        cache.put_checked(digest, data)
+                    # Checked: written by the writer while the next chunk is checked.
+                    _wait(writes, WRITES_AHEAD - 1)
+                    writes.append(writer.submit(cache_write, digest, data))
                     fetched += len(data)
                 size += len(data)
                 del data
             if hashing is not None:
                 hashing.result()
+            _wait(writes, 0)
             if not complete:
                 continue
             digest_of_file = whole.hexdigest() if whole is not None else entry.chunks[0]

@@ -165,6 +165,7 @@ class SendWindow:
 
     def _write(self, *args: Any) -> None:
         if self._connection is None:
+            self.store.scripts.ensure_loaded(["transfer_chunk"])
             self._connection = self._pool.get_connection()
             self._packer = PythonRespSerializer(_PACK_CUTOFF_BYTES,
                                                 self._connection.encoder.encode)
@@ -199,7 +200,6 @@ class SendWindow:
     def _resume(self) -> None:
         """Ask about every chunk held again, in order, on a new connection; the last one
         stays to be decided with the next chunk, the others are decided now."""
-        self.store.scripts.ensure_loaded(["transfer_chunk"])
         self._expected.clear()
         self._asked = None
         for chunk in list(self._held):
