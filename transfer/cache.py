@@ -249,7 +249,7 @@ class ChunkCache:
                              f"({len(data)} bytes)")
         return self.put_checked(digest, data)
 
-    def put_checked(self, digest: str, data: bytes) -> Path:
+    def put_checked(self, digest: str, data: bytes | memoryview) -> Path:
         """`put` for a chunk its caller has just checked against `digest` (it computed
         the SHA-256 itself, so the bytes are hashed once on their way in)."""
         path = self._path(check_digest(digest))
@@ -359,7 +359,7 @@ class ChunkCache:
                     folder.mkdir(mode=FOLDER_MODE, parents=True)
                 folder.chmod(FOLDER_MODE)  # whatever the umask
 
-    def _write_temporary(self, digest: str, data: bytes) -> Path:
+    def _write_temporary(self, digest: str, data: bytes | memoryview) -> Path:
         temporary = self.root / TMP / f"{digest}.{os.getpid()}.{secrets.token_hex(4)}"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                      CHUNK_MODE)

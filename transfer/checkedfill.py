@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import queue
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,12 +35,16 @@ from typing import Any
 from fetchwork.errors import TransferError
 
 from .cache import ChunkCache
+from .chunks import CHUNK_BYTES
 from .manifest import FileEntry
 from .stagetimes import StageTimes
 
 log = logging.getLogger(__name__)
 
 Fetch = Callable[[str], bytes | None]
+# A chunk's GET into a buffer: the part of it the chunk fills; None when the pool lacks it.
+FetchInto = Callable[[str, bytearray], memoryview | None]
+Data = bytes | memoryview
 # Chunks checked and handed to the cache's writer thread, not yet written, at most.
 WRITES_AHEAD = 1
 
@@ -49,20 +55,72 @@ def _wait(writes: deque[Future[None]], left: int) -> None:
         writes.popleft().result()
 
 
+class _Buffers:
+    """Chunk-sized buffers the chunks fetched ahead are read into, each used again
+    once every thread that reads its chunk (the file's digest, the cache's write) is
+    done with it."""
+
+    def __init__(self, count: int, size: int):
+        self._buffers = [bytearray(size) for _ in range(count)]
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(count):
+            self._free.put(slot)
+        self._holders: dict[int, int] = {}
+        self._slot_of: dict[int, int] = {}  # id of a view handed out -> its buffer
+        self._lock = threading.Lock()
+
+    def fetching(self, fetch_into: FetchInto) -> Callable[[str], Data | None]:
+        """`fetch_into` as a fetch that reads into the next free buffer."""
+        def fetch(digest: str) -> Data | None:
+            slot = self._free.get()
+            try:
+                view = fetch_into(digest, self._buffers[slot])
+            except BaseException:
+                self._free.put(slot)
+                raise
+            if view is None:
+                self._free.put(slot)
+                return None
+            with self._lock:
+                self._slot_of[id(view)] = slot
+            return view
+        return fetch
+
+    def hold(self, data: Data, futures: list[Future[None]]) -> None:
+        """`data`'s buffer is free again once all of `futures` are done (at once when
+        `data` is not one of these buffers' views)."""
+        with self._lock:
+            slot = self._slot_of.pop(id(data), None)
+            if slot is None:
+                return
+            self._holders[slot] = len(futures)
+        if not futures:
+            self._free.put(slot)
+        for future in futures:
+            future.add_done_callback(lambda _done, slot=slot: self._release(slot))
+
+    def _release(self, slot: int) -> None:
+        with self._lock:
+            self._holders[slot] -= 1
+            if self._holders[slot]:
+                return
+        self._free.put(slot)
+
+
 class _Ahead:
     """The chunks to fetch from the pool, in their order of first use, fetched up to
     `ahead` + 1 at a time by one helper thread."""
 
-    def __init__(self, wanted: list[str], fetch: Fetch, ahead: int,
+    def __init__(self, wanted: list[str], fetch: Callable[[str], Data | None], ahead: int,
                  fetcher: ThreadPoolExecutor):
         self._fetch = fetch
         self._fetcher = fetcher
         self._wanted = iter(wanted)
-        self._queued: deque[tuple[str, Future[bytes | None]]] = deque(
+        self._queued: deque[tuple[str, Future[Data | None]]] = deque(
             (digest, fetcher.submit(fetch, digest)) for digest in islice(self._wanted,
                                                                          ahead + 1))
 
-    def take(self, digest: str) -> tuple[bool, bytes | None]:
+    def take(self, digest: str) -> tuple[bool, Data | None]:
         """(True, its bytes or None) when `digest` is the next chunk fetched ahead;
         (False, None) when it is not one of them (cached before the fill began)."""
         if not self._queued or self._queued[0][0] != digest:
@@ -76,7 +134,7 @@ class _Ahead:
 
 
 def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
-                 ahead: int = 2) -> int:
+                 ahead: int = 2, fetch_into: FetchInto | None = None) -> int:
     """Put the chunks of `files` the cache lacks into it, fetched by `fetch(digest)`
     (None: the pool lacks it), each chunk and each file checked in one pass; the bytes
     fetched. TransferError naming the file when a chunk from the pool is corrupt or a
@@ -86,16 +144,22 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
               if digest not in cache]
     fetched = 0
     stages = StageTimes()
+    # With `fetch_into`, chunks from the pool are read into buffers used again: one per
+    # chunk fetched ahead, the one being checked, and the one before it (its file
+    # digest or its write may not be done).
+    buffers = _Buffers(ahead + 3, CHUNK_BYTES) if fetch_into is not None else None
+    fetch_ahead: Callable[[str], Data | None] = (
+        fetch if buffers is None or fetch_into is None else buffers.fetching(fetch_into))
 
-    def timed_fetch(digest: str) -> bytes | None:
+    def timed_fetch(digest: str) -> Data | None:
         with stages.stage("GET"):
-            return fetch(digest)
+            return fetch_ahead(digest)
 
-    def file_digest(whole: Any, data: bytes) -> None:
+    def file_digest(whole: Any, data: Data) -> None:
         with stages.stage("file digest"):
             whole.update(data)
 
-    def cache_write(digest: str, data: bytes) -> None:
+    def cache_write(digest: str, data: Data) -> None:
         with stages.stage("cache write"):
             cache.put_checked(digest, data)
 
@@ -111,7 +175,10 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
             size = 0
             complete = True
             for digest in entry.chunks:
-                ahead_taken, data = pending.take(digest)
+                try:
+                    ahead_taken, data = pending.take(digest)
+                except TransferError as exc:
+                    raise TransferError(f"{entry.name}: {exc}") from exc
                 if not ahead_taken:
                     _wait(writes, 0)  # the chunk may be one being written
                     with stages.stage("cache read"):
@@ -123,8 +190,10 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
                     continue
                 if hashing is not None:
                     hashing.result()
+                holders: list[Future[None]] = []
                 if whole is not None:  # the file's digest, beside the chunk's
                     hashing = hasher.submit(file_digest, whole, data)
+                    holders.append(hashing)
                 if ahead_taken:
                     with stages.stage("chunk digest"):
                         actual = hashlib.sha256(data).hexdigest()
@@ -134,7 +203,10 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
                     # Checked: written by the writer while the next chunk is checked.
                     _wait(writes, WRITES_AHEAD - 1)
                     writes.append(writer.submit(cache_write, digest, data))
+                    holders.append(writes[-1])
                     fetched += len(data)
+                if buffers is not None:
+                    buffers.hold(data, holders)
                 size += len(data)
                 del data
             if hashing is not None:

@@ -52,6 +52,7 @@ from fetchwork.errors import (
 
 from . import checkedfill, inline, privstate, safefiles, stored
 from .cache import CacheError, ChunkCache
+from .chunkget import ChunkGetter
 from .chunks import ChunkStore
 from .delivery import OUTPUT_MANIFEST_ATTR
 from .inputs import INPUT_MANIFEST_ATTR
@@ -118,11 +119,15 @@ def _fill(cache: ChunkCache, store: Store, manifest: Manifest) -> int:
         data = store.client.get(store.keys.xfer_chunk(digest))
         return data if isinstance(data, bytes) else None
 
+    getter = ChunkGetter(store)
     try:
-        return checkedfill.fill_checked(cache, chunked(manifest), fetch, ahead=FETCH_AHEAD)
+        return checkedfill.fill_checked(cache, chunked(manifest), fetch, ahead=FETCH_AHEAD,
+                                        fetch_into=getter.get_into)
     except (OSError, CacheError) as exc:
         log.warning("cannot fill the machine's chunk cache: %s; reading from the pool", exc)
         return 0
+    finally:
+        getter.close()
 
 
 class Step:
