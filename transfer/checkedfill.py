@@ -22,6 +22,7 @@ sandbox's writer reports it, naming the file, when it needs that chunk.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import queue
@@ -97,9 +98,9 @@ class _Buffers:
         if not futures:
             self._free.put(slot)
         for future in futures:
-            future.add_done_callback(lambda _done, slot=slot: self._release(slot))
+            future.add_done_callback(functools.partial(self._release, slot))
 
-    def _release(self, slot: int) -> None:
+    def _release(self, slot: int, _done: object = None) -> None:
         with self._lock:
             self._holders[slot] -= 1
             if self._holders[slot]:
