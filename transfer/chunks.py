@@ -98,6 +98,9 @@ class ChunkStore:
         self.cache = cache
         self.sent_bytes = 0
         self.received_bytes = 0
+        # Faults of the connection an upload survived by sending its unanswered
+        # chunks again (transfer/sendwindow.py).
+        self.resends = 0
         # The chunk buffers a file of several chunks is read into in turn, made at its
         # first such file (a small file needs none: bytes of its own size): two for a
         # download, UPLOAD_BUFFERS for an upload.
@@ -177,6 +180,7 @@ class ChunkStore:
                 else:
                     window.finish()
                 self.sent_bytes += window.sent_bytes
+                self.resends += window.faults
             except BaseException as exc:  # noqa: BLE001 - raised by the reader
                 errors.append(exc)
                 window.abandon()

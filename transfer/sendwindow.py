@@ -82,7 +82,8 @@ class SendWindow:
         # what a new connection must ask and send again.
         self._held: list[Chunk] = []
         self._asked: Chunk | None = None
-        self._faults = 0
+        # Faults of the connection (or lost scripts) survived so far.
+        self.faults = 0
 
     # -- the stream ---------------------------------------------------------------------
 
@@ -189,8 +190,8 @@ class SendWindow:
             except (RedisConnectionError, RedisTimeoutError, NoScriptError) as exc:
                 first = False
                 self._close(reuse=False)
-                self._faults += 1
-                if self._faults > RETRIES:
+                self.faults += 1
+                if self.faults > RETRIES:
                     raise
                 log.warning("sending chunks: %s; asking about the %d unanswered chunk(s) "
                             "again on a new connection", exc, len(self._held))
