@@ -3,12 +3,13 @@
 redis-py hands a reply of a few MiB over as new bytes, after its parser gathered
 it piece by piece in a buffer of its own: three copies of every byte and a new
 allocation a chunk. A download reads every byte of a big input once this way,
-so `ChunkGetter` sends the GET on a connection of the pool's own client (its
-address, credentials and TLS are the client's) and reads the reply itself: the
-bulk string's header, then the bytes, received into the caller's buffer, once.
+so `ChunkGetter` sends the GET on a connection of its own, made with the
+client's connection class and settings (its address, credentials and TLS),
+and reads the reply itself: the bulk string's header, then the bytes,
+received into the caller's buffer, once.
 
-The connection is used for nothing else while it is held, so nothing of a reply
-is ever left in the client's parser. A reply that is not a bulk string (an
+The connection serves these GETs only, so nothing of a reply is ever left in
+the client's parser. A reply that is not a bulk string (an
 error, a null for a missing chunk) is read whole; anything unexpected, and any
 fault of the socket, drops the connection, so the next GET starts on a new one.
 A fault of the socket is raised as the client's ConnectionError or TimeoutError,
@@ -32,45 +33,59 @@ from fetchwork.errors import TransferError
 _HEADER_BYTES = 64
 
 
+class _RawSocket:
+    """Mixed into the client's own connection class: its socket, to read a reply
+    from without the client's parser."""
+
+    _sock: socket.socket | None
+
+    def raw_socket(self) -> socket.socket | None:
+        return self._sock
+
+
 class ChunkGetter:
     """GETs of chunks by digest on one connection, each into a caller's buffer."""
 
     def __init__(self, store: Store):
         self.store = store
-        self._pool = store.client.connection_pool
         self._connection: Any = None
+
+    def _connect(self) -> Any:
+        """A connection of the client's own class and settings (address, credentials,
+        TLS), with access to its socket; made once, reconnected after a fault."""
+        if self._connection is None:
+            pool = self.store.client.connection_pool
+            kind = type("ChunkConnection", (_RawSocket, pool.connection_class), {})
+            self._connection = kind(**pool.connection_kwargs)
+        return self._connection
 
     def get_into(self, digest: str, buffer: bytearray) -> memoryview | None:
         """Chunk `digest` read into `buffer`: the part of it the chunk fills (not checked
         here); None when the pool lacks it. TransferError when the pool's value is
         longer than `buffer` (no chunk of this pool is)."""
-        if self._connection is None:
-            self._connection = self._pool.get_connection()
+        connection = self._connect()
         try:
-            self._connection.send_command("GET", self.store.keys.xfer_chunk(digest))
-            sock = self._connection._sock  # connected by send_command
+            connection.send_command("GET", self.store.keys.xfer_chunk(digest))
+            sock = connection.raw_socket()  # connected by send_command
             if sock is None:
                 raise RedisConnectionError("the connection to the pool's Redis closed")
             return self._read_reply(sock, digest, buffer)
         except TimeoutError as exc:
-            self.close(broken=True)
+            self.close()
             raise RedisTimeoutError(f"reading a chunk from the pool's Redis: {exc}") from exc
         except OSError as exc:
-            self.close(broken=True)
+            self.close()
             raise RedisConnectionError(f"reading a chunk from the pool's Redis: "
                                        f"{exc.strerror or exc}") from exc
         except BaseException:
-            self.close(broken=True)
+            self.close()
             raise
 
-    def close(self, broken: bool = False) -> None:
-        """Give the connection back to the client's pool (dropped when `broken`)."""
+    def close(self) -> None:
+        """Close the connection (a fault: the next GET starts on a new one)."""
         connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        if broken:
+        if connection is not None:
             connection.disconnect()
-        self._pool.release(connection)
 
     def _read_reply(self, sock: socket.socket, digest: str,
                     buffer: bytearray) -> memoryview | None:

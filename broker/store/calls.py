@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.client import Pipeline
 
-from . import codec, scripts
+from . import codec
 
 if TYPE_CHECKING:
     from . import Store
@@ -472,8 +472,7 @@ def ask_transfer_chunk_command(store: Store, *, digest: str,
     commands on a connection itself and reads their replies later
     (transfer/sendwindow.py); load the script first (Scripts.ensure_loaded)."""
     keys = [store.keys.xfer_chunk(digest), store.keys.xfer_chunkrefs]
-    return ("EVALSHA", scripts.sha("transfer_chunk"), len(keys), *keys, digest, b"",
-            pending_ms, "ask")
+    return store.scripts.command("transfer_chunk", keys, [digest, b"", pending_ms, "ask"])
 
 
 def transfer_attach(store: Store, *, manifest_id: str, packed: bytes, digests: Sequence[str],

@@ -174,6 +174,11 @@ class Scripts:
         """Add a call to `pipe`; call ensure_loaded first."""
         pipe.evalsha(sha(name), len(keys), *keys, *args)
 
+    def command(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> tuple[Any, ...]:
+        """A call of script `name` as the arguments of one EVALSHA, for a caller that
+        writes commands on a connection itself; call ensure_loaded first."""
+        return ("EVALSHA", sha(name), len(keys), *keys, *args)
+
     def forget(self) -> None:
         """Forget what was loaded (after the server answered NOSCRIPT in a pipeline)."""
         with self._lock:
