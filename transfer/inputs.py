@@ -234,6 +234,8 @@ def upload_inputs(store: Store, ads: Sequence[dict[str, Any]], cap_bytes: int,
         raise
     if plans:
         sent = uploader.chunk_store.sent_bytes
+        resends = uploader.chunk_store.resends
         say(f"sent the inputs of {sum(len(j) for j in plans.values())} job(s): "
-            f"{len(plans)} sandbox(es), {sent / (1024 * 1024):.1f} MB new to the pool")
+            f"{len(plans)} sandbox(es), {sent / (1024 * 1024):.1f} MB new to the pool"
+            + (f" ({resends} dropped connection(s) to the pool resumed)" if resends else ""))
     return uploaded
