@@ -62,10 +62,11 @@ class _Buffers:
     done with it."""
 
     def __init__(self, count: int, size: int):
-        self._buffers = [bytearray(size) for _ in range(count)]
+        # Made as they are first needed, up to `count`.
+        self._buffers: list[bytearray] = []
+        self._count = count
+        self._size = size
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for slot in range(count):
-            self._free.put(slot)
         self._holders: dict[int, int] = {}
         self._slot_of: dict[int, int] = {}  # id of a view handed out -> its buffer
         self._lock = threading.Lock()
@@ -73,7 +74,7 @@ class _Buffers:
     def fetching(self, fetch_into: FetchInto) -> Callable[[str], Data | None]:
         """`fetch_into` as a fetch that reads into the next free buffer."""
         def fetch(digest: str) -> Data | None:
-            slot = self._free.get()
+            slot = self._take()
             try:
                 view = fetch_into(digest, self._buffers[slot])
             except BaseException:
@@ -86,6 +87,18 @@ class _Buffers:
                 self._slot_of[id(view)] = slot
             return view
         return fetch
+
+    def _take(self) -> int:
+        """A free buffer, made when none is free and fewer than `count` exist."""
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            if len(self._buffers) < self._count:
+                self._buffers.append(bytearray(self._size))
+                return len(self._buffers) - 1
+        return self._free.get()
 
     def hold(self, data: Data, futures: list[Future[None]]) -> None:
         """`data`'s buffer is free again once all of `futures` are done (at once when

@@ -119,10 +119,14 @@ def _fill(cache: ChunkCache, store: Store, manifest: Manifest) -> int:
         data = store.client.get(store.keys.xfer_chunk(digest))
         return data if isinstance(data, bytes) else None
 
+    # A file of several chunks is read into reused buffers on a connection of its own;
+    # small files (a chunk each) come through the client, with no buffer to make.
     getter = ChunkGetter(store)
+    files = chunked(manifest)
+    big = any(len(entry.chunks) > 1 for entry in files)
     try:
-        return checkedfill.fill_checked(cache, chunked(manifest), fetch, ahead=FETCH_AHEAD,
-                                        fetch_into=getter.get_into)
+        return checkedfill.fill_checked(cache, files, fetch, ahead=FETCH_AHEAD,
+                                        fetch_into=getter.get_into if big else None)
     except (OSError, CacheError) as exc:
         log.warning("cannot fill the machine's chunk cache: %s; reading from the pool", exc)
         return 0
