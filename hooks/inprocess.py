@@ -118,13 +118,12 @@ def start_call(value: str, args: list[str], stdin_text: str, timeout_s: float,
         return handle
 
     def body() -> None:
-        _current_call.set(call)
         try:
-            returned = function(list(args), stdin_text)
+            returned = call_context(call, function, list(args), stdin_text)
         except BaseException as exc:  # the hook's failure is reported, not raised
             outcome = CallOutcome(error=f"{value} raised {type(exc).__name__}: {exc}")
         else:
-            outcome = _outcome(value, returned)
+            outcome = outcome_of(value, returned)
         handle.deliver(outcome)
 
     context = contextvars.Context()  # each call starts with no context of another's
@@ -135,7 +134,16 @@ def start_call(value: str, args: list[str], stdin_text: str, timeout_s: float,
     return handle
 
 
-def _outcome(value: str, returned: Any) -> CallOutcome:
+def call_context(call: HookCall, function: Callable[..., Any], args: list[str],
+                 stdin_text: str) -> Any:
+    """`function(args, stdin_text)` with `call` as its `current_call()` (run it in a
+    fresh `contextvars.Context`); what it returned."""
+    _current_call.set(call)
+    return function(args, stdin_text)
+
+
+def outcome_of(value: str, returned: Any) -> CallOutcome:
+    """What a hook's returned value means: stdout, `(exit_code, stdout)` or an error."""
     exit_code, stdout = 0, returned
     if isinstance(returned, tuple):
         if len(returned) != 2 or not isinstance(returned[0], int):

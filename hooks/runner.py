@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from fetchwork.config import keywords
 from fetchwork.config.argsyntax import parse_hook_args
 from fetchwork.config.loader import Config
+from fetchwork.hooks import mainthread
 from fetchwork.hooks.inprocess import (
     Call,
     CallOutcome,
@@ -54,14 +55,30 @@ def resolve_hook(config: Config, keyword: str | None, hook: str) -> HookSpec | N
 def run_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] = (),
              env: Mapping[str, str] | None = None, cwd: str | None = None,
              user: tuple[int, int] | None = None, *,
-             cancel: threading.Event | None = None) -> HookResult:
+             cancel: threading.Event | None = None, here: bool = False,
+             stop_asked: Callable[[], bool] | None = None,
+             watch_fds: Sequence[int] = ()) -> HookResult:
     """Run the hook to its end (or timeout) and report; never raises for hook failures.
 
     `user` is (uid, gid) to run a program hook as; in-process hooks run as the
     calling process and read `env`/`cwd` through `current_call()`. Setting
     `cancel` ends the run early: a program's group is killed, an in-process
     call is abandoned, and the result says `cancelled`.
+
+    `here` (the starter's prepare and exit hooks): an in-process hook is called
+    in this thread with a watchdog (`mainthread`) when it can be, not handed to a
+    hook thread and back; `stop_asked` and `watch_fds` then stand for `cancel`
+    (a stop request on one of the descriptors ends the call, cancelled).
     """
+    if spec.in_process and here and cancel is None and mainthread.usable():
+        argv_args = _hook_args(spec, extra_args)
+        started = time.monotonic()
+        outcome = mainthread.call_here(spec.value, argv_args, stdin_text, spec.timeout_s,
+                                       HookCall(spec.hook, spec.keyword, env, cwd),
+                                       stop_asked, watch_fds)
+        result = _in_process_result(spec, argv_args, outcome)
+        _ended(result, started)
+        return result
     if spec.in_process:
         box: list[HookResult] = []
         call = _start_in_process(spec, stdin_text, extra_args, env, cwd, box.append, cancel,

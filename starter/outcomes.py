@@ -190,7 +190,8 @@ def writer_alive(outcome: Outcome) -> bool:
 def report_exit(config: Config, spec: HookSpec, outcome: Outcome, env: Mapping[str, str],
                 cwd: str) -> HookResult:
     """Keep `outcome` on disk, run the exit hook with it, and forget it once the hook
-    succeeded; a failed hook leaves the file for the startd to report."""
+    succeeded; a failed hook leaves the file for the startd to report. An in-process
+    hook is called in this thread when it can be (`run_hook`'s `here`)."""
     path = None
     try:
         path = write_outcome(outcome_dir(config), outcome,
@@ -199,7 +200,7 @@ def report_exit(config: Config, spec: HookSpec, outcome: Outcome, env: Mapping[s
         log.warning("job %s: cannot keep its outcome in %s: %s", outcome.job,
                     outcome_dir(config), exc)
     result = run_hook(spec, outcome.ad_text, extra_args=[outcome.how], env=env,
-                      cwd=cwd, user=outcome.user)
+                      cwd=cwd, user=outcome.user, here=True)
     if result.ok:
         if path is not None:
             forget_outcome(path)

@@ -28,8 +28,8 @@ from fetchwork.config.ads import format_ad, join_pair, join_texts, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
-from fetchwork.hooks import control
-from fetchwork.hooks.runner import HookResult, HookSpec, resolve_hook, start_hook
+from fetchwork.hooks import control, mainthread
+from fetchwork.hooks.runner import HookResult, HookSpec, resolve_hook, run_hook, start_hook
 from fetchwork.starter import jobsignature, keepslot, lifecycle, limits
 from fetchwork.starter.events import Events, LineReader
 from fetchwork.starter.jobprocess import JobProcess, Sample, become_subreaper
@@ -224,9 +224,11 @@ class Starter:
     # the slot ad on stdin and waits for it: a non-zero exit means the job does
     # not run; what it prints is merged into the job ad. Control requests are
     # served meanwhile, so a stop request ends the wait (and kills a program
-    # hook: no job will run, so there is nothing to prepare); an in-process
-    # hook's timeout and cancellation are watched by this loop, so no hook
-    # thread is woken for them.
+    # hook: no job will run, so there is nothing to prepare). An in-process
+    # hook is called in this thread (`hooks.mainthread`): its timeout and a stop
+    # request reach it as signals, and no hook thread is woken for it; where
+    # that form cannot be used, in a hook thread whose timeout and cancellation
+    # this loop watches.
 
     def _prepare(self) -> str | None:
         """Run the prepare hook and merge its output; the failure reason or None."""
@@ -235,6 +237,27 @@ class Starter:
             self.events.emit("prepared", held=True)  # goes out with the next event
             return None
         self._write_ads(spec)
+        if spec.in_process and mainthread.usable():
+            # Called in this thread with a watchdog: no hand-off to a hook thread and back.
+            fds = [reader.fd for reader in (self._wake, self._stdin) if not reader.eof]
+            result = run_hook(spec, self._prepare_input(), env=self._hook_env(),
+                              cwd=self.sandbox, here=True, stop_asked=self._stop_now,
+                              watch_fds=fds)
+        else:
+            result = self._prepare_in_thread(spec)
+        if not result.ok:
+            return f"the prepare hook failed: {result.outcome()}"
+        if result.stdout.strip():
+            try:
+                self.ad.update(parse_ad(result.stdout, "prepare hook output"))
+            except AdError as exc:
+                return f"the prepare hook printed bad output: {exc}"
+            self._write_ads()
+        self.events.emit("prepared", held=True)  # goes out with the next event
+        return None
+
+    def _prepare_in_thread(self, spec: HookSpec) -> HookResult:
+        """The prepare hook in a hook thread, while this loop serves control words."""
         done_read, done_write = os.pipe()
         cancel = threading.Event()
         box: list[HookResult] = []
@@ -270,17 +293,12 @@ class Starter:
             selector.unregister(done_read)
             os.close(done_read)
             os.close(done_write)
-        result = box[0]
-        if not result.ok:
-            return f"the prepare hook failed: {result.outcome()}"
-        if result.stdout.strip():
-            try:
-                self.ad.update(parse_ad(result.stdout, "prepare hook output"))
-            except AdError as exc:
-                return f"the prepare hook printed bad output: {exc}"
-            self._write_ads()
-        self.events.emit("prepared", held=True)  # goes out with the next event
-        return None
+        return box[0]
+
+    def _stop_now(self) -> bool:
+        """Whether the job is to stop, after the control words waiting now."""
+        self._drain_requests()
+        return self.status.how is not None
 
     def _prepare_input(self) -> str:
         """Job ad, `-----`, slot ad. The prepare hook is the first to see the ads,

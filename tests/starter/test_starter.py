@@ -367,6 +367,34 @@ def test_an_in_process_prepare_hook_that_hangs_is_given_up(bench, ending):
         assert bench.recorded("exit", "args") == ["remove\n"]
 
 
+@pytest.mark.parametrize("ending", ["timeout", "SIGTERM"])
+def test_an_in_process_prepare_hook_is_stopped_not_left_running(bench, ending):
+    # Called in the starter's own thread, a hung in-process prepare hook is
+    # stopped at its timeout or by a stop signal: it never goes on afterwards.
+    entered, went_on = bench.work / "entered", bench.work / "went-on"
+    (bench.hooks / "stophook.py").write_text(
+        "import time\n\n\n"
+        "def prepare(args, stdin_text):\n"
+        f"    open({str(entered)!r}, 'w').close()\n"
+        "    time.sleep(3)\n"
+        f"    open({str(went_on)!r}, 'w').close()\n")
+    marker = bench.work / "ran"
+    # The exit hook outlasts the prepare hook's sleep: an abandoned hook thread
+    # would go on meanwhile, in the same process.
+    knobs = {"T_HOOK_PREPARE_JOB": "python:stophook:prepare",
+             "T_HOOK_JOB_EXIT": bench.hook("exit", tail="sleep 4")}
+    if ending == "timeout":
+        knobs["T_HOOK_PREPARE_JOB_TIMEOUT"] = "1"
+    run = bench.start({"Cmd": "/bin/touch", "Arguments": str(marker)}, **knobs)
+    wait_until(entered.exists, 30, fail_if=run._died, what="the prepare hook to be called")
+    if ending == "SIGTERM":
+        run.proc.send_signal(signal.SIGTERM)
+    exited = run.finish(30)
+    assert exited["how"] == "evict" and not marker.exists()
+    assert ("timed out" if ending == "timeout" else "cancelled") in exited["ad"]["ExitReason"]
+    assert not went_on.exists()
+
+
 def test_a_stop_request_during_prepare_kills_the_hook(bench):
     marker = bench.work / "ran"
     prepare = bench.hook("prepare", tail=f"echo $$ > {bench.work}/hookpid; sleep 1000")
