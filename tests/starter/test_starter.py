@@ -406,3 +406,22 @@ def test_a_stop_request_during_prepare_kills_the_hook(bench):
     assert exited["how"] == "remove" and not marker.exists()
     assert bench.recorded("exit", "args") == ["remove\n"]
     assert not alive(int((bench.work / "hookpid").read_text()))
+
+
+@pytest.mark.parametrize("job", [{"Cmd": "/bin/sleep", "Arguments": "1000"},
+                                 {"Cmd": "/bin/true"}])
+def test_the_start_is_told_after_a_moment_and_before_the_end(bench, job):
+    # `started` and Running wait for the job's first moment (or its end), never
+    # for more: a job that runs on is told while it runs, one that ends at once
+    # is told before its end, in the same order as ever.
+    run = bench.start(job)
+    pid = run.event("started")["pid"]
+    if job["Cmd"] == "/bin/sleep":
+        assert alive(pid)
+        assert [e["event"] for e in run.events][-2:] == ["started", "state"]
+        run.send("remove")
+    run.finish()
+    kinds = [(e["event"], e.get("state")) for e in run.events]
+    started = kinds.index(("started", None))
+    assert kinds[started + 1] == ("state", "Running")
+    assert started < kinds.index(("exited", None))
