@@ -108,6 +108,28 @@ def _job_ad_of(stdin_text: str) -> classad2.ClassAd:
     return ads.first_of_pair(stdin_text, source="hook input")
 
 
+# What the exit hook reads of the job ad (lower case: names are case-insensitive).
+_EXIT_NAMES = frozenset(name.lower() for name in (*REPORTED_ATTRS, CLAIM_ATTR,
+                                                  "ClusterId", "ProcId"))
+
+
+def _exit_ad(stdin_text: str) -> classad2.ClassAd:
+    """The job ad on the exit hook's input, or as much of it as the hook reads. The
+    starter's text carries the ad's values (`ads.AdText`) to an in-process call:
+    those attributes are taken from them rather than from a parse of the whole text
+    back; any value but a plain literal, or any other text, is parsed as ever."""
+    values = stdin_text.take() if isinstance(stdin_text, ads.AdText) else None
+    if values is None:
+        return ads.parse_ad(stdin_text, source="job ad")
+    ad = classad2.ClassAd()
+    for name, value in values.items():
+        if name.lower() in _EXIT_NAMES:
+            if not isinstance(value, bool | int | float | str):
+                return ads.parse_ad(stdin_text, source="job ad")
+            ad[name] = value
+    return ad
+
+
 def _publish(slot_ad: classad2.ClassAd, config: Any, text: str | None = None) -> None:
     slotads.publish(slot_ad, config, broker, text)
 
@@ -241,7 +263,7 @@ def job_exit(args: Sequence[str], stdin_text: str) -> None:
     how = args[-1] if args else ""
     if how not in EXIT_HOWS:
         raise HookUsageError(f"job_exit expects one of {', '.join(EXIT_HOWS)}, got {how!r}")
-    job_ad = ads.parse_ad(stdin_text, source="job ad")
+    job_ad = _exit_ad(stdin_text)
     job_id, token = job_id_of(job_ad), _token_of(job_ad)
     finished = through_outage(lambda: broker().finish(job_id, token, how, _reported(job_ad)),
                               f"job {job_id}: reporting {how}",

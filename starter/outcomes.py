@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields, replace
 import classad2
 import psutil
 
-from fetchwork.config.ads import format_ad
+from fetchwork.config.ads import AdText
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import ad_job_id
 from fetchwork.hooks.runner import HookResult, HookSpec, run_hook
@@ -73,10 +73,12 @@ def _process_started_at(pid: int) -> float:
 
 def new_outcome(ad: classad2.ClassAd, how: str, keyword: str, slot: int,
                 user: tuple[int, int] | None) -> Outcome:
-    """The outcome of this process's job, written by this process."""
+    """The outcome of this process's job, written by this process. Its text carries
+    the ad's values (`ads.AdText`): an in-process exit hook takes them rather than
+    parse the text back."""
     pid = os.getpid()
     job = ad_job_id(ad) or str(ad.get("GlobalJobId") or uuid.uuid4().hex)
-    return Outcome(job=job, how=how, keyword=keyword, slot=slot, ad_text=format_ad(ad),
+    return Outcome(job=job, how=how, keyword=keyword, slot=slot, ad_text=AdText(ad),
                    user=user, writer_pid=pid, writer_started_at=_process_started_at(pid),
                    written_at=time.time())
 

@@ -193,3 +193,26 @@ def test_a_fetch_against_a_broker_that_is_down_fails_slowly(hook_env, monkeypatc
     with pytest.raises(FetchworkError, match="broker"):
         reference.fetch_work([], SLOT_AD)
     assert time.monotonic() - started >= 0.9
+
+
+@pytest.mark.parametrize("given", ["text", "values", "values with an expression"])
+def test_the_exit_hook_takes_the_starters_values_as_it_reads_text(given, hook_env, broker):
+    # The starter hands an in-process exit hook an AdText: the hook takes its values
+    # instead of parsing the text back, and the broker hears the same.
+    [submitted] = submit(broker)
+    job = fetch("in-process", hook_env)
+    job["ExitCode"] = 3
+    job["ExitBySignal"] = False
+    job["RemoteUserCpu"] = 0.25
+    job["ExitReason"] = "exited normally with status 3"
+    if given == "values with an expression":
+        job["ImageSize"] = 2048
+        job["MemoryUsage"] = ads.parse_expr("(ImageSize + 1023) / 1024")
+    text = ads.format_ad(job) if given == "text" else ads.AdText(job)
+    assert reference.job_exit(["exit"], text) is None
+    [done] = broker.history(f"ClusterId == {job['ClusterId']}")
+    assert job_id(done) == submitted and done["JobStatus"] == 4
+    assert (done["ExitCode"], done["RemoteUserCpu"], done["ExitReason"]) == \
+        (3, 0.25, "exited normally with status 3")
+    if isinstance(text, ads.AdText):
+        assert text.take() is None  # the hook took them
