@@ -68,7 +68,9 @@ def run_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] = (
     `here` (the starter's prepare and exit hooks): an in-process hook is called
     in this thread with a watchdog (`mainthread`) when it can be, not handed to a
     hook thread and back; `stop_asked` and `watch_fds` then stand for `cancel`
-    (a stop request on one of the descriptors ends the call, cancelled).
+    (a stop request on one of the descriptors ends the call, cancelled). Such a
+    call that did its work is logged at debug, as HTCondor logs hook runs at
+    full debug; one that failed at info, as any other.
     """
     if spec.in_process and here and cancel is None and mainthread.usable():
         argv_args = _hook_args(spec, extra_args)
@@ -77,7 +79,7 @@ def run_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] = (
                                        HookCall(spec.hook, spec.keyword, env, cwd),
                                        stop_asked, watch_fds)
         result = _in_process_result(spec, argv_args, outcome)
-        _ended(result, started)
+        _ended(result, started, quiet=True)
         return result
     if spec.in_process:
         box: list[HookResult] = []
@@ -117,12 +119,13 @@ def _start_in_process(spec: HookSpec, stdin_text: str, extra_args: Sequence[str]
                       watched=watched)
 
 
-def _ended(result: HookResult, started: float) -> None:
-    """Set the result's duration and log it."""
+def _ended(result: HookResult, started: float, quiet: bool = False) -> None:
+    """Set the result's duration and log it (`quiet`: at debug when it did its work)."""
     spec = result.spec
     result.duration_s = time.monotonic() - started
-    log.info("hook %s_HOOK_%s (%s) took %.3fs: %s", spec.keyword, spec.hook, spec.value,
-             result.duration_s, result.outcome())
+    level = logging.DEBUG if quiet and result.ok else logging.INFO
+    log.log(level, "hook %s_HOOK_%s (%s) took %.3fs: %s", spec.keyword, spec.hook, spec.value,
+            result.duration_s, result.outcome())
     if result.stderr.strip() and not result.ok:
         log.info("hook %s_HOOK_%s stderr: %s", spec.keyword, spec.hook,
                  result.stderr.strip()[-2000:])

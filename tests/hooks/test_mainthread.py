@@ -7,6 +7,7 @@ and a hung hook is stopped at its timeout, not left running.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import signal
 import sys
@@ -188,3 +189,13 @@ def test_not_used_when_the_process_keeps_its_own_alarm(hook):
     finally:
         signal.signal(signal.SIGALRM, previous)
     assert mainthread.usable()
+
+
+def test_a_call_that_did_its_work_is_logged_at_debug_a_failure_at_info(hook, caplog):
+    caplog.set_level(logging.DEBUG, logger="fetchwork.hooks.runner")
+    _run(hook("return 'fine'"))
+    _run(hook("return (2, '')"))
+    levels = [(record.levelno, record.getMessage().rsplit(": ", 1)[-1])
+              for record in caplog.records if "T_HOOK_TEST" in record.getMessage()]
+    assert [level for level, _ in levels] == [logging.DEBUG, logging.INFO]
+    assert "exit 2" in levels[1][1] or "2" in levels[1][1]
