@@ -128,14 +128,22 @@ def job_account(config: Config, job_ad: Any, slot: int,
                           lookup)
 
 
+# The last choice logged at info by this process: a starter kept across jobs says
+# the account once while its jobs keep running as it, for the same reason.
+_last_told: list[tuple[str, int, str]] = []
+
+
 def job_user(config: Config, job_ad: Any, slot: int,
              owner_trusted: bool = True) -> tuple[int, int] | None:
-    """(uid, gid) for `job_account`, the choice logged; None unless the starter is root."""
+    """(uid, gid) for `job_account`, the choice logged (at info when it differs from
+    this process's previous job's, else at debug); None unless the starter is root."""
     choice = job_account(config, job_ad, slot, owner_trusted=owner_trusted)
     if choice is None:
         return None
-    log.info("the job runs as %s (uid %s): %s", choice.account.name, choice.account.uid,
-             choice.why)
+    told = (choice.account.name, choice.account.uid, choice.why)
+    level = logging.DEBUG if _last_told == [told] else logging.INFO
+    _last_told[:] = [told]
+    log.log(level, "the job runs as %s (uid %s): %s", *told)
     return choice.account.uid, choice.account.gid
 
 

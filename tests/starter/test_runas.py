@@ -183,3 +183,31 @@ def test_a_kept_starter_asks_the_user_database_once_per_refresh(monkeypatch):
     every_time = runas.remembered_lookup(0)
     assert every_time("alice") == USERS["alice"] and every_time("alice") == USERS["alice"]
     assert asked == ["alice", "nosuchuser", "alice", "alice"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a starter chooses an account only as root")
+def test_a_kept_starter_says_its_jobs_account_at_info_when_it_changes(monkeypatch, caplog):
+    import logging
+
+    from fetchwork.starter import runas
+
+    monkeypatch.setattr(runas, "_last_told", [])
+    others = [name for name in ("daemon", "bin") if _exists(name)]
+    if not others:
+        pytest.skip("no second non-root user on this machine")
+    caplog.set_level(logging.DEBUG, logger="fetchwork.starter.runas")
+    for slot_user in ("nobody", "nobody", others[0], "nobody"):
+        monkeypatch.setenv("FETCHWORK_CONFIG", os.devnull)
+        monkeypatch.setenv("_FETCHWORK_SLOT_USER", slot_user)
+        assert runas.job_user(Config.load(), {"Owner": "root"}, 1) is not None
+    told = [(record.levelno, record.getMessage().split()[4]) for record in caplog.records
+            if "the job runs as" in record.getMessage()]
+    assert told == [(logging.INFO, "nobody"), (logging.DEBUG, "nobody"),
+                    (logging.INFO, others[0]), (logging.INFO, "nobody")]
+
+
+def _exists(name: str) -> bool:
+    try:
+        return pwd.getpwnam(name).pw_uid != 0
+    except KeyError:
+        return False
