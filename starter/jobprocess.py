@@ -19,7 +19,6 @@ import os
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import psutil
 
@@ -91,19 +90,21 @@ class JobProcess:
         try:
             self.pid = launch.start(self.plan, self.user, self.cores, streams)
         finally:
-            for stream in {id(s): s for s in streams}.values():
-                stream.close()
+            for fd in set(streams):
+                os.close(fd)
         try:
             self.pidfd = os.pidfd_open(self.pid)
         except (AttributeError, OSError):  # pragma: no cover - old kernels
             self.pidfd = None
         return self.pid
 
-    def open_streams(self) -> tuple[Any, Any, Any]:
-        """In, Out and Err, opened with the job user's file access rights."""
+    def open_streams(self) -> tuple[int, int, int]:
+        """In, Out and Err, opened with the job user's file access rights: descriptors
+        (close-on-exec here; the spawn gives them to the job as 0, 1 and 2), opened with
+        plain system calls rather than as buffered file objects, which nothing reads."""
         plan = self.plan
         try:
-            stdin = open(plan.stdin_path, "rb")  # noqa: SIM115 - closed by spawn
+            stdin = os.open(plan.stdin_path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise open_failure(plan.stdin_path, STANDARD_INPUT, exc) from exc
         try:
@@ -111,7 +112,7 @@ class JobProcess:
             stderr = stdout if plan.stderr_path == plan.stdout_path else \
                 _open_output(plan.stderr_path, STANDARD_ERROR)
         except BaseException:
-            stdin.close()
+            os.close(stdin)
             raise
         return stdin, stdout, stderr
 
@@ -319,9 +320,12 @@ def usable(cores: tuple[int, ...] | None) -> tuple[int, ...] | None:
     return chosen or None
 
 
-def _open_output(path: str, stream: str) -> Any:
+def _open_output(path: str, stream: str) -> int:
+    """`path` opened for the job to write: truncated (the null device appended to)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+    flags |= os.O_APPEND if path == os.devnull else os.O_TRUNC
     try:
-        return open(path, "ab" if path == os.devnull else "wb")  # noqa: SIM115
+        return os.open(path, flags, 0o666)
     except OSError as exc:
         raise open_failure(path, stream, exc) from exc
 

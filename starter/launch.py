@@ -60,7 +60,7 @@ def c_library() -> ctypes.CDLL:
 
 
 def start(plan: LaunchPlan, user: tuple[int, int] | None, cores: tuple[int, ...] | None,
-          streams: tuple[Any, Any, Any]) -> int:
+          streams: tuple[int, int, int]) -> int:
     """The job's main process, in its own session, as `user` when this is root; its pid.
 
     Raises JobStartError (from `exec_failure`) when the program cannot be run.
@@ -75,7 +75,7 @@ def start(plan: LaunchPlan, user: tuple[int, int] | None, cores: tuple[int, ...]
 
 
 def _fork(plan: LaunchPlan, user: tuple[int, int] | None, cores: tuple[int, ...] | None,
-          streams: tuple[Any, Any, Any]) -> int:
+          streams: tuple[int, int, int]) -> int:
     options: dict[str, Any] = {}
     if user is not None:
         options.update(user=user[0], group=user[1], extra_groups=[])
@@ -88,9 +88,9 @@ def _fork(plan: LaunchPlan, user: tuple[int, int] | None, cores: tuple[int, ...]
 
 
 def _spawn(plan: LaunchPlan, user: tuple[int, int] | None, cores: tuple[int, ...] | None,
-           streams: tuple[Any, Any, Any]) -> int:
-    actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, stream.fileno(), target)
-                                      for target, stream in enumerate(streams)]
+           streams: tuple[int, int, int]) -> int:
+    actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, fd, target)
+                                      for target, fd in enumerate(streams)]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inheritable_fds()]
     with ids_switched(user, plan.cwd), _pinned(cores):
         # argv[0] is a path (`launch_plan` resolves Cmd against the job's directory).

@@ -200,8 +200,8 @@ def _launch(state: dict[str, Any]) -> None:
     job = JobProcess(plan, own, marker, limits.cpu_affinity(state["slot_ad"]))
     with file_identity(own):
         streams = job.open_streams()  # /dev/null
-    for stream in {id(s): s for s in streams}.values():
-        stream.close()
+    for fd in set(streams):
+        os.close(fd)
     launch.inheritable_fds()
     with launch.ids_switched(own, os.sep):
         pass

@@ -46,7 +46,7 @@ def _plan(folder: Path, argv: tuple[str, ...], out: Path) -> LaunchPlan:
 def _run(plan: LaunchPlan, user: tuple[int, int] | None,
          cores: tuple[int, ...] | None = None) -> dict[str, str]:
     with open(plan.stdin_path, "rb") as stdin, open(plan.stdout_path, "wb") as out:
-        pid = launch.start(plan, user, cores, (stdin, out, out))
+        pid = launch.start(plan, user, cores, (stdin.fileno(), out.fileno(), out.fileno()))
     _pid, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     seen = {}
@@ -155,3 +155,28 @@ def test_a_program_only_root_may_run_is_refused_to_the_job_user(
     program.chmod(0o700)
     with pytest.raises(JobStartError, match="errno 13"):
         _run(_plan(folder, (str(program),), folder / "out"), NOBODY)
+
+
+def test_the_jobs_streams_are_its_own_and_closed_in_the_starter(
+        job_tmp: Path, route: bool) -> None:
+    # Opened as plain descriptors: the job writes Out (truncated first) and Err, reads
+    # In, and a starter that runs job after job keeps none of them open.
+    from fetchwork.starter.jobprocess import JobProcess
+    from tests.support.waiting import wait_until
+
+    folder = _folder(job_tmp)
+    (folder / "in").write_text("given\n")
+    out, err = folder / "out", folder / "err"
+    out.write_text("left from before, longer than what the job writes\n")
+    before = sorted(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        plan = LaunchPlan(argv=("/bin/sh", "-c", "read x; echo out $x; echo err >&2"),
+                          env={"PATH": "/usr/bin:/bin"}, cwd=str(folder),
+                          stdin_path=str(folder / "in"), stdout_path=str(out),
+                          stderr_path=str(err), kill_sig=signal.SIGTERM)
+        job = JobProcess(plan, None, ("FW_MARK", "x"))
+        job.spawn()
+        wait_until(job.main_exited, 30, what="the job to end")
+        assert job.reap_main() == 0
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert out.read_text() == "out given\n" and err.read_text() == "err\n"
