@@ -291,11 +291,11 @@ def set_program_mode() -> None:
 _STOP_REQUESTS = {"removed": REMOVE, "held": HOLD, "gone": KILL, "requeued": protocol.VACATE}
 
 
-def _act_on(job_id: str, status: str) -> None:
+def _act_on(job_id: str, status: str, run: int | None = None) -> None:
     if status in _STOP_REQUESTS and _mode["in_process"]:
         log.info("job %s is %s at the broker; stopping it", job_id, status)
         try:
-            control.request(_STOP_REQUESTS[status])
+            control.request(_STOP_REQUESTS[status], run)
         except FetchworkError as exc:  # called outside a starter: nothing to stop
             log.warning("job %s is %s but cannot be stopped here: %s", job_id, status, exc)
 
@@ -313,6 +313,11 @@ class LeaseKeeper:
         # running job to stop it soon.
         self.interval_s = max(0.1, min(lease_s / 3.0, renew_s))
         self._stop_event = threading.Event()
+        # The starter's run this job is (set when the keeper starts): a keeper left
+        # renewing past its job (its exit hook failed, so the startd still holds the
+        # outcome and the lease must not lapse) cannot stop the next job of a kept
+        # starter.
+        self.control_run: int | None = None
 
     def run(self) -> None:
         # The first check a moment after the start: a job that ends sooner (the claim
@@ -331,7 +336,7 @@ class LeaseKeeper:
             if self._stop_event.is_set():  # the job ended meanwhile
                 return
             if status != "ok":
-                _act_on(self.job_id, status)
+                _act_on(self.job_id, status, self.control_run)
                 if status == "gone":
                     return
 
@@ -350,6 +355,7 @@ def _keeper_for(job_id: str, token: str, job_ad: classad2.ClassAd) -> LeaseKeepe
 
 def _start_keeper(job_id: str, token: str, job_ad: classad2.ClassAd) -> None:
     keeper = _keeper_for(job_id, token, job_ad)
+    keeper.control_run = control.current()
     with _keepers_lock:
         old = _keepers.pop(job_id, None)
         _keepers[job_id] = keeper

@@ -54,6 +54,8 @@ class Keeper:
         self.execution = execution
         self.interval_s = max(0.1, interval_s)
         self.kill_after_s = None if walltime_s is None else walltime_s + KILL_GRACE_S
+        # The starter's run of this job: a keeper left past its job stops no later one.
+        self.control_run = control.current()
         self.started = time.monotonic()
         self.killed_for_timeout = False
         self._stop_event = threading.Event()
@@ -151,7 +153,7 @@ class Keeper:
         log.warning("rq job %s still runs %gs after its timeout; killing it, as rq's worker "
                     "kills its work horse", self.job.id, KILL_GRACE_S)
         try:
-            control.request(KILL)
+            control.request(KILL, self.control_run)
         except FetchworkError as exc:  # not in a starter: nothing to kill here
             log.warning("rq job %s cannot be killed here: %s", self.job.id, exc)
 

@@ -73,6 +73,7 @@ class SlotWorker(Worker):
     # where rq's signal-based one cannot (rq's thread-based one can).
     death_penalty_class = TimerDeathPenalty
     horse_killed = False  # rq's kill-horse command killed the job (in the starter)
+    control_run: int | None = None  # the starter's run of the job served (control.current)
 
     def procline(self, message: str) -> None:
         log.debug("worker %s: %s", self.name, message)
@@ -81,15 +82,16 @@ class SlotWorker(Worker):
         """In the starter: rq's commands to this worker act on the starter's job."""
         self._horse_pid = os.getpid()  # rq only asks whether there is one
         self.horse_killed = False
+        self.control_run = control.current()
 
     def kill_horse(self, sig: object = None) -> None:
         """As rq's worker kills its horse at once: a job stopped on request (`stop-job`,
         `stop-execution`) leaves as removed; one killed (`kill-horse`) as killed."""
         if self._stopped_job_id:
-            control.request(REMOVE)  # then KILL: SIGKILL now, and still removed
+            control.request(REMOVE, self.control_run)  # then KILL: SIGKILL now, still removed
         else:
             self.horse_killed = True
-        control.request(KILL)
+        control.request(KILL, self.control_run)
         log.info("worker %s: rq asked to %s the job", self.name,
                  "stop" if self._stopped_job_id else "kill")
 

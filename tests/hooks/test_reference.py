@@ -3,6 +3,7 @@ and run as programs (`fetchwork hook NAME WORD`), with the same results."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from fetchwork.broker.client import Broker
 from fetchwork.config import ads
 from fetchwork.config.loader import reload_config
 from fetchwork.errors import FetchworkError
-from fetchwork.hooks import reference
+from fetchwork.hooks import control, reference
 from tests.support.hookenv import hook_environment
 from tests.support.waiting import wait_until
 
@@ -216,3 +217,46 @@ def test_the_exit_hook_takes_the_starters_values_as_it_reads_text(given, hook_en
         (3, 0.25, "exited normally with status 3")
     if isinstance(text, ads.AdText):
         assert text.take() is None  # the hook took them
+
+
+
+def _pipe_words(fd: int) -> list[str]:
+    try:
+        return os.read(fd, 4096).decode().split()
+    except BlockingIOError:
+        return []
+
+
+@pytest.mark.parametrize("next_job_runs", [False, True])
+def test_a_lease_keeper_left_past_its_job_stops_no_later_job(next_job_runs, hook_env,
+                                                             broker, caplog):
+    # The job's exit hook has not settled it (it failed, say), so its keeper still
+    # renews. The job is removed at the broker: while its own run lasts the keeper asks
+    # the starter to remove it; once a kept starter runs its next job, the request is
+    # refused and that job goes on.
+    caplog.set_level(logging.INFO)
+    [submitted] = submit(broker, JobLeaseDuration=1)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    control.install(write_fd)
+    job = fetch("in-process", hook_env)
+    try:
+        assert call("in-process", hook_env, "PREPARE_JOB",
+                    ads.join_pair(job, ads.parse_ad(SLOT_AD)))[0] == 0
+        if next_job_runs:
+            control.install(write_fd)  # the next run, on a pipe that stands for its own
+        broker.remove([submitted])
+        if not next_job_runs:
+            words: list[str] = []
+            wait_until(lambda: words.extend(_pipe_words(read_fd)) or words, timeout_s=30,
+                       what="the removal request")
+            assert words == ["remove"]
+        else:
+            wait_until(lambda: f"job {submitted} is removed but cannot be stopped here"
+                       in caplog.text, timeout_s=30, what="the keeper's refused request")
+            assert _pipe_words(read_fd) == []
+    finally:
+        reference._stop_keeper(job_id(job))
+        control.install(None)
+        os.close(read_fd)
+        os.close(write_fd)
