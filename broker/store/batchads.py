@@ -58,6 +58,19 @@ def _number(value: float) -> int | float:
 def ads_of(job_ids: Sequence[str], replies: Sequence[Any]) -> list[dict[str, Any]]:
     """The ad of each of `job_ids` ({} for a missing job), from the replies of the reads
     `queue_reads` queued for them."""
+    return [ad for ad, _own in split_ads_of(job_ids, replies)]
+
+
+# The names a linked job's ad derives from its id and its cluster's bookkeeping.
+_DERIVED = ("ProcId", "GlobalJobId", "FetchworkOrder")
+
+
+def split_ads_of(job_ids: Sequence[str], replies: Sequence[Any]
+                 ) -> list[tuple[dict[str, Any], tuple[str, ...] | None]]:
+    """`ads_of`, each ad with the names whose values are the job's own (its hash's, and
+    those derived from its id); every other attribute of the ad is its cluster's shared
+    one, the same value for every job of the cluster read together. None for a job
+    whose whole ad is its own (no link to a cluster hash, or missing)."""
     if not job_ids:
         return []
     packed, seqs = replies
@@ -68,11 +81,11 @@ def ads_of(job_ids: Sequence[str], replies: Sequence[Any]) -> list[dict[str, Any
                                 in zip(job_ids, owns, strict=True) if JOB_LINK in own))
     shared = {cluster: _Shared(fields) for cluster, fields
               in zip(linked, maps[count:], strict=True)}
-    ads: list[dict[str, Any]] = []
+    ads: list[tuple[dict[str, Any], tuple[str, ...] | None]] = []
     for job, own, seq in zip(job_ids, owns, seqs, strict=True):
         mine = {name: value for name, value in own.items() if name[:1] != "#"}
         if JOB_LINK not in own:
-            ads.append(mine)
+            ads.append((mine, None))
             continue
         cluster, _, proc = job.partition(".")
         base = shared[cluster]
@@ -85,5 +98,5 @@ def ads_of(job_ids: Sequence[str], replies: Sequence[Any]) -> list[dict[str, Any
         if "FetchworkOrder" not in mine and base.order is not None and seq is not None:
             ad["FetchworkOrder"] = _number(base.order + float(seq))
         ad.update(mine)
-        ads.append(ad)
+        ads.append((ad, (*_DERIVED, *mine) if mine else _DERIVED))
     return ads

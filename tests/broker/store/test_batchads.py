@@ -55,3 +55,31 @@ def test_an_empty_batch_reads_nothing(broker):
     pipe = broker.client.pipeline(transaction=False)
     assert batchads.queue_reads(pipe, broker.store, []) == 0
     assert batchads.ads_of([], pipe.execute()) == []
+
+
+def test_split_ads_name_what_is_not_the_cluster_s(broker):
+    from fetchwork.config.signedjob import SharedTexts, signed_text_of
+
+    jobs = broker.submit([AD] * 5, owner="alice")
+    # Own values for shared attributes, signed or not, and another spelling of one.
+    for job, own in ((jobs[1], {"Iwd": "/elsewhere"}), (jobs[2], {"Arguments": "own"}),
+                     (jobs[3], {"cmd": "/bin/x", "MyShared": 8})):
+        broker.client.hset(broker.keys.job(job), items=list(codec.fields_of(own)))
+    pipe = broker.client.pipeline(transaction=False)
+    batchads.queue_reads(pipe, broker.store, jobs)
+    split = batchads.split_ads_of(jobs, pipe.execute())
+    assert [ad for ad, _own in split] == by_script(broker, jobs)
+    linked = [(ad, own) for ad, own in split if own is not None]
+    assert len(linked) == 5
+    first, first_own = linked[0]
+    for ad, own in linked:
+        assert own is not None
+        # What a job does not name as its own is its cluster's, the same for all.
+        assert {name: value for name, value in ad.items() if name not in own} \
+            == {name: value for name, value in first.items()
+                if name not in own and name not in first_own and name in ad}
+    texts = SharedTexts()
+    for ad, own in split:
+        text = texts.text(ad, own) if own is not None else signed_text_of(ad)
+        assert text == signed_text_of(ad)
+    assert batchads.split_ads_of([], []) == []
