@@ -45,14 +45,20 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from fetchwork.broker.autoclusters import Grouper, rep_entry
+from fetchwork.broker.autoclusters import Grouper, rep_entry, significant_names
 from fetchwork.broker.store import Store, batchads, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import ad_prio
 from fetchwork.broker.store.states import State, clamp_prio, is_managed
 from fetchwork.config.ads import from_dict
 from fetchwork.config.protocol import HoldCode
-from fetchwork.config.signedjob import SIGNATURE_ATTR, SignedBatch, leaf_digest, signed_text_of
+from fetchwork.config.signedjob import (
+    SIGNATURE_ATTR,
+    SharedTexts,
+    SignedBatch,
+    leaf_digest,
+    signed_text_of,
+)
 from fetchwork.errors import AdError
 
 from .admission import activate, admit
@@ -372,29 +378,44 @@ class FilterLeader:
             grouper = Grouper()
             admitted: list[tuple[str, int, bool, str]] = []
             leaves: list[bytes] = []
-            rules = self.rules
-            for (job, data), digest in zip(found, staged, strict=True):
-                leaf = leaf_digest(signed_text_of(data))
-                names = names_of(data)
-                why = rules_refusal(data, names, rules) if rules is not None else None
-                why = f"refused: {why}" if why else refusal(job, data, leaf, digest)
+            # Jobs of one cluster share most of their ad: each cluster's signed text is
+            # written once and each job adds its own lines, and what the pool's rules and
+            # the autoclusters decide of a job is decided once for the jobs whose own
+            # values cannot change it (_decided).
+            texts: dict[str, SharedTexts] = {}
+            decided: dict[tuple[str, tuple[str, ...], tuple[str, ...]], _Decision | None] = {}
+            for (job, data, own), digest in zip(found, staged, strict=True):
+                if own is None:
+                    leaf = leaf_digest(signed_text_of(data))
+                    decision = self._decide(data, grouper)
+                else:
+                    cluster = job.partition(".")[0]
+                    names = tuple(data)
+                    shared = texts.get(cluster)
+                    if shared is None:
+                        shared = texts[cluster] = SharedTexts()
+                    leaf = leaf_digest(shared.text(data, own, names))
+                    shape = (cluster, names, own)
+                    if shape in decided:
+                        decision = decided[shape] or self._decide(data, grouper)
+                    else:
+                        decision = self._decide(data, grouper)
+                        decided[shape] = decision if _shared_decision(data, own) else None
+                why_rules, gid, blocked, prio = decision
+                why = f"refused: {why_rules}" if why_rules else refusal(job, data, leaf, digest)
                 if why is not None:
                     log.warning("job %s refused at admission: %s", job, why)
                     calls.admit_fail(self.store, job_id=job, reason=why)
                     continue
                 # The pool's rules and the job's own attributes decide, never what the
                 # submitting client passed beside them (its autocluster, its flags).
-                gid = grouper.gid(data)
-                blocked = (rules is not None and rules.limits and not names.blocked_reason
-                           and data.get("HoldReasonCode") != int(HoldCode.SUBMITTED_ON_HOLD))
-                prio = _prio_of(data, data[names.prio] if names.prio else 0)
                 admitted.append((job, prio, blocked,
                                  "" if data.get(AUTOCLUSTER_ATTR) == gid else gid))
                 leaves.append(leaf)
             # One signed string for the batch, stored once; each job its place in it.
             signed_batch = self.signer.sign_batch(leaves) if leaves else None
             # Jobs gone or no longer waiting leave the validating set (admit.lua's rule).
-            waiting = [job for job, _data in found]
+            waiting = [job for job, _data, _own in found]
             kept = set(waiting)
             done += len(batch)
             head = self._admit_batch(admitted, signed_batch,
@@ -404,19 +425,32 @@ class FilterLeader:
                 ahead = self._read_now(batch)
         return bool(batch)
 
-    def _read_now(self, batch: list[str]) -> Future[tuple[list[tuple[str, dict[str, Any]]],
-                                                        list[bytes | None]]]:
+    def _decide(self, data: Mapping[str, Any], grouper: Grouper) -> _Decision:
+        """What the pool's rules and the autoclusters decide of waiting job `data`: why
+        the rules refuse it (None: they do not), its autocluster, whether it waits
+        BLOCKED for the policy's pass, its priority. A refused job gets no autocluster."""
+        rules = self.rules
+        names = names_of(data)
+        why = rules_refusal(data, names, rules) if rules is not None else None
+        if why:
+            return why, "", False, 0
+        gid = grouper.gid(data)
+        blocked = (rules is not None and rules.limits and not names.blocked_reason
+                   and data.get("HoldReasonCode") != int(HoldCode.SUBMITTED_ON_HOLD))
+        return None, gid, blocked, _prio_of(data, data[names.prio] if names.prio else 0)
+
+    def _read_now(self, batch: list[str]) -> Future[_Read]:
         """`_read_waiting(batch)` on this thread (nothing to overlap it with), as a
         finished future."""
-        done: Future[tuple[list[tuple[str, dict[str, Any]]], list[bytes | None]]] = Future()
+        done: Future[_Read] = Future()
         done.set_result(self._read_waiting(batch))
         return done
 
-    def _read_waiting(self, batch: list[str]
-                      ) -> tuple[list[tuple[str, dict[str, Any]]], list[bytes | None]]:
-        """The ads of the jobs of `batch` that wait for admission, and their staged
-        digests, in one round trip (store/batchads.py: each cluster's shared ad read
-        and decoded once, not rebuilt for every job by the script)."""
+    def _read_waiting(self, batch: list[str]) -> _Read:
+        """The ads of the jobs of `batch` that wait for admission (each with the names
+        of its own values: batchads.split_ads_of), and their staged digests, in one
+        round trip (store/batchads.py: each cluster's shared ad read and decoded once,
+        not rebuilt for every job by the script)."""
         store = self.store
 
         def read() -> tuple[list[Any], int]:
@@ -427,10 +461,10 @@ class FilterLeader:
 
         replies, reads = self._once_more(read)
         digests = dict(zip(batch, staged_of(batch, replies[reads:]), strict=True))
-        found = [(job, data) for job, data in zip(batch, batchads.ads_of(batch, replies[:reads]),
-                                                  strict=True)
+        found = [(job, data, own) for job, (data, own)
+                 in zip(batch, batchads.split_ads_of(batch, replies[:reads]), strict=True)
                  if data and data.get("FetchworkState") in _WAITING]
-        return found, [digests[job] for job, _data in found]
+        return found, [digests[job] for job, _data, _own in found]
 
     def _admit_batch(self, signed: list[tuple[str, int, bool, str]],
                      signed_batch: SignedBatch | None, strays: list[str],
@@ -560,6 +594,28 @@ def request_facts(request: Mapping[Any, Any]) -> tuple[Facts, float]:
                   backfill=False, resource_count=int(cpus) if isinstance(cpus, int) else 1,
                   slot_ad=slot_ad)
     return facts, int(field("deadline")) / 1000.0
+
+
+# A batch's waiting jobs as read: (id, ad, the names of its own values or None), and
+# their staged digests.
+_Read = tuple[list[tuple[str, dict[str, Any], tuple[str, ...] | None]], list[bytes | None]]
+# FilterLeader._decide: (why the pool's rules refuse the job, its autocluster, whether
+# it waits BLOCKED, its priority).
+_Decision = tuple[str | None, str, bool, int]
+# What, besides the autoclusters' significant attributes, decides a job's _Decision.
+_DECIDING = frozenset(("allowedjobduration", "jobprio", "holdreasoncode", "blockedreason"))
+
+
+def _shared_decision(data: Mapping[str, Any], own: tuple[str, ...]) -> bool:
+    """Whether waiting job `data`'s _Decision holds for every job of its cluster with its
+    names and own names (`own`): none of those decides it, and its priority and run time
+    limit are literals (an expression may read an own value)."""
+    names = names_of(data)
+    for name in (names.prio, names.walltime):
+        if name is not None and type(data[name]) is not int:
+            return False
+    deciding = _DECIDING | {name.lower() for name in significant_names(data)}
+    return not any(name.lower() in deciding for name in own)
 
 
 def _prio_of(data: Mapping[str, Any], prio: Any) -> int:

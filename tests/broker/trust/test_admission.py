@@ -291,3 +291,21 @@ def test_the_admission_leaves_alone_a_job_that_stopped_waiting_after_the_read(si
     admits = [fields["job"] for _id, fields in broker.events("0-0", count=100)
               if fields["type"] == "admit"]
     assert admits == [jobs[1], jobs[3]]
+
+
+def test_a_jobs_own_values_decide_for_it_in_a_cluster_decided_once(signing) -> None:
+    broker, leader, public = signing
+    jobs = broker.submit([{"Cmd": "/bin/true", "RequestMemory": 100}] * 5, owner="alice")
+    # Own values that are not signed (their staged digests still hold): a priority, an
+    # attribute the autoclusters group by.
+    for job, own in ((jobs[1], {"JobPrio": 7}), (jobs[2], {"RequestMemory": 900}),
+                     (jobs[3], {"JobPrio": 2})):
+        broker.client.hset(broker.keys.job(job), items=list(codec.fields_of(own)))
+    settle(leader)
+    assert {state(broker, job) for job in jobs} == {"IDLE"}
+    assert broker.store.members(broker.keys.idle)[:2] == [jobs[1], jobs[3]]
+    groups = [broker.get(job)["FetchworkAutocluster"] for job in jobs]
+    assert groups[0] == groups[1] == groups[3] == groups[4] != groups[2]
+    for job in jobs:
+        assert signedjob.check(public, parse_ad(format_ad(handed_ad(broker, job))),
+                               broker.pool) is None
