@@ -354,8 +354,10 @@ class FilterLeader:
         SIGNED_PER_PASS are done; whether any is left. A batch takes two round trips:
         one reads its ads and staged digests, one admits it (admit_signed.lua), with
         the autoclusters' representatives, the staged digests dropped and the head of
-        the validating set. Its Python work is one signed text, one leaf and one
-        grouping a job, and one signature for the batch; the next batch is read on
+        the validating set. Its Python work is one leaf a job from a signed text whose
+        shared part each cluster writes once, the rules and the grouping decided once
+        for a cluster's jobs whose own values cannot change them, and one signature
+        for the batch; the next batch is read on
         another thread meanwhile, so Redis works while this one is signed. A batch
         read short of BATCH had nothing after it: no other read, and no thread, for
         what the admission's own reply (the head of the set) brings next."""
