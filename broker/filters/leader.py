@@ -364,17 +364,28 @@ class FilterLeader:
         assert self.signer is not None
         store = self.store
         batch, done = first, 0
+        # The head of the validating set the last admission read back (two batches:
+        # the one read ahead and what follows it); None before the first admission.
+        head: list[str] | None = None
+        before: set[str] = set()
         ahead = self._read_now(batch) if batch else None
         while batch and ahead is not None and done < SIGNED_PER_PASS:
             found, staged = ahead.result()
             ahead = None
             # The jobs after this batch (a job joins the set with a later sequence);
             # none when the set held less than a batch as it was read (one that joined
-            # since is in the head the admission reads back).
+            # since is in the head the admission reads back). After an admission, its
+            # reply names them, without a round trip of their own.
             inhand = set(batch)
-            following = [job for job in Store.ids(store.client.zrange(
-                store.keys.validating, len(batch), len(batch) + BATCH - 1))
-                if job not in inhand] if len(batch) >= BATCH else []
+            if len(batch) < BATCH:
+                following = []
+            elif head is not None:
+                following = [job for job in head
+                             if job not in inhand and job not in before][:BATCH]
+            else:
+                following = [job for job in Store.ids(store.client.zrange(
+                    store.keys.validating, len(batch), len(batch) + BATCH - 1))
+                    if job not in inhand]
             if following and done + len(batch) < SIGNED_PER_PASS:
                 ahead = self._ahead.submit(self._read_waiting, following)
             grouper = Grouper()
@@ -422,7 +433,8 @@ class FilterLeader:
             done += len(batch)
             head = self._admit_batch(admitted, signed_batch,
                                      [job for job in batch if job not in kept], waiting, grouper)
-            batch = following if ahead is not None else head
+            before = inhand
+            batch = following if ahead is not None else head[:BATCH]
             if ahead is None and batch and done < SIGNED_PER_PASS:
                 ahead = self._read_now(batch)
         return bool(batch)
@@ -474,7 +486,8 @@ class FilterLeader:
         """admit_signed.lua for one batch, the autoclusters' representatives as the
         leader makes them (one a submission wrote differently, as a submit.lua call made
         by hand may, is replaced), the strays out of the validating set and the decided
-        jobs' staged digests dropped, in one round trip; the next batch's ids."""
+        jobs' staged digests dropped, in one round trip; the ids of the next two
+        batches (the head of the validating set)."""
         store = self.store
         reps = [value for gid, rep in grouper.reps.items() for value in (gid, rep_entry(rep))]
 
@@ -488,7 +501,7 @@ class FilterLeader:
             if strays:
                 pipe.zrem(store.keys.validating, *strays)
             forget_staged(pipe, store, decided)
-            pipe.zrange(store.keys.validating, 0, BATCH - 1)
+            pipe.zrange(store.keys.validating, 0, 2 * BATCH - 1)
             return pipe.execute()[-1]
 
         return Store.ids(self._once_more(admit))
