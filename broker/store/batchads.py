@@ -30,7 +30,7 @@ READS = 2
 
 def queue_reads(pipe: Pipeline, store: Store, job_ids: Sequence[str]) -> int:
     """Queue on `pipe` the reads of the ads of `job_ids` (none for no job); the number
-    of replies they take (for `ads_of`)."""
+    of replies they take (for `split_ads_of`)."""
     if not job_ids:
         return 0
     calls.read_ads_split_queued(store, pipe, job_ids=job_ids)
@@ -55,22 +55,17 @@ def _number(value: float) -> int | float:
     return int(value) if value.is_integer() else value
 
 
-def ads_of(job_ids: Sequence[str], replies: Sequence[Any]) -> list[dict[str, Any]]:
-    """The ad of each of `job_ids` ({} for a missing job), from the replies of the reads
-    `queue_reads` queued for them."""
-    return [ad for ad, _own in split_ads_of(job_ids, replies)]
-
-
 # The names a linked job's ad derives from its id and its cluster's bookkeeping.
 _DERIVED = ("ProcId", "GlobalJobId", "FetchworkOrder")
 
 
 def split_ads_of(job_ids: Sequence[str], replies: Sequence[Any]
                  ) -> list[tuple[dict[str, Any], tuple[str, ...] | None]]:
-    """`ads_of`, each ad with the names whose values are the job's own (its hash's, and
-    those derived from its id); every other attribute of the ad is its cluster's shared
-    one, the same value for every job of the cluster read together. None for a job
-    whose whole ad is its own (no link to a cluster hash, or missing)."""
+    """The ad of each of `job_ids` ({} for a missing job), from the replies of the reads
+    `queue_reads` queued for them, each with the names whose values are the job's own
+    (its hash's, and those derived from its id); every other attribute of the ad is its
+    cluster's shared one, the same value for every job of the cluster read together.
+    None for a job whose whole ad is its own (no link to a cluster hash, or missing)."""
     if not job_ids:
         return []
     packed, seqs = replies

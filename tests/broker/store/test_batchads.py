@@ -27,7 +27,7 @@ def by_reads(broker: Broker, jobs: list[str]) -> list[dict]:
     count = batchads.queue_reads(pipe, broker.store, jobs)
     replies = pipe.execute()
     assert count == len(replies)
-    return batchads.ads_of(jobs, replies)
+    return [ad for ad, _own in batchads.split_ads_of(jobs, replies)]
 
 
 def test_the_ads_read_are_read_ads_lua_s(broker):
@@ -54,7 +54,7 @@ def test_the_ads_read_are_read_ads_lua_s(broker):
 def test_an_empty_batch_reads_nothing(broker):
     pipe = broker.client.pipeline(transaction=False)
     assert batchads.queue_reads(pipe, broker.store, []) == 0
-    assert batchads.ads_of([], pipe.execute()) == []
+    assert batchads.split_ads_of([], pipe.execute()) == []
 
 
 def test_split_ads_name_what_is_not_the_cluster_s(broker):
