@@ -162,6 +162,10 @@ class FilterLeader:
         configured = summary_of(settings)
         self._every_event = (signer is None or configured.submit or configured.activate
                              or bool(configured.templates))
+        # Then only a change of the validating set matters, which the leader may watch
+        # instead of reading every transition (leader/watch.py).
+        self.watch_keys: tuple[str, ...] = (
+            (store.keys.validating,) if self.reads_events and not self._every_event else ())
         self._pass_due = True
         self._passed_at: float | None = None  # monotonic time of the last pass
         self._swept_at = 0.0  # when the stored signed batches were last swept

@@ -108,6 +108,7 @@ class Inbox:
         self._since: str | None = None
         self._events: list[Event] = []
         self._closed = False
+        self._poked = False
 
     def lead(self, since: str) -> None:
         """The lead was taken: events after `since` follow."""
@@ -125,6 +126,7 @@ class Inbox:
             self._leading = False
             self._since = None
             self._events = []
+            self._poked = False
             self._cond.notify()
 
     def put(self, events: Sequence[Event]) -> None:
@@ -144,6 +146,14 @@ class Inbox:
             log.warning("leader duty %s fell %d events behind: it resyncs from %s",
                         self.name, dropped, events[-1][0])
 
+    def poke(self) -> None:
+        """Wake the duty with nothing new (leader/watch.py: a key it watches changed), so
+        it runs its pass when due; nothing while not leading."""
+        with self._cond:
+            if self._leading:
+                self._poked = True
+                self._cond.notify()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -157,7 +167,7 @@ class Inbox:
             if self._closed:
                 return None
             mail = Mail(self._leading, self._lost, self._since, self._events)
-            self._lost, self._since, self._events = False, None, []
+            self._lost, self._since, self._events, self._poked = False, None, [], False
             return mail
 
     def pause(self, seconds: float) -> None:
@@ -166,7 +176,8 @@ class Inbox:
             self._cond.wait_for(lambda: self._closed, seconds)
 
     def _has_mail(self) -> bool:
-        return self._closed or self._lost or self._since is not None or bool(self._events)
+        return (self._closed or self._lost or self._poked or self._since is not None
+                or bool(self._events))
 
 
 def drive(duty: Duty, inbox: Inbox, clock: Callable[[], float] = time.monotonic) -> None:

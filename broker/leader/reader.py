@@ -16,6 +16,10 @@ events at the time, hands a duty that starts reading over as on taking the
 lead (from the last entry read, or the newest one), and reads nothing while
 no duty reads events.
 
+A duty that needs only to know that a key changed names it (`watch_keys`,
+leader/watch.py): while the leader's one watch of those keys works, the duty
+reads no events, and a change of a key wakes its thread through its inbox.
+
 A duty paced anyway may let the reader gather events (`events_batch_s`, an
 optional attribute of a duty; 0 when absent): after a batch the reader waits
 the least such time of the duties reading events before its next XREAD, so
@@ -42,6 +46,7 @@ from fetchwork.broker.store import Store
 
 from .duty import RETRY_S, Duty, Inbox, drive
 from .interest import WhenInUse
+from .watch import KeyWatch, Watched, watch_keys
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +66,19 @@ class LeaderDuties:
     def __init__(self, store: Store, duties: Sequence[Duty], block_s: float = BLOCK_S,
                  count: int = READ_COUNT):
         self.store = store
-        self.duties = list(duties)
         self.block_s = block_s
         self.count = count
+        # The duties woken by a change of a key (leader/watch.py), and the one watch of
+        # all their keys; a duty reads events while the watch does not work.
+        watched = {index: watch_keys(duty) for index, duty in enumerate(duties)}
+        watched = {index: keys for index, keys in watched.items() if keys}
+        self.watch = (KeyWatch(store, [key for keys in watched.values() for key in keys],
+                               self._key_changed, self._watch_turned)
+                      if watched else None)
+        self.duties: list[Duty] = [
+            Watched(duty, self._watching) if index in watched else duty
+            for index, duty in enumerate(duties)]
+        self._watched = watched
         self._inboxes = [Inbox(duty.name) for duty in self.duties]
         self._cond = threading.Condition()
         self._leading = False
@@ -71,9 +86,11 @@ class LeaderDuties:
         self._epoch = 0
         self._stopping = False
         self._threads: list[threading.Thread] = []
-        for duty in self.duties:
+        for duty, inbox in zip(self.duties, self._inboxes, strict=True):
             if isinstance(duty, WhenInUse):
                 duty.wake = self._wake
+            if isinstance(duty, Watched):
+                duty.wake = inbox.poke
 
     def __enter__(self) -> LeaderDuties:
         self.start()
@@ -90,6 +107,8 @@ class LeaderDuties:
                           for duty, inbox in zip(self.duties, self._inboxes, strict=True)]
         for thread in self._threads:
             thread.start()
+        if self.watch is not None:
+            self.watch.start()
 
     def set_leading(self, leads: bool) -> None:
         """Whether this replica leads now; a change is handed to every duty."""
@@ -109,9 +128,13 @@ class LeaderDuties:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        if self.watch is not None:
+            self.watch.stop()
         for inbox in self._inboxes:
             inbox.close()
         deadline = time.monotonic() + JOIN_S
+        if self.watch is not None:
+            self.watch.join(JOIN_S)
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
@@ -197,6 +220,25 @@ class LeaderDuties:
             for index in joining:
                 self._inboxes[index].lead(since)
         return since
+
+    def _watching(self) -> bool:
+        return self.watch is not None and self.watch.working
+
+    def _key_changed(self, key: str) -> None:
+        """The watch saw `key` change: the duties watching it have a pass due."""
+        for index, keys in self._watched.items():
+            duty = self.duties[index]
+            if key in keys and isinstance(duty, Watched):
+                duty.on_change()
+
+    def _watch_turned(self) -> None:
+        """The watch started or stopped working: the reader looks again at who reads
+        events, and the watched duties pass at once (a change may have come between)."""
+        for index in self._watched:
+            duty = self.duties[index]
+            if isinstance(duty, Watched):
+                duty.on_change()
+        self._wake()
 
     def _wake(self) -> None:
         """A duty wants events: a reader waiting for one to want them reads again now."""

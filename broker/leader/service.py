@@ -21,6 +21,8 @@ leader/interest.py):
 - the filters (broker/filters/leader.py): admit VALIDATING jobs, decide
   ACTIVATING ones, release holds whose HoldUntil passed; a pass on every
   batch of events (with a filter or template configured) and every POLL_S.
+  A pool that only signs its jobs wakes them on a change of the validating
+  set instead, read from no event (leader/watch.py).
   A configuration the filters cannot use (DEFAULT_HOLD_DURATION out of
   range, a chain naming an undefined filter) stops `from_config`: the
   broker refuses to start.

@@ -1,0 +1,178 @@
+"""Duties woken by a change of a key instead of by the event stream.
+
+A duty that needs only to know that one key changed (the filters of a pool
+that only signs its jobs: that a submission put jobs in the validating set)
+would otherwise read every transition of the pool to find the few that
+concern it: an XREAD, its decoding and a hand-over per batch, two a job
+while the queue flows. Such a duty names the keys (`watch_keys`, an optional
+attribute of a duty; none when absent), and the leader watches them with
+one connection of its own in Redis's broadcast tracking mode (`CLIENT
+TRACKING ON BCAST PREFIX key ... NOLOOP`, RESP3): the server pushes one
+invalidation message per change of a watched key (a script that changes it
+a thousand times pushes one), nothing when other keys change, so a pool
+whose queue flows costs the watch nothing.
+
+While the watch works the duty reads no events (`Watched.reads_events`),
+and a message makes its pass due at once. When the watch does not work (a
+server or client without RESP3 push messages, a lost connection) the duty
+reads events as before, and the reader hands them over as on taking the
+lead (leader/reader.py); a watch that works again makes a pass due at once,
+for the changes it may have missed. No change is lost either way: the
+duty's pass reads the key's state itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from fetchwork.broker.store import Store, codec
+
+from .duty import RETRY_S, Duty, Event
+
+log = logging.getLogger(__name__)
+
+# Longest wait for a message before the watch looks whether it should stop.
+WAIT_S = 0.5
+
+
+def watch_keys(duty: Duty) -> tuple[str, ...]:
+    """The keys whose change brings the duty's pass (none: it reads events)."""
+    return tuple(getattr(duty, "watch_keys", ()) or ())
+
+
+class Watched:
+    """`duty`, woken by a change of its `watch_keys` while `watching()` is true, and
+    reading events only while it is not."""
+
+    def __init__(self, duty: Duty, watching: Callable[[], bool]):
+        self.duty = duty
+        self.watching = watching
+        self.changed = False
+        # Wakes the duty's thread (set by the leader's reader to poke its inbox).
+        self.wake: Callable[[], None] = lambda: None
+
+    @property
+    def name(self) -> str:
+        return self.duty.name
+
+    @property
+    def reads_events(self) -> bool:
+        return self.duty.reads_events and not self.watching()
+
+    def on_change(self) -> None:
+        """A watched key changed (or the watch started again): a pass is due now."""
+        self.changed = True
+        self.wake()
+
+    def on_lead(self, since: str) -> None:
+        self.duty.on_lead(since)
+
+    def on_lose(self) -> None:
+        self.changed = False
+        self.duty.on_lose()
+
+    def on_events(self, events: Sequence[Event]) -> object:
+        return self.duty.on_events(events)
+
+    def due_in_s(self, now_s: float) -> float:
+        return 0.0 if self.changed else self.duty.due_in_s(now_s)
+
+    def run_due(self, now_s: float) -> object:
+        self.changed = False  # a change during the pass brings another
+        return self.duty.run_due(now_s)
+
+    def close(self) -> None:
+        self.duty.close()
+
+
+class KeyWatch:
+    """One connection tracking `keys` (broadcast mode), calling `on_change(key)` for
+    every change pushed, on its own thread until `stop`. `working` is true while the
+    tracking is in place; `on_state()` is called whenever it turns."""
+
+    def __init__(self, store: Store, keys: Sequence[str], on_change: Callable[[str], None],
+                 on_state: Callable[[], None], wait_s: float = WAIT_S):
+        self.store = store
+        self.keys = sorted(set(keys))
+        self.on_change = on_change
+        self.on_state = on_state
+        self.wait_s = wait_s
+        self.working = False
+        # The server's id of the watch's connection while it has one (logs, tests).
+        self.client_id: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warned = False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="broker-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout_s: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            conn: Any = None
+            try:
+                conn = self._connect()
+                self._set_working(True)
+                while not self._stop.is_set():
+                    if conn.can_read(timeout=self.wait_s):
+                        self._changed(conn.read_response(push_request=True))
+            except (redis.RedisError, OSError, ValueError) as exc:
+                if not self._warned:
+                    log.warning("watching %s failed (%s): the duties that watch them read "
+                                "the event stream instead", " ".join(self.keys), exc)
+                    self._warned = True
+            finally:
+                self._set_working(False)
+                if conn is not None:
+                    conn.disconnect()
+            self._stop.wait(RETRY_S)
+
+    def _connect(self) -> Any:
+        """A connection of its own (the client's settings: socket, TLS, credentials),
+        tracking the keys; ValueError when it cannot receive push messages (RESP2)."""
+        conn = self.store.client.connection_pool.make_connection()
+        conn.connect()
+        if str(getattr(conn, "protocol", 2)) != "3":
+            conn.disconnect()
+            raise ValueError("the connection does not speak RESP3")
+        conn._parser.set_invalidation_push_handler(lambda response: response)
+        conn.send_command("CLIENT", "ID")
+        self.client_id = int(conn.read_response())
+        prefixes = [word for key in self.keys for word in ("PREFIX", key)]
+        conn.send_command("CLIENT", "TRACKING", "ON", "BCAST", *prefixes, "NOLOOP")
+        reply = conn.read_response()
+        if codec.text(reply) != "OK":
+            raise ValueError(f"CLIENT TRACKING answered {reply!r}")
+        if self._warned:
+            log.info("watching %s again", " ".join(self.keys))
+            self._warned = False
+        return conn
+
+    def _changed(self, message: Any) -> None:
+        """An invalidation push: [b'invalidate', [key, ...]] (None: all keys, after a
+        FLUSHALL)."""
+        if not isinstance(message, list | tuple) or len(message) < 2:
+            return
+        names = message[1]
+        found = [codec.text(name) for name in names] if isinstance(names, list) else self.keys
+        for key in self.keys:
+            if any(name.startswith(key) for name in found):
+                self.on_change(key)
+
+    def _set_working(self, working: bool) -> None:
+        if working != self.working:
+            self.working = working
+            self.on_state()

@@ -1,0 +1,175 @@
+"""Duties woken by a change of a key on a real Redis: while the leader watches the key
+the duty reads no event, a change brings its pass at once, and a leader that cannot
+watch (no RESP3 push messages) hands the duty every event as before; a pool that only
+signs its jobs admits them with no event read while its queue flows."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+
+from fetchwork.broker.client import Broker
+from fetchwork.broker.leader.reader import LeaderDuties
+from fetchwork.broker.leader.service import BrokerService
+from fetchwork.broker.leader.watch import Watched
+from fetchwork.config.loader import Config
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class KeyDuty:
+    """A duty that would read events, or be woken by a change of `key`; counts both."""
+
+    name = "keyed"
+    reads_events = True
+
+    def __init__(self, key: str):
+        self.watch_keys = (key,)
+        self.events: list[str] = []
+        self.passes = 0
+        self.due = True
+
+    def on_lead(self, since: str) -> None:
+        self.due = True
+
+    def on_lose(self) -> None:
+        pass
+
+    def on_events(self, events) -> None:
+        self.events += [entry for entry, _ in events]
+        self.due = True
+
+    def due_in_s(self, now_s: float) -> float:
+        return 0.0 if self.due else float("inf")
+
+    def run_due(self, now_s: float) -> None:
+        self.passes += 1
+        self.due = False
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The events the leader's reader thread read, by the store they came through."""
+    calls: list[int] = []
+
+    def counting(store):
+        real = store.events
+
+        def counted(last_id="$", block_ms=0, count=100):
+            found = real(last_id, block_ms=block_ms, count=count)
+            if threading.current_thread().name == "broker-events":
+                calls.append(len(found))
+            return found
+
+        monkeypatch.setattr(store, "events", counted)
+
+    return calls, counting
+
+
+def test_a_watched_duty_reads_no_event_and_passes_on_each_change(redis_client, pool_name,
+                                                                  reads):
+    calls, counting = reads
+    broker = Broker(redis_client, pool_name, Config.load(environ={}))
+    counting(broker.store)
+    key = broker.keys.validating
+    duty = KeyDuty(key)
+    with LeaderDuties(broker.store, [duty], block_s=0.05) as served:
+        [wrapped] = served.duties
+        assert isinstance(wrapped, Watched)
+        served.set_leading(True)
+        assert served.watch is not None
+        wait_until(lambda: served.watch.working and duty.passes >= 1 and not wrapped.changed
+                   and not duty.due, 10, what="the watch in place and the passes it brought")
+        threading.Event().wait(0.2)  # an XREAD begun before the watch worked has ended
+        passes, read = duty.passes, len(calls)
+        redis_client.xadd(broker.keys.events, {"type": "claim", "job": "1.0"})
+        redis_client.zadd(broker.keys.idle, {"1.0": 1})
+        threading.Event().wait(0.3)
+        assert duty.passes == passes, "a change of another key brought a pass"
+        redis_client.zadd(key, {"2.0": 1})
+        wait_until(lambda: duty.passes > passes, 5, what="the pass a change brings")
+        assert sum(calls[read:]) == 0
+
+
+def test_a_leader_that_cannot_watch_hands_the_duty_every_event(redis_url, pool_name, reads):
+    calls, counting = reads
+    client = redis.Redis.from_url(redis_url, protocol=2)  # no push messages
+    try:
+        broker = Broker(client, pool_name, Config.load(environ={}))
+        counting(broker.store)
+        duty = KeyDuty(broker.keys.validating)
+        with LeaderDuties(broker.store, [duty]) as served:
+            served.set_leading(True)
+            wait_until(lambda: duty.passes >= 1, 10, what="the first pass")
+            broker.submit([{"Cmd": "x"}] * 3)
+            wait_until(lambda: len(duty.events) >= 3, 10, what="the events of the jobs")
+            assert served.watch is not None and not served.watch.working
+    finally:
+        client.close()
+
+
+def test_a_watch_that_breaks_hands_the_events_over_and_comes_back(redis_client, pool_name):
+    broker = Broker(redis_client, pool_name, Config.load(environ={}))
+    duty = KeyDuty(broker.keys.validating)
+    with LeaderDuties(broker.store, [duty]) as served:
+        served.set_leading(True)
+        watch = served.watch
+        assert watch is not None
+        wait_until(lambda: watch.working, 10, what="the watch in place")
+        # Cut the watch's connection as a lost network would.
+        redis_client.client_kill_filter(_id=str(watch.client_id))
+        wait_until(lambda: not watch.working, 10, what="the watch lost")
+        broker.submit([{"Cmd": "x"}])
+        wait_until(lambda: duty.events, 10, what="the events read while it is lost")
+        wait_until(lambda: watch.working, 10, what="the watch in place again")
+        passes = duty.passes
+        redis_client.zadd(broker.keys.validating, {"9.0": 1})
+        wait_until(lambda: duty.passes > passes, 5, what="the pass a change brings")
+
+
+def test_a_pool_that_signs_admits_its_jobs_with_no_event_read(signing_service, reads):
+    broker, service = signing_service
+    service.backfill = None  # the filters' reads alone
+    calls, counting = reads
+    counting(broker.store)
+    names = {duty.name: duty for duty in service.duties()}
+    assert getattr(names["filters"], "watch_keys", None) == (broker.keys.validating,)
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: service.is_leader, 10, what="the lead")
+        jobs = broker.submit([{"Cmd": "x"}] * 600)
+        wait_until(lambda: all(state == "IDLE" for state in states(broker, jobs)), 20,
+                   what="every job admitted")
+        [one] = broker.submit([{"Cmd": "x"}])
+        wait_until(lambda: states(broker, [one]) == ["IDLE"], 5, what="a lone job admitted")
+    finally:
+        stop.set()
+        thread.join(10)
+    # An XREAD begun as the lead was taken, before the watch worked, may read a little.
+    assert sum(calls) <= 10, calls
+
+
+def states(broker: Broker, jobs: list[str]) -> list[str]:
+    return [str(data.get("FetchworkState")) for _job, data in broker.store.hashes(jobs)]
+
+
+@pytest.fixture
+def signing_service(tmp_path, redis_client, pool_name):
+    from fetchwork.broker.trust.signer import ensure_key_pair
+
+    ensure_key_pair(tmp_path / "k.pem", tmp_path / "p.pem")
+    config = Config.load(environ={"_FETCHWORK_JOB_SIGNING_KEY": str(tmp_path / "k.pem"),
+                                  "_FETCHWORK_JOB_SIGNING_PUBLIC_KEY": str(tmp_path / "p.pem"),
+                                  "_FETCHWORK_BROKER_LEADER_LEASE": "3"})
+    broker = Broker(redis_client, pool_name, config)
+    service = BrokerService.from_config(broker, config)
+    assert service.filters is not None and service.filters.signer is not None
+    return broker, service
