@@ -22,28 +22,35 @@ The backfill pass is one of the leader's duties (leader/duty.py): the
 leader's reader hands it the events, and a pass is due at once on taking
 the lead, after transitions (at most every BACKFILL_MIN_INTERVAL, at once
 on an event about the reserved job: `next_pass_at`) and at least every
-POLICY_INTERVAL. `run_pass` is a pass on its own: it reads the events since
-the last one itself.
+POLICY_INTERVAL. The events are read only while they matter
+(`reads_events`): while a reservation stands, or the idle set is empty
+(a new job is passed at once). While jobs flow past a head that no
+reservation holds, no event is read: a pass comes every
+BACKFILL_MIN_INTERVAL, tells a pass-over from its looks (waiting.py), and
+reads afresh the hashes it caches, since no event named the changed ones.
+`run_pass` is a pass on its own: it reads the events since the last one
+itself.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import classad2
 
 from fetchwork.broker.autoclusters import signature, start_job_reads
 from fetchwork.broker.store import Store, calls, codec
+from fetchwork.broker.store.states import State
 from fetchwork.config.ads import from_dict
 from fetchwork.config.matching import matches
 from fetchwork.errors import AdError
 
 from .plan import DEPTH, Machine, Plan, Reservation, Running, Waiting, plan, to_record
 from .pool import ideal_slots_by_machine, machines_of, running_of, waiting_of
-from .waiting import SETTLE_S, WINDOW, Look, look
+from .waiting import SETTLE_S, WINDOW, Look, left_behind, look
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +74,6 @@ class BackfillLeader:
     """Computes the reservation of one pool while this replica leads."""
 
     name = "backfill"
-    reads_events = True
 
     def __init__(self, store: Store, default_walltime_s: float, min_interval_s: float = 0.0,
                  interval_s: float = 5.0, settle_s: float | None = None):
@@ -101,12 +107,30 @@ class BackfillLeader:
         self._seen_started: set[str] = set()
         self._named: set[str] = set()
         self._settle_at: float | None = None
+        # Whether this replica leads (an on_lead while it does is a hand-over of the
+        # events, not a new lead), and whether some of the time since the last look
+        # went without events (the look then reads the states of the jobs it needs).
+        self._leading = False
+        self._blind = True
+        # Called when the events become worth reading (set by the leader's reader, so
+        # it hands them over at once rather than after its wait).
+        self.reading_changed: Callable[[], None] = lambda: None
 
     @classmethod
     def from_config(cls, store: Store, config: Any) -> BackfillLeader:
         return cls(store, config.get_duration_s("DEFAULT_JOB_WALLTIME"),
                    config.get_duration_s("BACKFILL_MIN_INTERVAL"),
                    config.get_duration_s("POLICY_INTERVAL"))
+
+    @property
+    def reads_events(self) -> bool:
+        """Whether the transitions are worth reading: while a reservation stands (its
+        bypasses, an event about its job) or the idle head is empty (a new job's pass
+        comes at once), or with no minimum interval; not while jobs flow past a head
+        that no reservation holds: a pass then comes every BACKFILL_MIN_INTERVAL, and
+        tells a pass-over from its looks (waiting.py)."""
+        return (self._reservation is not None or not self._look.ids
+                or self.min_interval_s <= 0)
 
     @property
     def events_batch_s(self) -> float:
@@ -130,7 +154,15 @@ class BackfillLeader:
 
     def on_lead(self, since: str) -> None:
         """Count from `since`, and read afresh what another leader may have changed
-        meanwhile (its own reservation is written over at the next pass)."""
+        meanwhile (its own reservation is written over at the next pass). While this
+        replica leads already, the reader hands the events over from `since` (they
+        became worth reading, or the inbox dropped some): the pass comes as after an
+        event, and the look after it reads the states it needs."""
+        if self._leading:
+            self._last_event, self._started = since, []
+            self._pending, self._blind = True, True
+            return
+        self._leading, self._blind = True, True
         self._last_event = since
         self._started = []
         self._running_known, self._running_read_at = {}, -RUNNING_REFRESH_S
@@ -142,6 +174,7 @@ class BackfillLeader:
 
     def on_lose(self) -> None:
         self._started = []
+        self._leading = False
 
     def on_events(self, events: Sequence[tuple[str, dict[str, str]]]) -> None:
         """Take a batch; an event about the reserved job itself (it started, or left
@@ -156,7 +189,9 @@ class BackfillLeader:
         if self._passed_at is None or self._urgent:
             return 0.0
         interval_s = max(MIN_PERIOD_S, self.interval_s)
-        due_at = next_pass_at(self._passed_at, interval_s, self.min_interval_s, self._pending)
+        # Reading no event, a pass comes as if one came: jobs flow past the head.
+        pending = self._pending or not self.reads_events
+        due_at = next_pass_at(self._passed_at, interval_s, self.min_interval_s, pending)
         if self._settle_at is not None:
             due_at = min(due_at, self._settle_at)
         return max(0.0, due_at - now_s)
@@ -183,7 +218,11 @@ class BackfillLeader:
         behind a busy pool (`_waits`), else whenever a job is idle."""
         now = time.time() if now is None else now
         self._count_bypasses()
+        blind = self._blind
         if self._waits() if ask else self.store.client.zcard(self.store.keys.idle):
+            if blind:  # no event named the jobs that changed: read them all again
+                self._idle_known, self._idle_read_at = {}, -IDLE_REFRESH_S
+                self._running_known, self._running_read_at = {}, -RUNNING_REFRESH_S
             slots = self._slot_ads()
             machines = machines_of(slots)
             ideal = {machine: [ad for ad in (_ad(one) for one in ads) if ad is not None]
@@ -198,6 +237,10 @@ class BackfillLeader:
         self._reservation = standing.reservation
         self._not_bypass = frozenset(standing.ahead) | frozenset(standing.unplaceable)
         self.last_plan = result
+        reads = self.reads_events
+        if reads and self._blind:
+            self.reading_changed()
+        self._blind = not reads
         return result
 
     def _waits(self) -> bool:
@@ -206,13 +249,28 @@ class BackfillLeader:
         BACKFILL_MIN_INTERVAL is due even without an event."""
         ids = self.store.ids(self.store.client.zrange(self.store.keys.idle, 0, WINDOW - 1))
         mono = time.monotonic()
-        self._look, waits = look(self._look, ids, self._seen_started, self._named, mono,
-                                 self.settle_s)
+        started, named = self._seen_started, self._named
+        if self._blind:
+            started, named = self._left(ids)
+        self._look, waits = look(self._look, ids, started, named, mono, self.settle_s)
         self._seen_started, self._named = set(), set()
         self._settle_at = None
         if ids and not waits:
             self._settle_at = self._look.head_since + self.settle_s
         return waits
+
+    def _left(self, ids: list[str]) -> tuple[set[str], set[str]]:
+        """(started, named) between the last look and `ids` when no event told: every
+        job gone from the head was named; those gone from behind a job still there are
+        read, and count as started unless they are idle, held or gone."""
+        before = self._look.ids
+        named = set(before) - set(ids)
+        behind = left_behind(before, ids)
+        if not behind:
+            return set(), named
+        states = [row[0] for row in self.store.fields(behind, ["FetchworkState"])]
+        return {job for job, state in zip(behind, states, strict=True)
+                if state in _STARTED}, named
 
     def _sticky(self, result: Plan, now_mono: float) -> Plan:
         """A reserved job the new plan would start at once keeps its reservation until
@@ -366,6 +424,11 @@ def next_pass_at(passed_at: float, interval_s: float, min_interval_s: float,
     if not pending:
         return periodic_at
     return min(periodic_at, passed_at + min_interval_s)
+
+
+# The states of a job a claim took (it left the idle set for them, or ran and ended).
+_STARTED = frozenset(state.value for state in (State.ACTIVATING, State.RUNNING,
+                                               State.SUSPENDED, State.COMPLETED))
 
 
 class _MachineMemo:

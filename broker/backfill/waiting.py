@@ -21,8 +21,16 @@ none). A job of a pool that flows is thus reserved for `settle_s` after it
 stops flowing. HTCondor's negotiator likewise computes reservations only for the
 jobs its cycle could not match, once a cycle.
 
+While no reservation stands and the idle head is not empty, the leader
+reads no transition at all (leader.py): the jobs named between two looks are
+then those that left the head, and the started ones among those that left
+from behind a job still there (`left_behind`) are told by their state, read
+only when there is such a job. A job still there that a transition named
+meanwhile (a claim given back) then counts as passed over: a pass computes
+the reservation once more than needed, nothing else.
+
 `look` is a pure function of what the two looks saw, the transitions between
-them and `now`.
+them and `now`; so is `left_behind`.
 """
 
 from __future__ import annotations
@@ -79,3 +87,16 @@ def passed_over(before: Sequence[str], started: Collection[str],
         elif waiting_ahead and job_id in started:
             return True
     return False
+
+
+def left_behind(before: Sequence[str], ids: Sequence[str]) -> list[str]:
+    """The jobs of the earlier look `before` (best first) gone from the idle head `ids`
+    while a job ahead of them is still in it: a claim may have passed that one over."""
+    present = set(ids)
+    found, ahead = [], False
+    for job_id in before:
+        if job_id in present:
+            ahead = True
+        elif ahead:
+            found.append(job_id)
+    return found

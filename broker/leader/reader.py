@@ -91,6 +91,8 @@ class LeaderDuties:
                 duty.wake = self._wake
             if isinstance(duty, Watched):
                 duty.wake = inbox.poke
+            if hasattr(duty, "reading_changed"):  # its reads_events may turn (backfill)
+                duty.reading_changed = self._wake
 
     def __enter__(self) -> LeaderDuties:
         self.start()

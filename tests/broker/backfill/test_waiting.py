@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fetchwork.broker.backfill.leader import BackfillLeader
-from fetchwork.broker.backfill.waiting import Look, look, passed_over
+from fetchwork.broker.backfill.waiting import Look, left_behind, look, passed_over
 from fetchwork.broker.client import Broker
 from fetchwork.broker.leader.reader import LeaderDuties
 from fetchwork.config.loader import Config
@@ -56,6 +56,12 @@ def test_a_pass_over_makes_a_job_wait_at_once():
     assert waits
 
 
+def test_jobs_gone_from_behind_one_still_there_are_the_ones_to_read():
+    assert left_behind(["1.0", "2.0", "3.0", "4.0"], ["3.0", "4.0", "5.0"]) == []
+    assert left_behind(["1.0", "2.0", "3.0", "4.0"], ["1.0", "3.0", "5.0"]) == ["2.0", "4.0"]
+    assert left_behind([], ["1.0"]) == [] and left_behind(["1.0"], []) == []
+
+
 def test_an_empty_queue_waits_for_nothing():
     current, waits = look(Look(("1.0",), 1.0), [], {"1.0"}, {"1.0"}, 10.0, 0.0)
     assert not waits and current.head is None
@@ -85,6 +91,13 @@ class Counting(BackfillLeader):
     def _slot_ads(self):
         self.full_passes.append(time.monotonic())
         return super()._slot_ads()
+
+    def _waits(self):
+        self.looks = [*getattr(self, "looks", []), time.monotonic()]
+        return super()._waits()
+
+    def passes_seen(self) -> list[float]:
+        return list(getattr(self, "looks", []))
 
 
 @pytest.fixture
@@ -131,3 +144,62 @@ def test_a_job_no_claim_takes_is_reserved_for_once_it_settled(served):
                       what="a reservation for the job no slot has room for")
     assert plan.reservation.job_id == head
     assert leader.full_passes[0] - submitted_at >= SETTLE_S * 0.9
+
+
+@pytest.fixture
+def unsettled(redis_client, pool_name, monkeypatch):
+    """As `served`, with a settle time no test waits for (only a pass-over makes a job
+    wait), and the events the leader's reader read counted."""
+    config = Config.load(environ={}).with_values(BACKFILL_MIN_INTERVAL=0.1)
+    broker = Broker(redis_client, pool_name, config)
+    broker.publish_slot(slot("big", 16, 16), 60)
+    broker.submit([job("busy", 16, 900)])
+    assert broker.claim(slot("big", 16, 16)) is not None
+    broker.publish_slot(slot("big", 0, 16), 60)
+    broker.publish_slot(slot("small", 1, 1), 60)
+    reads: list[int] = []
+    real = broker.store.events
+
+    def counted(last_id="$", block_ms=0, count=100):
+        found = real(last_id, block_ms=block_ms, count=count)
+        reads.append(len(found))
+        return found
+
+    monkeypatch.setattr(broker.store, "events", counted)
+    leader = Counting(broker.store, 900, 0.1, interval_s=30.0, settle_s=60.0)
+    with LeaderDuties(broker.store, [leader], block_s=0.05) as duties:
+        duties.set_leading(True)
+        wait_until(lambda: leader.last_plan is not None, 10, what="the first pass")
+        yield broker, leader, reads
+
+
+def test_jobs_flowing_past_a_head_no_reservation_holds_are_read_from_no_event(unsettled):
+    broker, leader, reads = unsettled
+    assert leader.reads_events  # an empty queue: a new job's pass comes at once
+    broker.submit([job(f"j{n}", 1, 60) for n in range(100)])
+    wait_until(lambda: not leader.reads_events, 10, what="the head seen")
+    read = sum(reads)
+    for _ in range(100):
+        claimed = broker.claim(slot("small", 1, 1))
+        assert claimed is not None
+        broker.finish(ad_job_id(claimed), claimed["FetchworkClaim"], "exit")
+    wait_until(lambda: leader.reads_events, 10, what="the empty queue seen")
+    # 200 transitions: none read (a batch read as the head was first seen may
+    # hold a few).
+    assert sum(reads) - read <= 20, reads
+    assert leader.full_passes == []
+
+
+def test_a_pass_over_seen_from_no_event_brings_the_reservation_at_once(unsettled):
+    broker, leader, _reads = unsettled
+    (head,) = broker.submit([job("head", 16, 3600)])
+    broker.submit([job(f"j{n}", 1, 60) for n in range(5)])
+    wait_until(lambda: not leader.reads_events and len(leader.passes_seen()) >= 2, 10,
+               what="the head seen twice, reading no event")
+    claimed = broker.claim(slot("small", 1, 1))  # passes the head over
+    assert claimed is not None and ad_job_id(claimed) != head
+    plan = wait_until(lambda: (last := leader.last_plan) is not None
+                      and last.reservation is not None and last, 10,
+                      what="the reservation a pass-over brings")
+    assert plan.reservation.job_id == head
+    assert leader.reads_events  # a reservation stands: its bypasses are counted
