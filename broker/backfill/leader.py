@@ -125,12 +125,15 @@ class BackfillLeader:
     @property
     def reads_events(self) -> bool:
         """Whether the transitions are worth reading: while a reservation stands (its
-        bypasses, an event about its job) or the idle head is empty (a new job's pass
-        comes at once), or with no minimum interval; not while jobs flow past a head
-        that no reservation holds: a pass then comes every BACKFILL_MIN_INTERVAL, and
-        tells a pass-over from its looks (waiting.py)."""
+        bypasses, an event about its job), while the idle head is empty (a new job's
+        pass comes at once) or has stayed the head for the settle time (the queue does
+        not flow: events are few, and each brings a pass), or with no minimum
+        interval; not while jobs flow past a head that no reservation holds: a pass
+        then comes every BACKFILL_MIN_INTERVAL, and tells a pass-over from its looks
+        (waiting.py)."""
         return (self._reservation is not None or not self._look.ids
-                or self.min_interval_s <= 0)
+                or self.min_interval_s <= 0
+                or time.monotonic() - self._look.head_since >= self.settle_s)
 
     @property
     def events_batch_s(self) -> float:
