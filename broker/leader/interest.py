@@ -37,10 +37,11 @@ reservation stands (reader.py); its cost per job is in docs/benchmarks.md.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from fetchwork.broker.dependencies.resolver import DependencyResolver
-from fetchwork.broker.store import Store
+from fetchwork.broker.store import Store, codec
 from fetchwork.broker.userlog.writer import UserLogWriter
 
 from .duty import Duty, Event
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 
 # Seconds between two questions of a wrapped duty (while it leads).
 PROBE_S = 0.25
+# Seconds between two moves of the user log writer's stored position while no job
+# uses a user log (each move is a read and a script call).
+SKIP_S = 5.0
 
 
 class WhenInUse:
@@ -126,19 +130,31 @@ def dependencies_in_use(store: Store) -> Callable[[], bool]:
 
 class UserLogQuestion:
     """Whether any job uses a user log; while none does, the writer's stored position
-    follows the newest event (read before the question, so no event of a job with a
-    log can be before it: the mark comes in the transaction that queues the job)."""
+    follows the newest event (read before the question, in the same round trip, so no
+    event of a job with a log can be before it: the mark comes in the transaction that
+    queues the job), at most every SKIP_S: a writer that comes into use reads on from
+    there, at most SKIP_S of events no job logs."""
 
-    def __init__(self, store: Store, writer: UserLogWriter):
+    def __init__(self, store: Store, writer: UserLogWriter, skip_s: float = SKIP_S):
         self.store = store
         self.writer = writer
+        self.skip_s = skip_s
         self._newest = ""
+        self._skipped_at: float | None = None
 
     def in_use(self) -> bool:
-        self._newest = self.store.last_event_id()
-        return bool(self.store.client.exists(self.store.keys.userlog_used))
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.xrevrange(self.store.keys.events, count=1)
+        pipe.exists(self.store.keys.userlog_used)
+        newest, used = pipe.execute()
+        self._newest = codec.text(newest[0][0]) if newest else "0-0"
+        return bool(used)
 
     def idle(self) -> None:
+        now = time.monotonic()
+        if self._skipped_at is not None and now - self._skipped_at < self.skip_s:
+            return
+        self._skipped_at = now
         self.writer.skip_to(self._newest)
 
 

@@ -10,9 +10,10 @@ import threading
 import pytest
 
 from fetchwork.broker.client import Broker
-from fetchwork.broker.leader.interest import WhenInUse
+from fetchwork.broker.leader.interest import UserLogQuestion, WhenInUse
 from fetchwork.broker.leader.reader import LeaderDuties
 from fetchwork.broker.leader.service import BrokerService
+from fetchwork.broker.userlog.writer import UserLogWriter
 from fetchwork.config.loader import Config
 from tests.broker.dependencies.test_dependencies import run_job, state
 from tests.broker.leader.test_reader import Recorder
@@ -99,3 +100,24 @@ def test_a_job_waiting_on_another_brings_the_resolver_in(broker):
     finally:
         stop.set()
         thread.join(10)
+
+
+def test_the_user_log_position_follows_the_newest_event_at_most_every_skip(broker):
+    assert broker.store.lead("tests", 30_000)  # the leader alone moves the position
+    writer = UserLogWriter(broker.store, "tests")
+    question = UserLogQuestion(broker.store, writer, skip_s=60.0)
+    broker.submit([{"Cmd": "x"}] * 3)
+    assert not question.in_use()
+    question.idle()
+    first = broker.last_event_id()
+    assert writer.position() == first
+    broker.submit([{"Cmd": "x"}] * 3)
+    assert not question.in_use()
+    question.idle()
+    assert writer.position() == first, "moved again within the skip time"
+    question.skip_s = 0.0
+    assert not question.in_use()
+    question.idle()
+    assert writer.position() == broker.last_event_id() != first
+    broker.client.set(broker.keys.userlog_used, 1)
+    assert question.in_use()
