@@ -92,7 +92,8 @@ class Watched:
 
 class KeyWatch:
     """One connection tracking `keys` (broadcast mode), calling `on_change(key)` for
-    every change pushed, on its own thread until `stop`. `working` is true while the
+    each of them on every change pushed (the client does not say which key changed),
+    on its own thread until `stop`. `working` is true while the
     tracking is in place; `on_state()` is called whenever it turns."""
 
     def __init__(self, store: Store, keys: Sequence[str], on_change: Callable[[str], None],
@@ -128,7 +129,11 @@ class KeyWatch:
                 self._set_working(True)
                 while not self._stop.is_set():
                     if conn.can_read(timeout=self.wait_s):
-                        self._changed(conn.read_response(push_request=True))
+                        # An invalidation push (redis-py hands it over as None): one of
+                        # the watched keys changed; every duty watching one passes.
+                        conn.read_response(push_request=True)
+                        for key in self.keys:
+                            self.on_change(key)
             except (redis.RedisError, OSError, ValueError) as exc:
                 if not self._warned:
                     log.warning("watching %s failed (%s): the duties that watch them read "
@@ -143,12 +148,11 @@ class KeyWatch:
     def _connect(self) -> Any:
         """A connection of its own (the client's settings: socket, TLS, credentials),
         tracking the keys; ValueError when it cannot receive push messages (RESP2)."""
-        conn = self.store.client.connection_pool.make_connection()
+        conn: Any = self.store.client.connection_pool.make_connection()
         conn.connect()
         if str(getattr(conn, "protocol", 2)) != "3":
             conn.disconnect()
             raise ValueError("the connection does not speak RESP3")
-        conn._parser.set_invalidation_push_handler(lambda response: response)
         conn.send_command("CLIENT", "ID")
         self.client_id = int(conn.read_response())
         prefixes = [word for key in self.keys for word in ("PREFIX", key)]
@@ -159,18 +163,8 @@ class KeyWatch:
         if self._warned:
             log.info("watching %s again", " ".join(self.keys))
             self._warned = False
+        log.debug("watching %s on connection %s", " ".join(self.keys), self.client_id)
         return conn
-
-    def _changed(self, message: Any) -> None:
-        """An invalidation push: [b'invalidate', [key, ...]] (None: all keys, after a
-        FLUSHALL)."""
-        if not isinstance(message, list | tuple) or len(message) < 2:
-            return
-        names = message[1]
-        found = [codec.text(name) for name in names] if isinstance(names, list) else self.keys
-        for key in self.keys:
-            if any(name.startswith(key) for name in found):
-                self.on_change(key)
 
     def _set_working(self, working: bool) -> None:
         if working != self.working:
