@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 # Longest wait for a message before the watch looks whether it should stop.
 WAIT_S = 0.5
+# Seconds before the watch tries again after the server refused it (no RESP3, an ACL
+# user without CLIENT TRACKING): it is not likely to accept a moment later.
+REFUSED_RETRY_S = 60.0
 
 
 def watch_keys(duty: Duty) -> tuple[str, ...]:
@@ -124,6 +127,7 @@ class KeyWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             conn: Any = None
+            retry_s = RETRY_S
             try:
                 conn = self._connect()
                 self._set_working(True)
@@ -135,6 +139,8 @@ class KeyWatch:
                         for key in self.keys:
                             self.on_change(key)
             except (redis.RedisError, OSError, ValueError) as exc:
+                if isinstance(exc, redis.ResponseError | ValueError):
+                    retry_s = REFUSED_RETRY_S
                 if not self._warned:
                     log.warning("watching %s failed (%s): the duties that watch them read "
                                 "the event stream instead", " ".join(self.keys), exc)
@@ -143,7 +149,7 @@ class KeyWatch:
                 self._set_working(False)
                 if conn is not None:
                     conn.disconnect()
-            self._stop.wait(RETRY_S)
+            self._stop.wait(retry_s)
 
     def _connect(self) -> Any:
         """A connection of its own (the client's settings: socket, TLS, credentials),

@@ -173,3 +173,23 @@ def signing_service(tmp_path, redis_client, pool_name):
     service = BrokerService.from_config(broker, config)
     assert service.filters is not None and service.filters.signer is not None
     return broker, service
+
+
+def test_a_leader_refused_the_watch_hands_the_duty_every_event(redis_client, redis_url,
+                                                                pool_name):
+    user = f"nowatch-{pool_name}"
+    redis_client.acl_setuser(user, enabled=True, passwords=["+pw"], keys=["*"],
+                             commands=["+@all", "-client"])
+    client = redis.Redis.from_url(redis_url, username=user, password="pw")
+    try:
+        broker = Broker(client, pool_name, Config.load(environ={}))
+        duty = KeyDuty(broker.keys.validating)
+        with LeaderDuties(broker.store, [duty]) as served:
+            served.set_leading(True)
+            wait_until(lambda: duty.passes >= 1, 10, what="the first pass")
+            broker.submit([{"Cmd": "x"}] * 3)
+            wait_until(lambda: len(duty.events) >= 3, 10, what="the events of the jobs")
+            assert served.watch is not None and not served.watch.working
+    finally:
+        client.close()
+        redis_client.acl_deluser(user)
