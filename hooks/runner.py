@@ -104,14 +104,15 @@ def _hook_args(spec: HookSpec, extra_args: Sequence[str]) -> list[str]:
 def _start_in_process(spec: HookSpec, stdin_text: str, extra_args: Sequence[str],
                       env: Mapping[str, str] | None, cwd: str | None,
                       on_result: Callable[[HookResult], None],
-                      cancel: threading.Event | None, watched: bool) -> Call:
+                      cancel: threading.Event | None, watched: bool,
+                      caller_logs: bool = False) -> Call:
     """Call an in-process hook in a hook thread; `on_result` gets its logged result, once."""
     argv_args = _hook_args(spec, extra_args)
     started = time.monotonic()
 
     def finish(outcome: CallOutcome) -> None:
         result = _in_process_result(spec, argv_args, outcome)
-        _ended(result, started)
+        _ended(result, started, quiet=caller_logs)
         on_result(result)
 
     return start_call(spec.value, argv_args, stdin_text, spec.timeout_s,
@@ -135,7 +136,8 @@ def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] =
                env: Mapping[str, str] | None = None, cwd: str | None = None,
                user: tuple[int, int] | None = None,
                on_done: Callable[[HookResult], None] | None = None, *,
-               cancel: threading.Event | None = None, watched: bool = True) -> Call | None:
+               cancel: threading.Event | None = None, watched: bool = True,
+               caller_logs: bool = False) -> Call | None:
     """Run the hook in a thread of `workers.WORKERS` (a program is reaped there);
     `on_done` gets the result, in a hook thread (an in-process hook's own, as
     soon as it returns).
@@ -144,6 +146,10 @@ def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] =
     watches its timeout and `cancel`: the caller calls `settle()` on it (with
     `time.monotonic()` + the spec's timeout) until the result is in, and the
     timeout's or cancellation's result then comes in the caller's thread.
+    `caller_logs`: `on_done`'s caller logs each result itself, so an in-process
+    hook that succeeded is a debug line here (a failure, and a program's run,
+    which costs a fork and an exec beside which its line is little, are still
+    said here as well).
     """
 
     def done(result: HookResult) -> None:
@@ -155,7 +161,8 @@ def start_hook(spec: HookSpec, stdin_text: str = "", extra_args: Sequence[str] =
                               spec.keyword, spec.hook)
 
     if spec.in_process:
-        return _start_in_process(spec, stdin_text, extra_args, env, cwd, done, cancel, watched)
+        return _start_in_process(spec, stdin_text, extra_args, env, cwd, done, cancel, watched,
+                                 caller_logs)
     WORKERS.run(lambda: done(run_hook(spec, stdin_text, extra_args, env, cwd, user,
                                       cancel=cancel)),
                 f"hook-{spec.keyword}-{spec.hook}")

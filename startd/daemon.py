@@ -232,8 +232,9 @@ class Startd:
         assert spec is not None
         slot.clock.started(time.monotonic())
         log.debug("%s: running fetch hook %s", slot.label, spec.value)
+        # The result's own line says how long the hook took (`_on_fetched`).
         start_hook(spec, self.slot_ad_text(slot),
-                   on_done=self._poster(_FETCH, slot.slot_id, ""))
+                   on_done=self._poster(_FETCH, slot.slot_id, ""), caller_logs=True)
 
     def _poster(self, kind: str, slot_id: int, job_id: str) -> Callable[[HookResult], None]:
         def post(result: HookResult) -> None:
@@ -352,7 +353,7 @@ class Startd:
             return
         self._advisory += 1
         start_hook(spec, ads.join_texts(job_ad_text, slot_ad_text), args,
-                   on_done=self._poster(_ADVISORY, slot.slot_id, job))
+                   on_done=self._poster(_ADVISORY, slot.slot_id, job), caller_logs=True)
 
     @property
     def shutdown_plan(self) -> ShutdownPlan | None:

@@ -237,7 +237,8 @@ class StarterSupervisor:
             if isinstance(ad, dict):
                 claim.report(ad, exited=kind == "exited")
             if kind == "exited":
-                log.info("%s: job %s exited (%s)", slot.label, claim.job_id, event.get("how"))
+                # The slot's move to Idle (or the starter's end) says it at INFO.
+                log.debug("%s: job %s exited (%s)", slot.label, claim.job_id, event.get("how"))
 
     def reap(self, slot: Slot) -> None:
         """If the slot's starter has exited: clean up, then fetch again or finish the eviction."""
@@ -263,10 +264,15 @@ class StarterSupervisor:
         slot.starter = None
         if self.host.shutdown_plan is None:
             self.refill()  # in case the job never started
-        level = logging.INFO if status == 0 else logging.WARNING
-        log.log(level, "%s: starter %s %s with status %s (job %s)", slot.label, starter.pid,
-                "finished its job" if kept else "exited", status,
-                starter.exit_how or "ended without an exit event")
+        ended = (f"starter {starter.pid} {'finished its job' if kept else 'exited'} with "
+                 f"status {status} (job {starter.exit_how or 'ended without an exit event'})")
+        # A job that ended as it should is one line, the slot's move back to Idle
+        # (HTCondor's StartLog: a line a state change); otherwise the starter's own.
+        quiet_end = (status == 0 and starter.exit_how is not None and slot.carve is None
+                     and self.host.shutdown_plan is None
+                     and slot.is_in(State.CLAIMED, Activity.BUSY, Activity.SUSPENDED))
+        if not quiet_end:
+            log.log(logging.INFO if status == 0 else logging.WARNING, "%s: %s", slot.label, ended)
         if slot.claim is not None:
             slot.claim.job_started_at = None
             slot.claim.ended = True
@@ -283,7 +289,9 @@ class StarterSupervisor:
                 self.evict(slot, "the starter failed")
                 return
             if not slot.is_in(State.CLAIMED, Activity.IDLE):  # a job kept it idle
-                slot.move(State.CLAIMED, Activity.IDLE, time.time(), "job ended")
+                job = slot.claim.job_id if slot.claim is not None else "?"
+                slot.move(State.CLAIMED, Activity.IDLE, time.time(),
+                          f"job {job} ended; {ended}" if quiet_end else "job ended")
             if slot.carve is not None:
                 self.evict(slot, "job ended; the dynamic slot is given back")
                 return

@@ -399,3 +399,23 @@ def test_in_process_hook_knows_its_call(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = HookSpec(hook="FETCH_WORK", keyword="DB", value="python:whoami_hook:hook")
     assert run_hook(spec, "").stdout == "DB_FETCH_WORK"
+
+
+@both
+def test_a_caller_that_logs_the_result_gets_a_quiet_success(make_hook, kind, caplog):
+    """`caller_logs`: the startd logs what a fetch or reply hook's answer did, so
+    an in-process hook's success is a debug line here; a failure still says so
+    here at INFO, and so does a program's every run."""
+    def run(behaviour: str, caller_logs: bool) -> HookResult:
+        box: list[HookResult] = []
+        start_hook(make_hook(kind, behaviour), "", on_done=box.append, caller_logs=caller_logs)
+        return wait_until(lambda: box and box[0], 30, what=f"the {behaviour} hook's result")
+
+    with caplog.at_level("DEBUG", logger="fetchwork.hooks.runner"):
+        assert run("echo", True).ok
+        assert not run("exit3", True).ok
+        assert run("echo", False).ok
+    levels = [(r.levelname, "took" in r.getMessage()) for r in caplog.records
+              if r.name == "fetchwork.hooks.runner" and "took" in r.getMessage()]
+    quiet = "DEBUG" if kind == "python" else "INFO"
+    assert levels == [(quiet, True), ("INFO", True), ("INFO", True)]

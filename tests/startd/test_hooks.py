@@ -151,3 +151,24 @@ def test_slot_returns_to_unclaimed_after_eviction(run):
 def test_log_file_in_log_directory(run):
     text = (run.root / "log" / "StartLog").read_text()
     assert "slot1" in text and "accepted" in text
+
+
+def test_a_job_that_ends_well_is_one_line_per_state_change(run):
+    """As HTCondor's StartLog: the fetch's verdict, the move to Busy naming the
+    starter, the job's pid, the move back to Idle saying how the job and its
+    starter ended (and the claim's start, for a claim's first job). A hook that
+    succeeded is no line of its own; a job's exit is said by the move to Idle."""
+    log = run.log_text()
+    assert "_HOOK_FETCH_WORK" not in log and "_HOOK_REPLY_FETCH" not in log
+    for cluster in (1, 2, 3):
+        lines = [line.split(": ", 1)[1] for line in log.splitlines()
+                 if f"job {cluster}." in line and "(claimed for job" not in line]
+        kinds = [
+            "fetch hook took" in lines[0] and "accepted" in lines[0],
+            "Claimed/Idle -> Claimed/Busy (starter " in lines[1],
+            " started, pid " in lines[2],
+            "Claimed/Busy -> Claimed/Idle (job " in lines[3] and " ended; starter " in lines[3]
+            and "with status 0 (job exit)" in lines[3],
+        ]
+        assert len(lines) == 4 and all(kinds), lines
+
