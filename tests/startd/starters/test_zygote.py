@@ -216,3 +216,20 @@ def test_a_startd_stopped_with_a_starter_running_vacates_its_job(
     assert _gone(starter)
     assert _state(broker, job_id) == "IDLE"  # vacated, its exit hook requeued it
     assert f"starter {starter.pid} exited with status 0" in startd.log()
+
+
+def test_a_starter_is_gone_once_a_zombie_or_reaped_and_not_before():
+    """`_gone` reads /proc/<pid>/stat with plain system calls: a live process is
+    there, a zombie (its parent has not reaped it yet) and a reaped one are gone."""
+    from fetchwork.startd.starters.zygoteclient import _gone
+
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not _gone(proc.pid, None)
+        os.kill(proc.pid, signal.SIGKILL)
+        wait_until(lambda: _gone(proc.pid, None), 10, what="the zombie to be seen as gone")
+        assert psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _gone(proc.pid, None)
