@@ -24,7 +24,6 @@ import classad2
 from fetchwork.config import ads, latencytrace
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
-from fetchwork.hooks.inprocess import Call
 from fetchwork.hooks.pipes import drain
 from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
 from fetchwork.startd import fetchdelay
@@ -76,9 +75,6 @@ class Startd:
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None, None))
         self._signals = SignalInbox(self._wake_w)
         self._advisory = 0
-        # In-process hook calls the loop watches for their timeout (each with its
-        # deadline), rather than a hook thread of their own that wakes at every end.
-        self._calls: list[tuple[Call, float]] = []
         self._shutdown: ShutdownPlan | None = None
         self._withdrawer = Withdrawer(self, self._wake_w)
         self.starters = StarterSupervisor(self, self._selector)
@@ -104,7 +100,6 @@ class Startd:
             while True:
                 now = time.monotonic()
                 self._handle_signals(now)
-                self._settle_calls()
                 self._drain_results()
                 if self._finished(now) and self._withdrawer.done(now):
                     break
@@ -157,8 +152,6 @@ class Startd:
                 wake = min(wake, now + _REAP_POLL_S)
         if self._shutdown is not None:
             wake = min(wake, self._shutdown.next_deadline())
-        for _call, deadline in self._calls:
-            wake = min(wake, deadline)
         if self._waits_for_advisory() and not self._results.empty():
             wake = now  # a hook ended before the loop began to wait for hooks
 
@@ -240,21 +233,8 @@ class Startd:
         slot.clock.started(time.monotonic())
         log.debug("%s: running fetch hook %s", slot.label, spec.value)
         # The result's own line says how long the hook took (`_on_fetched`).
-        self._watch(spec, start_hook(spec, self.slot_ad_text(slot),
-                                     on_done=self._poster(_FETCH, slot.slot_id, ""),
-                                     caller_logs=True, watched=False))
-
-    def _watch(self, spec: HookSpec, call: Call | None) -> None:
-        """Watch an in-process hook's call for its timeout (a program's thread does)."""
-        if call is not None:
-            self._calls.append((call, time.monotonic() + spec.timeout_s))
-
-    def _settle_calls(self) -> None:
-        """An in-process call past its deadline is abandoned and its result is a
-        timeout, posted as any result (read in this round or the next)."""
-        if self._calls:
-            self._calls = [(call, deadline) for call, deadline in self._calls
-                           if not call.settle(deadline)]
+        start_hook(spec, self.slot_ad_text(slot),
+                   on_done=self._poster(_FETCH, slot.slot_id, ""), caller_logs=True)
 
     def _poster(self, kind: str, slot_id: int, job_id: str) -> Callable[[HookResult], None]:
         def post(result: HookResult) -> None:
@@ -372,9 +352,8 @@ class Startd:
         if spec is None:
             return
         self._advisory += 1
-        self._watch(spec, start_hook(spec, ads.join_texts(job_ad_text, slot_ad_text), args,
-                                     on_done=self._poster(_ADVISORY, slot.slot_id, job),
-                                     caller_logs=True, watched=False))
+        start_hook(spec, ads.join_texts(job_ad_text, slot_ad_text), args,
+                   on_done=self._poster(_ADVISORY, slot.slot_id, job), caller_logs=True)
 
     @property
     def shutdown_plan(self) -> ShutdownPlan | None:

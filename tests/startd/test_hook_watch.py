@@ -1,8 +1,7 @@
-"""The startd's loop watches its in-process hooks' timeouts itself.
+"""An in-process hook of the startd that hangs is abandoned at its timeout.
 
 A `python:` reply hook that hangs is abandoned at its timeout and said as a
-warning, while the slot goes on running its jobs: no hook thread waits
-beside each call for it any more.
+warning, while the slot goes on running its jobs.
 """
 
 from __future__ import annotations
