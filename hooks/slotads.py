@@ -25,10 +25,13 @@ from fetchwork.hooks import inprocess, slotadtext
 log = logging.getLogger(__name__)
 
 # Slot ad attributes that change without the slot changing (clocks, load, the
-# job of the moment); a slot ad that differs only in these is not published again.
+# job of the moment, the machine's count of running jobs, which moves with each
+# job of any slot: about one fetch in four with two slots); a slot ad that
+# differs only in these is not published again. Backfill reads none of them
+# from a published ad (broker/backfill/pool.py takes the count as 0).
 _VOLATILE = frozenset(name.lower() for name in (
     "MyCurrentTime", "LoadAvg", "TotalLoadAvg", "EnteredCurrentState", "EnteredCurrentActivity",
-    "JobId", "JobStart", "CurrentRank"))
+    "JobId", "JobStart", "CurrentRank", "FetchworkRunningJobs"))
 _published: dict[str, tuple[str, float]] = {}
 _published_lock = threading.Lock()
 

@@ -55,3 +55,13 @@ def test_shaping_texts_does_not_grow_the_process() -> None:
         for text in texts:
             slotads.text_shape(text)
     assert me.memory_info().rss // 1024 - before_kb < 512
+
+
+def test_the_machines_count_of_running_jobs_is_no_change_of_shape() -> None:
+    """FetchworkRunningJobs moves with every job of any slot of the machine (the
+    other slot's job starting or ending), as the load does: a slot ad that differs
+    only there is not published again before a third of its lifetime."""
+    text = _text(State.CLAIMED, 100.0)  # the startd's carving adds the count
+    one, two = text + "FetchworkRunningJobs = 1\n", text + "FetchworkRunningJobs = 2\n"
+    assert slotads.text_shape(one) == slotads.text_shape(two)
+    assert slotads.text_shape(one) != slotads.text_shape(text + "FetchworkExclusive = true\n")
