@@ -27,11 +27,13 @@ CPU time is `time.process_time` of this process; the machine may be shared.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -218,9 +220,13 @@ def admit_signed(broker: Broker, env: dict[str, str], key: str, jobs: int,
     return together_s, alone_s
 
 
-def admit_rate(jobs: int, state: Path) -> None:
+@contextlib.contextmanager
+def signing_pool(state: Path, prefix: str
+                 ) -> Iterator[tuple[dict[str, str], Broker, FilterLeader]]:
+    """A private embedded Redis in `state` with the pool's rules published and a
+    signing leader in this process: the environment, a broker and the leader."""
     env = {**os.environ, "FETCHWORK_STATE_DIR": str(state), "FETCHWORK_CONFIG": os.devnull,
-           "FETCHWORK_POOL": f"bench{int(time.time() * 1000) % 100000}"}
+           "FETCHWORK_POOL": f"{prefix}{int(time.time() * 1000) % 100000}"}
     ensure_key_pair(state / "key.pem", state / "pub.pem")
     config = Config.load(environ=env)
     server = embedded_for(config)
@@ -231,13 +237,20 @@ def admit_rate(jobs: int, state: Path) -> None:
         leader = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
                               signer=signer)
         summary = leader.summary()
-        leader.close()
         RulesPublisher(broker.store, pool_rules(config, summary), summary, "bench").publish()
+        try:
+            yield env, broker, leader
+        finally:
+            leader.close()
+    finally:
+        server.stop()
+
+
+def admit_rate(jobs: int, state: Path) -> None:
+    with signing_pool(state, "bench") as (env, broker, _):
         print("admission through the leader (private embedded Redis):")
         admit_signed(broker, env, str(state / "key.pem"), jobs,
                      {"Cmd": "/bin/true", "Arguments": "x", "Iwd": "/tmp"})
-    finally:
-        server.stop()
 
 
 def _commands(client: Any) -> dict[str, tuple[int, int]]:
@@ -274,20 +287,8 @@ def redis_cost(jobs: int, state: Path) -> None:
     """Redis's CPU, commands and AOF bytes a job, for the signed submission of `jobs`
     jobs (clusters of CLUSTER) and for their admission by a leader in this process,
     apart, on a private embedded Redis; printed."""
-    env = {**os.environ, "FETCHWORK_STATE_DIR": str(state), "FETCHWORK_CONFIG": os.devnull,
-           "FETCHWORK_POOL": f"cost{int(time.time() * 1000) % 100000}"}
-    ensure_key_pair(state / "key.pem", state / "pub.pem")
-    config = Config.load(environ=env)
-    server = embedded_for(config)
-    server.start()
-    try:
-        broker = Broker.from_config(config)
+    with signing_pool(state, "cost") as (_, broker, leader):
         client = broker.client
-        signer = Signer((state / "key.pem").read_bytes(), "key.pem", broker.pool)
-        leader = FilterLeader(broker.store, load_settings(config), broker.default_lease_s,
-                              signer=signer)
-        summary = leader.summary()
-        RulesPublisher(broker.store, pool_rules(config, summary), summary, "bench").publish()
         ad = {"Cmd": "/bin/true", "Arguments": "x", "Iwd": "/tmp"}
         print(f"Redis's work a job, {jobs} signed jobs (private embedded Redis, "
               f"append-only file on):")
@@ -304,9 +305,6 @@ def redis_cost(jobs: int, state: Path) -> None:
         _cost_line("admission", client, before, jobs)
         print(f"    the leader's CPU (this process, its reads' thread included): "
               f"{leader_us:.1f} us a job")
-        leader.close()
-    finally:
-        server.stop()
 
 
 def main() -> None:
@@ -319,18 +317,11 @@ def main() -> None:
                              "counted apart (0: none)")
     args = parser.parse_args()
     signing_cpu(args.jobs, args.batch)
-    if args.redis_cost:
-        folder = Path(tempfile.mkdtemp(prefix="fw-signing-cost-"))
-        try:
-            redis_cost(args.redis_cost, folder)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-    if args.admit:
-        folder = Path(tempfile.mkdtemp(prefix="fw-signing-bench-"))
-        try:
-            admit_rate(args.admit, folder)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+    for jobs, run, prefix in ((args.redis_cost, redis_cost, "fw-signing-cost-"),
+                              (args.admit, admit_rate, "fw-signing-bench-")):
+        if jobs:
+            with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as folder:
+                run(jobs, Path(folder))
 
 
 if __name__ == "__main__":

@@ -100,8 +100,7 @@ class Counting(BackfillLeader):
         return list(getattr(self, "looks", []))
 
 
-@pytest.fixture
-def served(redis_client, pool_name):
+def _busy_big_machine(redis_client, pool_name) -> Broker:
     """Machine `big` (16 CPUs) runs a 16-CPU job; machine `small` has one free CPU."""
     config = Config.load(environ={}).with_values(BACKFILL_MIN_INTERVAL=0.1)
     broker = Broker(redis_client, pool_name, config)
@@ -110,6 +109,13 @@ def served(redis_client, pool_name):
     assert broker.claim(slot("big", 16, 16)) is not None
     broker.publish_slot(slot("big", 0, 16), 60)
     broker.publish_slot(slot("small", 1, 1), 60)
+    return broker
+
+
+@pytest.fixture
+def served(redis_client, pool_name):
+    """Machine `big` (16 CPUs) runs a 16-CPU job; machine `small` has one free CPU."""
+    broker = _busy_big_machine(redis_client, pool_name)
     leader = Counting(broker.store, 900, 0.1, interval_s=30.0, settle_s=SETTLE_S)
     with LeaderDuties(broker.store, [leader]) as duties:
         duties.set_leading(True)
@@ -150,13 +156,7 @@ def test_a_job_no_claim_takes_is_reserved_for_once_it_settled(served):
 def unsettled(redis_client, pool_name, monkeypatch):
     """As `served`, with a settle time no test waits for (only a pass-over makes a job
     wait), and the events the leader's reader read counted."""
-    config = Config.load(environ={}).with_values(BACKFILL_MIN_INTERVAL=0.1)
-    broker = Broker(redis_client, pool_name, config)
-    broker.publish_slot(slot("big", 16, 16), 60)
-    broker.submit([job("busy", 16, 900)])
-    assert broker.claim(slot("big", 16, 16)) is not None
-    broker.publish_slot(slot("big", 0, 16), 60)
-    broker.publish_slot(slot("small", 1, 1), 60)
+    broker = _busy_big_machine(redis_client, pool_name)
     reads: list[int] = []
     real = broker.store.events
 

@@ -103,15 +103,20 @@ def test_a_leader_that_cannot_watch_hands_the_duty_every_event(redis_url, pool_n
     try:
         broker = Broker(client, pool_name, Config.load(environ={}))
         counting(broker.store)
-        duty = KeyDuty(broker.keys.validating)
-        with LeaderDuties(broker.store, [duty]) as served:
-            served.set_leading(True)
-            wait_until(lambda: duty.passes >= 1, 10, what="the first pass")
-            broker.submit([{"Cmd": "x"}] * 3)
-            wait_until(lambda: len(duty.events) >= 3, 10, what="the events of the jobs")
-            assert served.watch is not None and not served.watch.working
+        _served_by_events(broker)
     finally:
         client.close()
+
+
+def _served_by_events(broker: Broker) -> None:
+    """A leader whose watch does not work hands its duty the events of new jobs."""
+    duty = KeyDuty(broker.keys.validating)
+    with LeaderDuties(broker.store, [duty]) as served:
+        served.set_leading(True)
+        wait_until(lambda: duty.passes >= 1, 10, what="the first pass")
+        broker.submit([{"Cmd": "x"}] * 3)
+        wait_until(lambda: len(duty.events) >= 3, 10, what="the events of the jobs")
+        assert served.watch is not None and not served.watch.working
 
 
 def test_a_watch_that_breaks_hands_the_events_over_and_comes_back(redis_client, pool_name):
@@ -182,14 +187,7 @@ def test_a_leader_refused_the_watch_hands_the_duty_every_event(redis_client, red
                              commands=["+@all", "-client"])
     client = redis.Redis.from_url(redis_url, username=user, password="pw")
     try:
-        broker = Broker(client, pool_name, Config.load(environ={}))
-        duty = KeyDuty(broker.keys.validating)
-        with LeaderDuties(broker.store, [duty]) as served:
-            served.set_leading(True)
-            wait_until(lambda: duty.passes >= 1, 10, what="the first pass")
-            broker.submit([{"Cmd": "x"}] * 3)
-            wait_until(lambda: len(duty.events) >= 3, 10, what="the events of the jobs")
-            assert served.watch is not None and not served.watch.working
+        _served_by_events(Broker(client, pool_name, Config.load(environ={})))
     finally:
         client.close()
         redis_client.acl_deluser(user)
