@@ -44,6 +44,9 @@ import redis.connection
 
 from fetchwork.broker.client import Broker
 from fetchwork.broker.connections.embedded import EmbeddedRedis
+from fetchwork.broker.filters.gate import summary_of
+from fetchwork.broker.filters.settings import load_settings
+from fetchwork.broker.leader.publish import RulesPublisher
 from fetchwork.config.ads import from_dict, parse_expr
 from fetchwork.config.loader import Config
 
@@ -62,6 +65,14 @@ class Setup:
     url: str
     pool: str
     environ: dict[str, str]
+
+    def __post_init__(self) -> None:
+        # This pool has no broker service: its rules are published as its leader would
+        # (no filters, no signing key: a submission is IDLE at once). A pool whose
+        # leader never published them makes every new job wait for it.
+        config = Config.load(environ=self.environ)
+        RulesPublisher.from_config(self.broker().store, config,
+                                   summary_of(load_settings(config)), "bench").publish()
 
     def broker(self) -> Broker:
         config = Config.load(environ=self.environ)
