@@ -14,6 +14,7 @@ p99 of the time one claim takes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import statistics
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +51,11 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def claim_latencies_ms(broker: Broker, claims: int) -> list[float]:
     broker.submit([{"Cmd": "/bin/true", "Owner": "bench"}] * claims, owner="bench")
+    deadline = time.monotonic() + 60
+    while broker.client.zcard(broker.keys.validating):  # the leader admits them
+        if time.monotonic() > deadline:
+            raise SystemExit("the pool's leader did not admit the jobs within 60 s")
+        time.sleep(0.01)
     timings = []
     for _ in range(claims):
         started = time.perf_counter()
@@ -57,6 +64,26 @@ def claim_latencies_ms(broker: Broker, claims: int) -> list[float]:
         if job is None:
             raise SystemExit("a claim found no job: the broker service did not answer")
     return timings
+
+
+@contextlib.contextmanager
+def served(broker: Broker, config: Config) -> Iterator[None]:
+    """The pool's broker service in a thread of this process, once it leads (it
+    publishes the pool's rules and admits new jobs)."""
+    service = BrokerService.from_config(broker, config)
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not service.is_leader:
+            if time.monotonic() > deadline:
+                raise SystemExit("the broker service did not lead within 60 s")
+            time.sleep(0.01)
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
 
 
 def report(label: str, timings: list[float]) -> None:
@@ -79,21 +106,12 @@ def main() -> None:
             filtered = plain.with_values(ACTIVATION_FILTER_NAMES="PASS",
                                          ACTIVATION_FILTER_PASS=FILTER)
             print(f"claim latency, one idle slot, {options.claims} claims per pool:")
-            report("no filter", claim_latencies_ms(Broker(client, "plain", plain),
-                                                   options.claims))
-            broker = Broker(client, "filtered", filtered)
-            service = BrokerService.from_config(broker, filtered)
-            stop = threading.Event()
-            thread = threading.Thread(target=service.run, args=(stop,), daemon=True)
-            thread.start()
-            while not service.is_leader:
-                time.sleep(0.01)
-            try:
-                report("one python: activation filter (0)",
-                       claim_latencies_ms(broker, options.claims))
-            finally:
-                stop.set()
-                thread.join(timeout=30)
+            for label, name, config in (("no filter", "plain", plain),
+                                        ("one python: activation filter (0)", "filtered",
+                                         filtered)):
+                broker = Broker(client, name, config)
+                with served(broker, config):
+                    report(label, claim_latencies_ms(broker, options.claims))
         finally:
             server.stop()
 

@@ -33,6 +33,9 @@ import redis
 from fetchwork.broker.backfill.leader import BackfillLeader
 from fetchwork.broker.client import Broker
 from fetchwork.broker.connections.embedded import EmbeddedRedis
+from fetchwork.broker.filters.gate import summary_of
+from fetchwork.broker.filters.settings import load_settings
+from fetchwork.broker.leader.publish import RulesPublisher
 from fetchwork.broker.scheduling.eligibility import changes, scheduling_pass
 from fetchwork.broker.scheduling.leaderpass import SchedulingRunner
 from fetchwork.broker.scheduling.settings import scheduling_settings
@@ -101,6 +104,15 @@ def main() -> None:
     backfill_claim_latency(args.backfill_jobs, min(args.claims, 1000))
 
 
+def published(broker: Broker, config: Config) -> Broker:
+    """`broker`, its pool's rules published as its leader would: these pools have no
+    broker service, and a pool whose leader never published them keeps every new job
+    waiting for it."""
+    RulesPublisher.from_config(broker.store, config, summary_of(load_settings(config)),
+                               "bench").publish()
+    return broker
+
+
 def claim_latency(claims: int) -> None:
     """Median and p99 of claim() + finish() cycles, policy off and on, 8 jobs per user."""
     state = tempfile.mkdtemp(prefix="fw-policy-bench-")
@@ -112,7 +124,7 @@ def claim_latency(claims: int) -> None:
         print(f"claim latency, {claims} claims of 1-CPU jobs, 8 per user:")
         for label, config_file in (("policy off", None), ("example site", str(EXAMPLE))):
             config = Config.load(environ=environ, config_file=config_file)
-            broker = Broker(client, f"bench-{label.split()[0]}", config)
+            broker = published(Broker(client, f"bench-{label.split()[0]}", config), config)
             for first in range(0, claims, 8):
                 count = min(8, claims - first)
                 broker.submit([{"Cmd": "/bin/true", "AllowedJobDuration": 60}] * count,
@@ -159,7 +171,7 @@ def backfill_claim_latency(jobs: int, claims: int) -> None:
         client = redis.Redis.from_url(server.url)
         config = Config.load(environ={"FETCHWORK_STATE_DIR": state,
                                       "FETCHWORK_BROKER": server.url})
-        broker = Broker(client, "bench-backfill", config)
+        broker = published(Broker(client, "bench-backfill", config), config)
         fits = {"$expr": "TARGET.Cpus >= MY.RequestCpus"}
         broker.publish_slot(partitionable("big", 64, 64), 600)
         broker.submit([{"Cmd": "/bin/true", "RequestCpus": 32, "AllowedJobDuration": 900}])
