@@ -106,19 +106,28 @@ def test_a_hung_hook_is_stopped_at_its_timeout(hook, tmp_path, monkeypatch, body
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
-def _pipe_writer(word: bytes) -> tuple[int, threading.Thread]:
+# A hook's first line: it marks that it runs (the environment's STARTED names the file).
+MARK_STARTED = "open(os.environ['STARTED'], 'w').close()\n"
+
+
+def _pipe_writer(word: bytes, started: Path) -> tuple[int, threading.Thread]:
+    """A pipe and a thread that writes `word` to it once the hook has marked `started`,
+    so the word comes while the hook runs."""
     read_fd, write_fd = os.pipe()
 
     def later() -> None:
-        time.sleep(0.2)  # the writer's own pause, so the word comes while the hook runs
-        os.write(write_fd, word)
-        os.close(write_fd)
+        try:
+            wait_until(started.exists, 30, what="the hook to start")
+            os.write(write_fd, word)
+        finally:
+            os.close(write_fd)
 
     return read_fd, threading.Thread(target=later)
 
 
-def test_a_stop_request_on_a_watched_fd_cancels_the_call(hook):
-    read_fd, writer = _pipe_writer(b"vacate\n")
+def test_a_stop_request_on_a_watched_fd_cancels_the_call(hook, tmp_path, monkeypatch):
+    monkeypatch.setenv("STARTED", str(tmp_path / "started"))
+    read_fd, writer = _pipe_writer(b"vacate\n", tmp_path / "started")
     heard: list[bytes] = []
 
     def stop_asked() -> bool:
@@ -133,7 +142,8 @@ def test_a_stop_request_on_a_watched_fd_cancels_the_call(hook):
     writer.start()
     started = time.monotonic()
     try:
-        result = _run(hook("time.sleep(30)"), stop_asked=stop_asked, watch_fds=[read_fd])
+        result = _run(hook(MARK_STARTED + "time.sleep(30)"), stop_asked=stop_asked,
+                      watch_fds=[read_fd])
     finally:
         writer.join()
     assert result.cancelled and not result.timed_out and not result.ok
@@ -143,8 +153,9 @@ def test_a_stop_request_on_a_watched_fd_cancels_the_call(hook):
     os.close(read_fd)
 
 
-def test_other_words_leave_the_hook_running(hook):
-    read_fd, writer = _pipe_writer(b"suspend\n")
+def test_other_words_leave_the_hook_running(hook, tmp_path, monkeypatch):
+    monkeypatch.setenv("STARTED", str(tmp_path / "started"))
+    read_fd, writer = _pipe_writer(b"suspend\n", tmp_path / "started")
     asked: list[bool] = []
 
     def stop_asked() -> bool:
@@ -153,8 +164,8 @@ def test_other_words_leave_the_hook_running(hook):
 
     writer.start()
     try:
-        result = _run(hook("time.sleep(1.0)\nreturn 'done'"), stop_asked=stop_asked,
-                      watch_fds=[read_fd])
+        result = _run(hook(MARK_STARTED + "time.sleep(2.0)\nreturn 'done'"),
+                      stop_asked=stop_asked, watch_fds=[read_fd])
     finally:
         writer.join()
     assert result.ok and result.stdout == "done"

@@ -20,6 +20,7 @@ from fetchwork.transfer import delivery, privstate, stored
 from fetchwork.transfer.chunks import ChunkStore
 from fetchwork.transfer.localdelivery import deliver_as, deliver_in_thread
 from fetchwork.transfer.manifest import Manifest
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(60),
               pytest.mark.skipif(os.geteuid() != 0, reason="becoming the Owner needs root")]
@@ -68,6 +69,7 @@ def test_one_child_writes_an_owners_jobs_as_that_owner(redis_client, pool_name, 
     watcher = threading.Thread(target=other)
     watcher.start()
     try:
+        wait_until(lambda: others, 10, what="the other thread's first look")
         if where == "child":
             failed = deliver_as(store, jobs, (nobody.pw_uid, nobody.pw_gid))
         else:
