@@ -12,7 +12,6 @@ import random
 from pathlib import Path
 
 import pytest
-import redis
 
 from fetchwork.broker.store import Store
 from fetchwork.errors import TransferError
@@ -26,11 +25,6 @@ pytestmark = pytest.mark.timeout(60)
 
 HOUR_MS = 3_600_000
 MB = 1 << 20
-
-
-@pytest.fixture
-def store(redis_client: redis.Redis, pool_name: str) -> Store:
-    return Store(redis_client, pool_name, 1000)
 
 
 def _uploaded(store: Store, path: Path, size: int, seed: int) -> FileEntry:

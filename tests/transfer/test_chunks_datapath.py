@@ -27,11 +27,6 @@ HOUR_MS = 3_600_000
 MB = 1 << 20
 
 
-@pytest.fixture
-def store(redis_client: redis.Redis, pool_name: str) -> Store:
-    return Store(redis_client, pool_name, 1000)
-
-
 def _file(path: Path, size: int, seed: int) -> Path:
     path.write_bytes(random.Random(seed).randbytes(size))
     return path

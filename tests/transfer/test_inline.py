@@ -12,7 +12,6 @@ from pathlib import Path
 
 import msgpack
 import pytest
-import redis
 
 from fetchwork.broker.store import Store
 from fetchwork.errors import SubmitError, TransferError
@@ -24,11 +23,6 @@ from fetchwork.transfer.manifest import FileEntry, Manifest, unpack
 pytestmark = pytest.mark.timeout(60)
 
 HOUR_MS = 3_600_000
-
-
-@pytest.fixture
-def store(redis_client: redis.Redis, pool_name: str) -> Store:
-    return Store(redis_client, pool_name, 1000)
 
 
 def _send(uploader: Uploader, path: Path, budget: inline.Budget) -> FileEntry:
