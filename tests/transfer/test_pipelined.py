@@ -33,11 +33,6 @@ UPLOADER = "fw-test-uploader"
 
 
 @pytest.fixture
-def store(redis_client: redis.Redis, pool_name: str) -> Store:
-    return Store(redis_client, pool_name, 1000)
-
-
-@pytest.fixture
 def named_store(redis_url: str, pool_name: str) -> Iterator[Store]:
     """A store whose connections carry a name, so a test can kill exactly them."""
     client = redis.Redis.from_url(redis_url, client_name=UPLOADER)
@@ -80,20 +75,27 @@ def _kill_uploader(client: redis.Redis) -> int:
 
 @pytest.mark.parametrize("fault", ["connection killed", "scripts flushed"])
 def test_an_upload_resumes_when_its_window_is_cut(named_store: Store, redis_client: redis.Redis,
-                                                  tmp_path: Path, fault: str) -> None:
+                                                  tmp_path: Path, fault: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     data = _write(tmp_path / "big.bin", 6 * CHUNK_BYTES + 11, seed=1)
     done = {"faults": 0, "chunks": 0}
 
-    def progress(_count: int) -> None:  # on the reading thread, while chunks are in flight
+    def progress(_count: int) -> None:  # on the reading thread
         done["chunks"] += 1
-        if done["chunks"] < 3 or done["faults"]:  # the sender holds its connection by now
-            return
-        if fault == "connection killed":
-            done["faults"] = _kill_uploader(redis_client)
-        else:
-            redis_client.script_flush()
-            done["faults"] = 1
 
+    read_one = sendwindow.SendWindow._read_one
+
+    def cut_then_read(window: sendwindow.SendWindow) -> object:
+        # The fault comes as the sender waits for a chunk's reply, chunks still to send.
+        if not done["faults"] and done["chunks"] >= 3 and window._expected[0][0] == "set":
+            if fault == "connection killed":
+                done["faults"] = _kill_uploader(redis_client)
+            else:
+                redis_client.script_flush()
+                done["faults"] = 1
+        return read_one(window)
+
+    monkeypatch.setattr(sendwindow.SendWindow, "_read_one", cut_then_read)
     chunk_store = ChunkStore(named_store, HOUR_MS)
     entry = _upload(chunk_store, tmp_path / "big.bin", progress=progress)
     assert done["faults"] == 1
