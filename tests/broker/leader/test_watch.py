@@ -138,7 +138,8 @@ def test_a_watch_that_breaks_hands_the_events_over_and_comes_back(redis_client, 
         wait_until(lambda: duty.passes > passes, 5, what="the pass a change brings")
 
 
-def test_a_pool_that_signs_admits_its_jobs_with_no_event_read(signing_service, reads):
+def test_a_pool_that_signs_admits_its_jobs_with_no_event_read(signing_service, reads,
+                                                             redis_client):
     broker, service = signing_service
     service.backfill = None  # the filters' reads alone
     calls, counting = reads
@@ -150,6 +151,10 @@ def test_a_pool_that_signs_admits_its_jobs_with_no_event_read(signing_service, r
     thread.start()
     try:
         wait_until(lambda: service.is_leader, 10, what="the lead")
+        wait_until(lambda: _tracking(redis_client), 10, what="the leader's key watch")
+        # A read of the events begun before the watch worked ends with the first job's.
+        [first] = broker.submit([{"Cmd": "x"}])
+        wait_until(lambda: states(broker, [first]) == ["IDLE"], 10, what="a first job admitted")
         jobs = broker.submit([{"Cmd": "x"}] * 600)
         wait_until(lambda: all(state == "IDLE" for state in states(broker, jobs)), 20,
                    what="every job admitted")
@@ -160,6 +165,11 @@ def test_a_pool_that_signs_admits_its_jobs_with_no_event_read(signing_service, r
         thread.join(10)
     # An XREAD begun as the lead was taken, before the watch worked, may read a little.
     assert sum(calls) <= 10, calls
+
+
+def _tracking(client: redis.Redis) -> bool:
+    """Whether a connection of the server has key tracking on (`t` in CLIENT LIST)."""
+    return any("t" in str(entry.get("flags", "")) for entry in client.client_list())
 
 
 def states(broker: Broker, jobs: list[str]) -> list[str]:
