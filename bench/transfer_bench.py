@@ -76,6 +76,29 @@ def vm_hwm_kb(pid: int) -> int:
     return 0
 
 
+def minor_faults(pid: int) -> int:
+    """A process's minor page faults so far (the kernel's cost of its new pages)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[7])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+@dataclass
+class RedisUsage:
+    """Redis's CPU (user, system) and minor page faults at one moment."""
+
+    user_s: float
+    system_s: float
+    faults: int
+
+    @staticmethod
+    def of(process: psutil.Process) -> RedisUsage:
+        times = process.cpu_times()
+        return RedisUsage(times.user, times.system, minor_faults(process.pid))
+
+
 def own(path: Path) -> None:
     """Give `path` (a tree) to the submitter."""
     if not ROOT:
@@ -285,10 +308,15 @@ def big_input(run: TransferRun, root: Path, size_mb: int) -> None:
     peaks = Peaks()
     cpu_before = cpu_now(run)
     run.client.config_resetstat()
+    run.client.config_set("latency-monitor-threshold", 10)
+    run.client.execute_command("LATENCY", "RESET")
+    redis_process = run.redis_process()
+    redis_before = RedisUsage.of(redis_process)
     started_wall = time.time()
     with sampling(0.005, tree_peaks(run, peaks)):
         submitted = run.submit(work, "executable = job.sh\nshould_transfer_files = YES\n"
                                      "transfer_input_files = big.bin\nqueue\n", verbose=True)
+        redis_upload = RedisUsage.of(redis_process)
         run.wait_done(submitted.cluster, 1, timeout_s=600,
                       also=lambda: run.waiting_outputs() == 0)
     stamp = (marks / "started").read_text().split()
@@ -309,6 +337,7 @@ def big_input(run: TransferRun, root: Path, size_mb: int) -> None:
         f"{role} {seconds:.2f} s ({size_mb / seconds:.0f} MB a CPU-second)"
         for role, seconds in spent.items() if seconds > 0))
     print_stages(run, submitted)
+    print_upload_cost(run, size_mb, submitted, redis_before, redis_upload)
     run.remove_history(submitted.cluster, 1)
     shutil.rmtree(work, ignore_errors=True)
     redis_both = redis_rates(run, min(size_mb, 256))
@@ -342,6 +371,25 @@ def print_stages(run: TransferRun, submitted: Submitted) -> None:
     print("  Redis commands by time: " + ", ".join(
         f"{name.removeprefix('cmdstat_')} {int(v['calls'])} calls {float(v['usec']) / 1e6:.2f} s"
         for name, v in busiest))
+
+
+def print_upload_cost(run: TransferRun, size_mb: int, submitted: Submitted,
+                      before: RedisUsage, after: RedisUsage) -> None:
+    """What the upload cost Redis beside what it cost the client, from the submit's start
+    to its exit (the job may be claimed just before the client exits): its CPU, user
+    and system apart, and its minor page faults against the input's pages (one a page
+    is the least: each value's pages are new; more are the append-only file's buffers
+    made anew for each command); its slowest appends and fsyncs (LATENCY LATEST, events
+    of 10 ms and more)."""
+    faults = after.faults - before.faults
+    print(f"  the upload's cost: submit client CPU {submitted.cpu_s:.2f} s; Redis user "
+          f"{after.user_s - before.user_s:.2f} s, system {after.system_s - before.system_s:.2f} s, "
+          f"{faults} minor page faults ({faults / (size_mb * MB / 4096):.2f} a 4 KiB page "
+          "of the input)")
+    latest = run.client.execute_command("LATENCY", "LATEST") or []
+    print("  Redis's slow events (LATENCY LATEST, worst ms): " + (", ".join(
+        f"{event[0].decode() if isinstance(event[0], bytes) else event[0]} {event[3]}"
+        for event in latest) or "none"))
 
 
 def redis_rates(run: TransferRun, size_mb: int) -> float:
