@@ -15,7 +15,8 @@ Redis. Under root the submitter is `daemon` and the jobs run as `nobody`.
   MB/s (from starting `fetchwork submit` until the job's program runs with
   the file in its sandbox), split into the submit client's upload and the
   rest; the peak resident memory (VmHWM) of the submit client, the startd,
-  the job's starter and the starter's transfer program;
+  the job's starter and the starter's transfer program; what the upload cost
+  Redis (its CPU, user and system apart, and its minor page faults);
 - many jobs sharing one input (--shared-jobs jobs, one --shared-mb input,
   each returning --output-kb of random bytes): Redis's memory (used_memory)
   at its peak against the bytes of transferred files the pool held at their

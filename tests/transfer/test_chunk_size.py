@@ -1,0 +1,50 @@
+"""The size of a chunk: a file goes up in chunks of just under 2 MiB, and each full
+chunk takes its allocator's 2 MiB size class in Redis, not the next one."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from fetchwork.broker.store import Store
+from fetchwork.transfer.chunks import CHUNK_BYTES, ChunkStore
+
+pytestmark = pytest.mark.timeout(60)
+
+HOUR_MS = 3_600_000
+MIB = 1024 * 1024
+
+
+def test_a_file_goes_up_in_chunks_of_just_under_two_mib(store: Store,
+                                                        tmp_path: Path) -> None:
+    path = tmp_path / "big"
+    path.write_bytes(random.Random(1).randbytes(6 * MIB))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        entry = ChunkStore(store, HOUR_MS).upload(fd, "big", 0o644)
+    finally:
+        os.close(fd)
+    # Six MiB of data need four chunks: each holds 64 bytes less than 2 MiB.
+    assert len(entry.chunks) == 4
+    sizes = [store.client.strlen(store.keys.xfer_chunk(digest)) for digest in entry.chunks]
+    assert sizes == [CHUNK_BYTES] * 3 + [6 * MIB - 3 * CHUNK_BYTES]
+    assert 2 * MIB - 256 <= CHUNK_BYTES < 2 * MIB
+
+
+def test_a_full_chunk_fits_its_allocators_two_mib_class_in_redis(store: Store,
+                                                                 tmp_path: Path) -> None:
+    path = tmp_path / "full"
+    path.write_bytes(random.Random(2).randbytes(2 * CHUNK_BYTES))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        entry = ChunkStore(store, HOUR_MS).upload(fd, "full", 0o644)
+    finally:
+        os.close(fd)
+    for digest in entry.chunks:
+        used = store.client.memory_usage(store.keys.xfer_chunk(digest), samples=0)
+        # The value with Redis's header, the key and the entry: within a few hundred
+        # bytes of the chunk (a value of exactly 2 MiB would take 2.5 MiB).
+        assert used is not None and CHUNK_BYTES <= used <= 2 * MIB + 512
