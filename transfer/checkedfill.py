@@ -10,10 +10,18 @@ run on two cores while a third thread fetches the chunks ahead). A file of one
 chunk has its chunk's digest: it is hashed once. A chunk checked is written into
 the cache by a fourth thread while the next one is checked (writing a few MiB
 into a new file costs as much CPU as hashing them). A file whose bytes do not
-make its digest fails here, before anything of it reaches a sandbox. Every
-file checked whole is noted in the cache (`ChunkCache.checked_file`), and the
-sandbox's copy is then made in the kernel (`ChunkCache.copy_file`), with no
-pass of the bytes through the process.
+make its digest fails here, before anything of it reaches a sandbox under its
+name. Every file checked whole is noted in the cache (`ChunkCache.checked_file`).
+
+Given a `SandboxFill`, a file of several chunks is also written into the job's
+sandbox by a fifth thread, from the same buffers, each chunk once checked, under
+a hidden name its caller renames once the whole file is checked
+(transfer/sandboxfill.py): the sandbox's write overlaps the fill instead of
+following it. Nothing then reads those chunks back from the cache soon, so their
+cache files are written past the page cache (`ChunkCache.put_checked` with
+`direct`), which spares most of the CPU a write into new pages costs. Any other
+file's sandbox copy is made in the kernel afterwards (`ChunkCache.copy_file`),
+with no pass of the bytes through the process.
 
 A chunk already cached is read back and checked (a damaged one is removed and
 fetched again). A chunk the pool lacks leaves its file unchecked here: the
@@ -25,6 +33,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import mmap
 import queue
 import threading
 from collections import deque
@@ -38,13 +47,14 @@ from fetchwork.errors import TransferError
 from .cache import ChunkCache
 from .chunks import CHUNK_BYTES
 from .manifest import FileEntry
+from .sandboxfill import SandboxFill
 from .stagetimes import StageTimes
 
 log = logging.getLogger(__name__)
 
 Fetch = Callable[[str], bytes | None]
 # A chunk's GET into a buffer: the part of it the chunk fills; None when the pool lacks it.
-FetchInto = Callable[[str, bytearray], memoryview | None]
+FetchInto = Callable[[str, bytearray | mmap.mmap], memoryview | None]
 Data = bytes | memoryview
 # Chunks checked and handed to the cache's writer thread, not yet written, at most.
 WRITES_AHEAD = 1
@@ -63,7 +73,7 @@ class _Buffers:
 
     def __init__(self, count: int, size: int):
         # Made as they are first needed, up to `count`.
-        self._buffers: list[bytearray] = []
+        self._buffers: list[mmap.mmap] = []
         self._count = count
         self._size = size
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -96,7 +106,9 @@ class _Buffers:
             pass
         with self._lock:
             if len(self._buffers) < self._count:
-                self._buffers.append(bytearray(self._size))
+                # Anonymous memory of its own: page-aligned, as writes past the
+                # page cache need (ChunkCache.put_checked).
+                self._buffers.append(mmap.mmap(-1, self._size))
                 return len(self._buffers) - 1
         return self._free.get()
 
@@ -148,12 +160,16 @@ class _Ahead:
 
 
 def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
-                 ahead: int = 2, fetch_into: FetchInto | None = None) -> int:
+                 ahead: int = 2, fetch_into: FetchInto | None = None,
+                 sandbox: SandboxFill | None = None) -> int:
     """Put the chunks of `files` the cache lacks into it, fetched by `fetch(digest)`
     (None: the pool lacks it), each chunk and each file checked in one pass; the bytes
-    fetched. TransferError naming the file when a chunk from the pool is corrupt or a
-    file's bytes do not make its digest; CacheError or OSError when the cache cannot be
-    written (its caller then reads from the pool)."""
+    fetched. With `sandbox`, each file of several chunks is also written into the
+    job's sandbox under a hidden name as its chunks are checked, by a thread of its
+    own, and marked checked once the whole file is (transfer/sandboxfill.py; its
+    caller renames it into place). TransferError naming the file when a chunk from the
+    pool is corrupt or a file's bytes do not make its digest; CacheError or OSError
+    when the cache cannot be written (its caller then reads from the pool)."""
     wanted = [digest for digest in dict.fromkeys(d for entry in files for d in entry.chunks)
               if digest not in cache]
     fetched = 0
@@ -161,7 +177,9 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
     # With `fetch_into`, chunks from the pool are read into buffers used again: one per
     # chunk fetched ahead, the one being checked, and the one before it (its file
     # digest or its write may not be done).
-    buffers = _Buffers(ahead + 3, CHUNK_BYTES) if fetch_into is not None else None
+    # (One more with `sandbox`: its write holds a chunk too.)
+    buffers = (_Buffers(ahead + (4 if sandbox is not None else 3), CHUNK_BYTES)
+               if fetch_into is not None else None)
     fetch_ahead: Callable[[str], Data | None] = (
         fetch if buffers is None or fetch_into is None else buffers.fetching(fetch_into))
 
@@ -173,17 +191,26 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
         with stages.stage("file digest"):
             whole.update(data)
 
-    def cache_write(digest: str, data: Data) -> None:
+    def cache_write(digest: str, data: Data, direct: bool) -> None:
         with stages.stage("cache write"):
-            cache.put_checked(digest, data)
+            cache.put_checked(digest, data, direct)
+
+    def sandbox_write(name: str, offset: int, data: Data) -> None:
+        assert sandbox is not None
+        with stages.stage("sandbox write"):
+            sandbox.write(name, offset, data)
 
     with ThreadPoolExecutor(1, thread_name_prefix="cache-fill") as fetcher, \
             ThreadPoolExecutor(1, thread_name_prefix="file-digest") as hasher, \
-            ThreadPoolExecutor(1, thread_name_prefix="cache-write") as writer:
+            ThreadPoolExecutor(1, thread_name_prefix="cache-write") as writer, \
+            ThreadPoolExecutor(1, thread_name_prefix="sandbox-write") as placer:
         pending = _Ahead(wanted, timed_fetch, ahead, fetcher)
         writes: deque[Future[None]] = deque()
+        placing: deque[Future[None]] = deque()
         for entry in files:
             stages = StageTimes() if len(entry.chunks) > 1 else stages
+            early = (sandbox is not None and len(entry.chunks) > 1
+                     and sandbox.start(entry))
             whole = hashlib.sha256() if len(entry.chunks) != 1 else None
             hashing: Future[None] | None = None
             size = 0
@@ -216,9 +243,18 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
                                             f"in the pool ({digest[:12]})")
                     # Checked: written by the writer while the next chunk is checked.
                     _wait(writes, WRITES_AHEAD - 1)
-                    writes.append(writer.submit(cache_write, digest, data))
+                    # A file written into the sandbox from these buffers leaves its
+                    # chunks unread here: their cache files skip the page cache.
+                    writes.append(writer.submit(cache_write, digest, data,
+                                                bool(early) and buffers is not None
+                                                and isinstance(data, memoryview)))
                     holders.append(writes[-1])
                     fetched += len(data)
+                if early:  # checked: into the job's file, at its place
+                    assert sandbox is not None
+                    _wait(placing, WRITES_AHEAD)
+                    placing.append(placer.submit(sandbox_write, entry.name, size, data))
+                    holders.append(placing[-1])
                 if buffers is not None:
                     buffers.hold(data, holders)
                 size += len(data)
@@ -226,13 +262,20 @@ def fill_checked(cache: ChunkCache, files: Sequence[FileEntry], fetch: Fetch,
             if hashing is not None:
                 hashing.result()
             _wait(writes, 0)
+            _wait(placing, 0)
             if not complete:
+                if early:
+                    assert sandbox is not None
+                    sandbox.drop(entry.name)  # written later, its missing chunk reported
                 continue
             digest_of_file = whole.hexdigest() if whole is not None else entry.chunks[0]
             if size != entry.size or digest_of_file != entry.sha256:
                 raise TransferError(f"{entry.name}: the file arrived with another size or "
                                     "digest than it was sent with")
             cache.checked_file(entry.sha256, entry.size, entry.chunks)
+            if early:
+                assert sandbox is not None
+                sandbox.checked(entry.name)
             if len(entry.chunks) > 1:
                 log.info("%s: into the machine's cache, checked: %s", entry.name,
                          stages.summary(entry.size))

@@ -19,6 +19,7 @@ requeues its job; it does not hold it).
 
 from __future__ import annotations
 
+import mmap
 import socket
 from typing import Any
 
@@ -59,7 +60,7 @@ class ChunkGetter:
             self._connection = kind(**pool.connection_kwargs)
         return self._connection
 
-    def get_into(self, digest: str, buffer: bytearray) -> memoryview | None:
+    def get_into(self, digest: str, buffer: bytearray | mmap.mmap) -> memoryview | None:
         """Chunk `digest` read into `buffer`: the part of it the chunk fills (not checked
         here); None when the pool lacks it. TransferError when the pool's value is
         longer than `buffer` (no chunk of this pool is)."""
@@ -88,7 +89,7 @@ class ChunkGetter:
             connection.disconnect()
 
     def _read_reply(self, sock: socket.socket, digest: str,
-                    buffer: bytearray) -> memoryview | None:
+                    buffer: bytearray | mmap.mmap) -> memoryview | None:
         header = bytearray(_HEADER_BYTES)
         got = 0
         while (end := header.find(b"\r\n", 0, got)) < 0:

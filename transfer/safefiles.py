@@ -71,16 +71,30 @@ def write_file(root: str | int, name: str, mode: int, fill: Callable[[int], None
                 os.fchmod(fd, stat.S_IMODE(mode) | 0o600)
             finally:
                 os.close(fd)
-            existing = _lstat(base, dir_fd)
-            if existing is not None and stat.S_ISDIR(existing.st_mode):
-                raise TransferError(f"{name}: a folder of that name is in the way", code)
-            os.rename(temp, base, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             try:
                 os.unlink(temp, dir_fd=dir_fd)
             except OSError:
                 pass
             raise
+        rename_into_place(dir_fd, temp, base, name, code)
+
+
+def rename_into_place(dir_fd: int, temp: str, base: str, name: str, code: int) -> None:
+    """Rename the written file `temp` to `base` in folder `dir_fd` (`name` its name in
+    the sandbox, for errors): a file or link there is replaced, a folder refused;
+    `temp` is removed when the rename fails."""
+    try:
+        existing = _lstat(base, dir_fd)
+        if existing is not None and stat.S_ISDIR(existing.st_mode):
+            raise TransferError(f"{name}: a folder of that name is in the way", code)
+        os.rename(temp, base, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(temp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
 
 
 def _lstat(name: str, dir_fd: int) -> os.stat_result | None:

@@ -73,6 +73,7 @@ from .plugins import (
     plugin_lifetime_s,
     run_plugin,
 )
+from .sandboxfill import Rights, SandboxFill
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +112,13 @@ def writer(chunk_store: ChunkStore, entry: FileEntry) -> Callable[[int], None]:
     return functools.partial(chunk_store.download, entry)
 
 
-def _fill(cache: ChunkCache, store: Store, manifest: Manifest) -> int:
+def _fill(cache: ChunkCache, store: Store, manifest: Manifest,
+          early: SandboxFill | None = None) -> int:
     """Put the manifest's chunks the cache lacks into it, as the starter's account (the
     job's user may read the cache, never write it), each chunk and each file checked
-    on the way (TransferError names a file that does not check); the bytes fetched."""
+    on the way (TransferError names a file that does not check); the bytes fetched.
+    With `early`, the files of several chunks are written into the sandbox meanwhile,
+    under hidden names, as the job's user (transfer/sandboxfill.py)."""
     def fetch(digest: str) -> bytes | None:
         data = store.client.get(store.keys.xfer_chunk(digest))
         return data if isinstance(data, bytes) else None
@@ -126,9 +130,12 @@ def _fill(cache: ChunkCache, store: Store, manifest: Manifest) -> int:
     big = any(len(entry.chunks) > 1 for entry in files)
     try:
         return checkedfill.fill_checked(cache, files, fetch, ahead=FETCH_AHEAD,
-                                        fetch_into=getter.get_into if big else None)
+                                        fetch_into=getter.get_into if big else None,
+                                        sandbox=early)
     except (OSError, CacheError) as exc:
         log.warning("cannot fill the machine's chunk cache: %s; reading from the pool", exc)
+        if early is not None:
+            early.close()  # every file is written the plain way
         return 0
     finally:
         getter.close()
@@ -199,7 +206,7 @@ class Step:
                 else Manifest())
 
     def inputs(self, manifest: Manifest, cache: ChunkCache | None,
-               cached_bytes: int) -> dict[str, Any]:
+               cached_bytes: int, early: SandboxFill | None = None) -> dict[str, Any]:
         limit = self.ad.get("MaxTransferInputMB")
         if isinstance(limit, int | float) and limit > 0 and manifest.size > limit * MB:
             raise TransferError(f"the input files are {manifest.size / MB:.1f} MB, more than "
@@ -215,6 +222,8 @@ class Step:
                 safefiles.make_folder(self.sandbox, name.rpartition("/")[0], code)
         for entry in manifest.files:
             self.check()
+            if early is not None and early.place(entry.name):
+                continue  # written as it arrived, checked whole: renamed into place
             safefiles.write_file(self.sandbox, entry.name, entry.mode,
                                  writer(chunk_store, entry), code)
         url_bytes = self._urls(list(manifest.urls), Direction.DOWNLOAD, code)
@@ -517,7 +526,24 @@ def run(direction: str, sandbox: str, user: str | None, ad_text: str,
     ad = to_dict(parse_ad(ad_text, "job ad"))
     config, store = _client()
     return _transfer(config, store, direction, sandbox, ad, evicted,
-                     rights=lambda: _gave_up(user))
+                     rights=lambda: _gave_up(user), borrow=_borrowed(user))
+
+
+def _borrowed(user: str | None) -> Rights | None:
+    """In a child still root: the job's user's rights (`UID:GID`) for a moment on the
+    calling thread only (transfer/privstate.py), for the files written while the cache
+    fills; nothing to take once the child is that user. None where they cannot be
+    taken that way (the files are then written after the fill)."""
+    if os.geteuid() != 0:
+        return contextlib.nullcontext
+    if not user or not privstate.per_thread():
+        return None
+    uid, _, gid = user.partition(":")
+    ids = (int(uid), int(gid))
+
+    def rights() -> contextlib.AbstractContextManager[None]:
+        return privstate.as_user(ids) if os.geteuid() == 0 else contextlib.nullcontext()
+    return rights
 
 
 def run_here(direction: str, sandbox: str, user: tuple[int, int] | None,
@@ -539,14 +565,18 @@ def run_here(direction: str, sandbox: str, user: tuple[int, int] | None,
         if stop():
             raise Stopped(f"a stop request ended the {direction} transfer")
 
+    borrow = rights if user is None or privstate.per_thread() else None
     return _transfer(config, store, direction, sandbox, ad, evicted, rights, here=True,
-                     check=check)
+                     check=check, borrow=borrow)
 
 
 def _transfer(config: Config, store: Store, direction: str, sandbox: str,
               ad: Mapping[str, Any], evicted: bool,
-              rights: Callable[[], contextlib.AbstractContextManager[None]],
-              here: bool = False, check: Callable[[], None] = lambda: None) -> dict[str, Any]:
+              rights: Rights, here: bool = False, check: Callable[[], None] = lambda: None,
+              borrow: Rights | None = None) -> dict[str, Any]:
+    """One transfer: `rights` are the job's user's for the file work (for good in a
+    child); `borrow` the same for a moment on one thread, for the files written into
+    the sandbox while the machine's cache fills (None: after it)."""
     # Credentials are read, the connection made and the scripts loaded before the
     # file work: the job's user may not read the files they come from.
     store.scripts.ensure_loaded_together(SCRIPTS)
@@ -558,25 +588,44 @@ def _transfer(config: Config, store: Store, direction: str, sandbox: str,
                                        and _urls_out(ad))
     if here and (programs or manifest.size > IN_PROCESS_MAX_BYTES):
         raise NeedsChild("plugins to run" if programs else "a big input")
-    if direction == "input" and chunked(manifest):
-        # (Inputs all inside their manifest need neither the cache nor its set-up.)
-        cache = _machine_cache(config)
-        if cache is not None:
-            cached_bytes = _fill(cache, store, manifest)
-    if programs:
-        step.find_plugins()
-    with rights():
-        return _steps(step, direction, manifest, cache, cached_bytes, evicted)
+    early: SandboxFill | None = None
+    try:
+        if direction == "input" and chunked(manifest):
+            # (Inputs all inside their manifest need neither the cache nor its set-up.)
+            cache = _machine_cache(config)
+            if cache is not None:
+                early = _early_writes(sandbox, manifest, ad, borrow)
+                cached_bytes = _fill(cache, store, manifest, early)
+        if programs:
+            step.find_plugins()
+        with rights():
+            return _steps(step, direction, manifest, cache, cached_bytes, evicted, early)
+    finally:
+        if early is not None:
+            early.close()  # whatever was not renamed into place
+
+
+def _early_writes(sandbox: str, manifest: Manifest, ad: Mapping[str, Any],
+                  borrow: Rights | None) -> SandboxFill | None:
+    """The writer of the manifest's files of several chunks into the sandbox as they
+    arrive, or None: no such file, no way to take the job's user's rights on one
+    thread, or inputs past MaxTransferInputMB (refused before any file is written)."""
+    limit = ad.get("MaxTransferInputMB")
+    if borrow is None or not any(len(entry.chunks) > 1 for entry in chunked(manifest)) or (
+            isinstance(limit, int | float) and limit > 0 and manifest.size > limit * MB):
+        return None
+    return SandboxFill(sandbox, borrow, HoldCode.TRANSFER_INPUT_ERROR)
 
 
 def _steps(step: Step, direction: str, manifest: Manifest, cache: ChunkCache | None,
-           cached_bytes: int, evicted: bool) -> dict[str, Any]:
+           cached_bytes: int, evicted: bool,
+           early: SandboxFill | None = None) -> dict[str, Any]:
     """The transfer's file work with its user log events, as the job's user."""
     started = time.monotonic()
     step.events((f"{direction}_queued", f"{direction}_started"), host=step.host)
     try:
         if direction == "input":
-            attrs = step.inputs(manifest, cache, cached_bytes)
+            attrs = step.inputs(manifest, cache, cached_bytes, early)
         elif evicted:
             attrs = step.checkpoint()
         else:
