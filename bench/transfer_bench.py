@@ -3,6 +3,7 @@
     python bench/transfer_bench.py [--input-mb 1024] [--shared-jobs 1000]
                                    [--shared-mb 100] [--output-kb 1000]
                                    [--cost-jobs 100] [--slots 2]
+                                   [--throughput-only] [--download-rounds N]
 
 One private pool on one machine (embedded Redis, broker, a startd with the
 reference hooks, delivery of outputs into the jobs' Iwd, as `fetchwork up`
@@ -16,7 +17,13 @@ Redis. Under root the submitter is `daemon` and the jobs run as `nobody`.
   the file in its sandbox), split into the submit client's upload and the
   rest; the peak resident memory (VmHWM) of the submit client, the startd,
   the job's starter and the starter's transfer program; what the upload cost
-  Redis (its CPU, user and system apart, and its minor page faults);
+  Redis (its CPU, user and system apart, and its minor page faults); when the
+  starter began the transfer and its first GET, against the submit client's
+  return;
+- with --download-rounds N, the execute side's download alone (up to 512 MB of
+  --input-mb), in this process on the pool's Redis: the fill of a new cache then
+  the sandbox's copy from it, against the sandbox written as the cache fills, in
+  turn N times, with the wall and CPU seconds of each;
 - many jobs sharing one input (--shared-jobs jobs, one --shared-mb input,
   each returning --output-kb of random bytes): Redis's memory (used_memory)
   at its peak against the bytes of transferred files the pool held at their
@@ -46,7 +53,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,7 +64,12 @@ from fetchwork.broker.client import Broker
 from fetchwork.config.loader import Config
 from fetchwork.pool import Pool
 from fetchwork.startd.starters.zygoteclient import ZYGOTE_MODULE
-from fetchwork.transfer.chunks import CHUNK_BYTES
+from fetchwork.transfer import safefiles
+from fetchwork.transfer.cache import ChunkCache
+from fetchwork.transfer.checkedfill import fill_checked
+from fetchwork.transfer.chunkget import ChunkGetter
+from fetchwork.transfer.chunks import CHUNK_BYTES, ChunkStore
+from fetchwork.transfer.sandboxfill import SandboxFill
 
 MB = 1 << 20
 ROOT = os.geteuid() == 0
@@ -339,6 +351,7 @@ def big_input(run: TransferRun, root: Path, size_mb: int) -> None:
         for role, seconds in spent.items() if seconds > 0))
     print_stages(run, submitted)
     print_upload_cost(run, size_mb, submitted, redis_before, redis_upload)
+    print_start(run, started_wall + submitted.seconds)
     run.remove_history(submitted.cluster, 1)
     shutil.rmtree(work, ignore_errors=True)
     redis_both = redis_rates(run, min(size_mb, 256))
@@ -391,6 +404,95 @@ def print_upload_cost(run: TransferRun, size_mb: int, submitted: Submitted,
     print("  Redis's slow events (LATENCY LATEST, worst ms): " + (", ".join(
         f"{event[0].decode() if isinstance(event[0], bytes) else event[0]} {event[3]}"
         for event in latest) or "none"))
+def _log_time(line: str) -> float:
+    """The epoch seconds of a log line's local timestamp ("2026-01-02 03:04:05,678")."""
+    stamp, _, millis = line[:23].partition(",")
+    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+
+
+def print_start(run: TransferRun, submit_end_wall: float) -> None:
+    """When the starter began the big input's transfer and its fill (its first GET),
+    against the moment the submit client had returned: the claim and the starter's
+    wake-up, as the StarterLog timed them (milliseconds)."""
+    log_dir = Path(run.config.get("LOG") or run.state / "log")
+    began = fill = None
+    for path in sorted(log_dir.glob("StarterLog.slot*")):
+        for line in path.read_text(errors="replace").splitlines():
+            if "transferring the job's input files" in line:
+                began = _log_time(line)
+            elif "big.bin: into the machine's cache" in line:
+                wall_s = float(line.split(" MB in ", 1)[1].split(" s", 1)[0])
+                fill = _log_time(line) - wall_s
+    if began is not None and fill is not None:
+        print(f"  the starter began the input transfer {began - submit_end_wall:+.2f} s "
+              f"after the submit client returned, the fill (its first GET) "
+              f"{fill - submit_end_wall:+.2f} s after")
+
+
+def download_ways(run: TransferRun, root: Path, size_mb: int, rounds: int) -> None:
+    """The execute side's download alone, in this process on the pool's Redis, the
+    two ways in turn: the fill of a new machine cache then the sandbox's copy from
+    it (`copy_file_range`), and the fill writing the sandbox's file as it goes
+    (transfer/sandboxfill.py, the cache's chunks past the page cache). Wall and CPU
+    seconds of each round (this process: every thread of the fill), then medians."""
+    store = run.broker.store
+    work = root / "download-ways"
+    work.mkdir()
+    random_file(work / "big.bin", size_mb * MB)
+    fd = os.open(work / "big.bin", os.O_RDONLY)
+    try:
+        entry = ChunkStore(store, 3_600_000).upload(fd, "big.bin", 0o644)
+    finally:
+        os.close(fd)
+    (work / "big.bin").unlink()
+
+    def fetch(digest: str) -> bytes | None:
+        data = store.client.get(store.keys.xfer_chunk(digest))
+        return data if isinstance(data, bytes) else None
+
+    def one(early_writes: bool) -> tuple[float, float]:
+        cache_dir, box = work / "cache", work / "sandbox"
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        shutil.rmtree(box, ignore_errors=True)
+        box.mkdir()
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        started = time.perf_counter()
+        cache = ChunkCache(cache_dir, 1 << 40)
+        getter = ChunkGetter(store)
+        early = SandboxFill(str(box), nullcontext, 13) if early_writes else None
+        try:
+            fill_checked(cache, [entry], fetch, ahead=2, fetch_into=getter.get_into,
+                         sandbox=early)
+        finally:
+            getter.close()
+        if early is None or not early.place("big.bin"):
+            def copy(fd: int) -> None:
+                if not cache.copy_file(entry.sha256, entry.size, entry.chunks, fd):
+                    raise SystemExit("the download's copy from the cache failed")
+            safefiles.write_file(str(box), "big.bin", 0o644, copy, 13)
+        wall_s = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        if (box / "big.bin").stat().st_size != entry.size:
+            raise SystemExit("the download's sandbox file is not whole")
+        return wall_s, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+    print(f"the download alone, {size_mb} MB from the pool into a new cache and a "
+          f"sandbox, the two ways in turn:")
+    ways: dict[str, list[tuple[float, float]]] = {"fill then copy": [],
+                                                  "sandbox written as it fills": []}
+    for number in range(rounds):
+        for name, early_writes in (("fill then copy", False),
+                                   ("sandbox written as it fills", True)):
+            wall_s, cpu_s = one(early_writes)
+            ways[name].append((wall_s, cpu_s))
+            print(f"  round {number + 1}, {name}: {wall_s:.2f} s, CPU {cpu_s:.2f} s "
+                  f"(load average {os.getloadavg()[0]:.1f})")
+    for name, runs in ways.items():
+        walls = sorted(wall for wall, _ in runs)
+        cpus = sorted(cpu for _, cpu in runs)
+        print(f"  {name}, medians: {walls[len(walls) // 2]:.2f} s "
+              f"({size_mb / walls[len(walls) // 2]:.0f} MB/s), CPU {cpus[len(cpus) // 2]:.2f} s")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def redis_rates(run: TransferRun, size_mb: int) -> float:
@@ -615,6 +717,9 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--throughput-only", action="store_true",
                         help="only the big input's row (as --shared-jobs 0 --cost-jobs 0)")
+    parser.add_argument("--download-rounds", type=int, default=0,
+                        help="then the download alone (--input-mb, at most 512), the "
+                             "two ways of writing the sandbox in turn, this many rounds")
     parser.add_argument("--no-cache", action="store_true",
                         help="run without the execute machine's chunk cache")
     args = parser.parse_args()
@@ -632,6 +737,8 @@ def main() -> None:
         run.start()
         if args.input_mb > 0:
             big_input(run, root, args.input_mb)
+        if args.download_rounds > 0:
+            download_ways(run, root, min(args.input_mb, 512) or 512, args.download_rounds)
         if args.shared_jobs > 0:
             shared_input(run, root, args.shared_jobs, args.shared_mb, args.output_kb)
         if args.cost_jobs > 0:
