@@ -77,7 +77,7 @@ GROWTH = 4
 # Longest single XREAD BLOCK (the wait loops until its deadline): well inside
 # a client's socket timeout (redis-py's default is 5 s).
 MAX_BLOCK_MS = 2000
-# Events one wake-up reads at most; a read that brings fewer was all there was.
+# Stream entries one wake-up reads at most; a read that brings fewer was all there was.
 WAKE_COUNT = 100
 # Rounds of judging newly met autoclusters before the quiet step leaves the claim
 # to the full one.
@@ -306,22 +306,25 @@ class Claimer:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0:
                 return None
-            events = self.store.events(last_id, block_ms=min(remaining_ms, MAX_BLOCK_MS),
-                                        count=WAKE_COUNT)
-            for event_id, fields in events:
-                last_id = event_id
+            # Entries, not events: the jobs an entry names share its state, and the
+            # events of a submission of N jobs are N dicts made at once by each
+            # waiting slot's fetch (in a startd, Python's heap keeps their room).
+            entries = self.store.event_entries(
+                last_id, block_ms=min(remaining_ms, MAX_BLOCK_MS), count=WAKE_COUNT)
+            for entry_id, fields in entries:
+                last_id = entry_id
                 if fields.get("state") == "IDLE":
                     latencytrace.mark("claim.woken")
-                    # A full read may have more behind it: read on to the newest event
+                    # A full read may have more behind it: read on to the newest entry
                     # before scanning again. A short one was all there was: the scan
                     # that follows sees what it showed, with no round trip first.
-                    if len(events) < WAKE_COUNT:
-                        return events[-1][0]
+                    if len(entries) < WAKE_COUNT:
+                        return entries[-1][0]
                     return self._newest(last_id)
 
     def _newest(self, last_id: str) -> str:
         while True:
-            more = self.store.events(last_id, count=1000)
+            more = self.store.event_entries(last_id, count=1000)
             if not more:
                 return last_id
             last_id = more[-1][0]

@@ -84,9 +84,9 @@ class SlotSorting:
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
                 return
-            for event_id, _fields in self.store.events(last_id, block_ms=min(left_ms,
-                                                                              MAX_BLOCK_MS)):
-                last_id = event_id
+            for entry_id, _fields in self.store.event_entries(
+                    last_id, block_ms=min(left_ms, MAX_BLOCK_MS)):
+                last_id = entry_id
 
     def _registered(self, now_ms: float) -> dict[str, tuple[float, Mapping[str, Any]]]:
         out: dict[str, tuple[float, Mapping[str, Any]]] = {}
