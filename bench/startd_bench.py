@@ -26,7 +26,9 @@ One private pool (embedded Redis, broker, a startd with the reference
   idle forking `Worker`s as slots (`enqueue` called -> the job's `/bin/date`
   reads the clock); `bench/latency_trace.py` shows where the time goes;
 - footprint: the startd's resident memory after the throughput run and again
-  after each 10,000 of `--rss-jobs` more jobs (10,000; 0 skips them), a starter's private
+  after each 10,000 of `--rss-jobs` more jobs (10,000; 0 skips them), queued
+  10,000 at a time, with its growth a job over the last half of those jobs
+  (read every half second, least squares: the warm-up is left out), a starter's private
   memory (USS) while its job runs, and the CPU an idle startd (and its
   zygote) uses;
 - the program form of the hooks: a `/bin/sh` fetch hook handing out job
@@ -455,6 +457,41 @@ def run_jobs(run: StartdRun, jobs: int, timeout_s: float) -> int:
     return run.ended() - before
 
 
+RSS_BATCH = 10_000
+
+
+def rss_run(run: StartdRun, jobs: int) -> None:
+    """The startd's RSS as `jobs` more jobs run, queued 10,000 at a time: a figure after
+    each batch, and the growth a job over the last half of the run (the least-squares
+    slope of the readings taken there, one every half second), so that a warm-up early
+    in the run is not read as growth."""
+    startd = run.startd()
+    first = run.ended()
+    readings = [(first, startd.memory_info().rss)]
+    left = jobs
+    while left > 0:
+        batch = min(left, RSS_BATCH)
+        before = run.ended()
+        run.broker.submit([{"Cmd": "/bin/true", "Iwd": "/tmp"}] * batch, owner="bench")
+        deadline = time.monotonic() + 1800
+        while (ended := run.ended()) - before < batch and time.monotonic() < deadline:
+            readings.append((ended, startd.memory_info().rss))
+            time.sleep(0.5)
+        readings.append((run.ended(), startd.memory_info().rss))
+        left -= batch
+        print(f"  {'startd resident memory (RSS)':<34} {readings[-1][1] / 2**20:7.1f} MB after "
+              f"{readings[-1][0]} jobs ({readings[-1][0] - before} more)")
+    middle = first + (readings[-1][0] - first) / 2
+    last_half = [(ended, rss) for ended, rss in readings if ended >= middle]
+    if len({ended for ended, _rss in last_half}) < 2:
+        return
+    slope, _ = statistics.linear_regression([ended for ended, _rss in last_half],
+                                            [rss for _ended, rss in last_half])
+    print(f"  {'startd RSS growth, last half':<34} {slope / 1024:+7.3f} KB a job (jobs "
+          f"{last_half[0][0]} to {last_half[-1][0]}: {last_half[0][1] / 2**20:.1f} -> "
+          f"{last_half[-1][1] / 2**20:.1f} MB; least squares over {len(last_half)} readings)")
+
+
 def report_throughput(name: str, rate: float, per_job_ms: dict[str, float],
                       commands: dict[str, float] | None = None) -> None:
     print(f"  {name:<34} {rate:8.1f} jobs/s")
@@ -572,13 +609,8 @@ def main() -> None:
         startd = run.startd()
         print(f"  {'startd resident memory (RSS)':<34} "
               f"{startd.memory_info().rss / 2**20:7.1f} MB after {run.ended()} jobs")
-        left = args.rss_jobs
-        while left > 0:  # a figure every 10,000 jobs, to show whether it grows
-            ended = run_jobs(run, min(left, 10000), timeout_s=1800)
-            left -= min(left, 10000)
-            print(f"  {'startd resident memory (RSS)':<34} "
-                  f"{startd.memory_info().rss / 2**20:7.1f} MB after {run.ended()} jobs "
-                  f"({ended} more)")
+        if args.rss_jobs > 0:
+            rss_run(run, args.rss_jobs)
         uss = starter_uss_mb(run)
         if uss is not None:
             print(f"  {'starter private memory (USS)':<34} {uss:7.1f} MB")
