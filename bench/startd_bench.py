@@ -463,8 +463,9 @@ RSS_BATCH = 10_000
 def rss_run(run: StartdRun, jobs: int) -> None:
     """The startd's RSS as `jobs` more jobs run, queued 10,000 at a time: a figure after
     each batch, and the growth a job over the last half of the run (the least-squares
-    slope of the readings taken there, one every half second), so that a warm-up early
-    in the run is not read as growth."""
+    slope of the readings taken there, one every half second, and the change from its
+    first reading to its last), so that a warm-up early in the run is not read as
+    growth."""
     startd = run.startd()
     first = run.ended()
     readings = [(first, startd.memory_info().rss)]
@@ -487,9 +488,14 @@ def rss_run(run: StartdRun, jobs: int) -> None:
         return
     slope, _ = statistics.linear_regression([ended for ended, _rss in last_half],
                                             [rss for _ended, rss in last_half])
-    print(f"  {'startd RSS growth, last half':<34} {slope / 1024:+7.3f} KB a job (jobs "
-          f"{last_half[0][0]} to {last_half[-1][0]}: {last_half[0][1] / 2**20:.1f} -> "
-          f"{last_half[-1][1] / 2**20:.1f} MB; least squares over {len(last_half)} readings)")
+    (first_ended, first_rss), (last_ended, last_rss) = last_half[0], last_half[-1]
+    # The slope reads a steady drift; the ends also catch a step (a level raised at
+    # once, as when a large submission arrives), which a slope over many level
+    # readings after it hides.
+    print(f"  {'startd RSS growth, last half':<34} {slope / 1024:+7.3f} KB a job (least "
+          f"squares over {len(last_half)} readings; end to end "
+          f"{(last_rss - first_rss) / 1024 / (last_ended - first_ended):+.3f}: jobs "
+          f"{first_ended} to {last_ended}, {first_rss / 2**20:.1f} -> {last_rss / 2**20:.1f} MB)")
 
 
 def report_throughput(name: str, rate: float, per_job_ms: dict[str, float],
