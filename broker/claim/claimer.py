@@ -20,7 +20,9 @@ per slot ad and autocluster (claim/index.py SlotVerdicts):
    lost race moves on to the next candidates. With `wait_s` > 0 and nothing
    claimable, the claimer blocks on the event stream (XREAD BLOCK) from the
    last event seen before the scan and scans again when a job became IDLE,
-   until the deadline: no busy polling.
+   until the deadline: no busy polling. The waiting claims of one client
+   share a room (claim/wakeroom.py): one new job is looked for by one of
+   them at a time, not by all at once.
 
 Activation (claim/activation.py): the full claim's first read also brings
 what the leader's activation filters left for this slot (reservation,
@@ -53,19 +55,21 @@ import classad2
 import msgpack
 
 from fetchwork.broker.filters.gate import ClaimView, block_floor, group_of, may_offer
-from fetchwork.broker.store import Store, calls, codec
+from fetchwork.broker.store import Store, calls, codec, eventbatch
 from fetchwork.broker.store.jobads import slot_name
 from fetchwork.config import latencytrace
 from fetchwork.config.ads import from_dict, values_of
 from fetchwork.config.keptad import KeptAd
 from fetchwork.config.loader import Config
 from fetchwork.config.matching import matches
+from fetchwork.config.protocol import ad_job_id
 from fetchwork.errors import AdError
 
 from .activation import ActivationClaims, is_activation
 from .backfill import BackfillCheck
 from .index import GroupIndex, GroupWalk, IdleWalk
 from .sorting import SlotSorting
+from .wakeroom import WakeRoom
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +108,8 @@ class Claimer:
         self.scan_batch = scan_batch
         self.activation = ActivationClaims(store)
         self.groups = GroupIndex(store)
+        # The waiting claims of this client, woken one look per new job (wakeroom.py).
+        self.room = WakeRoom()
         # The autoclusters claim_quiet.lua last named (best first): a new slot ad
         # judges them before its first call, which then usually needs no second one.
         self._named: list[str] = []
@@ -140,17 +146,23 @@ class Claimer:
         # that became idle between the two is found by that look, not waited for).
         # A busy queue claims at the first look and never reads the stream.
         last_id = self.store.last_event_id()
+        look: int | None = None
         try:
             while True:
                 job, final = self._find(slot, name)
+                if look is not None:
+                    self.room.looked(look, ad_job_id(job) if job is not None else None)
+                    look = None
                 if job is not None or final:
                     return job
                 self.sorting.register(slot, name, deadline)
-                next_id = self._wait_for_idle(last_id, deadline)
-                if next_id is None:
+                woken = self._wait_for_idle(last_id, deadline)
+                if woken is None:
                     return None
-                last_id = next_id
+                last_id, look = woken
         finally:
+            if look is not None:  # the look failed: the jobs it was for are still open
+                self.room.looked(look, None)
             self.sorting.unregister(name)
 
     def _find(self, slot: classad2.ClassAd, name: str) -> tuple[Job, bool]:
@@ -300,8 +312,12 @@ class Claimer:
         log.debug("job %s claimed by %s", job_id.decode(), name)
         return codec.decode_flat(flat), False
 
-    def _wait_for_idle(self, last_id: str, deadline: float) -> str | None:
-        """Block until an event shows a job becoming IDLE; its id, or None at the deadline."""
+    def _wait_for_idle(self, last_id: str, deadline: float) -> tuple[str, int | None] | None:
+        """Block until an event shows a job becoming IDLE and the claim is to look again:
+        (the id to wait from next, the room's number of the look, None without the
+        room), or None at the deadline. With the room (no MATCH_SORT_WINDOW, under
+        which a claim gives way to a better waiting slot, which must then look too),
+        a wake-up whose jobs the process's other woken claims took waits again."""
         while True:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0:
@@ -311,16 +327,29 @@ class Claimer:
             # waiting slot's fetch (in a startd, Python's heap keeps their room).
             entries = self.store.event_entries(
                 last_id, block_ms=min(remaining_ms, MAX_BLOCK_MS), count=WAKE_COUNT)
-            for entry_id, fields in entries:
-                last_id = entry_id
-                if fields.get("state") == "IDLE":
-                    latencytrace.mark("claim.woken")
-                    # A full read may have more behind it: read on to the newest entry
-                    # before scanning again. A short one was all there was: the scan
-                    # that follows sees what it showed, with no round trip first.
-                    if len(entries) < WAKE_COUNT:
-                        return entries[-1][0]
-                    return self._newest(last_id)
+            if not entries:
+                continue
+            last_id = entries[-1][0]
+            idle = [(entry_id, fields) for entry_id, fields in entries
+                    if fields.get("state") == "IDLE"]
+            if not idle:
+                continue
+            latencytrace.mark("claim.woken")
+            # A full read may have more behind it: read on to the newest entry before
+            # scanning again. A short one was all there was: the scan that follows sees
+            # what it showed, with no round trip first.
+            complete = len(entries) < WAKE_COUNT
+            if not complete:
+                last_id = self._newest(last_id)
+            if self.sorting.on:
+                return last_id, None
+            # The room weighs one job's entries; an entry naming a batch of jobs has
+            # work for every waiting claim, which then looks as without the room.
+            named = [(entry_id, fields.get("job", "")) for entry_id, fields in idle
+                     if eventbatch.JOBS_FIELD not in fields]
+            look = self.room.woken(named, complete and len(named) == len(idle), deadline)
+            if look is not None:
+                return last_id, look
 
     def _newest(self, last_id: str) -> str:
         while True:
