@@ -16,9 +16,10 @@ Nothing is left unclaimed while a claim waits: a claim skips its look only
 when each job named by the IDLE events it read (each event by its own id: a
 job requeued later is named again by a new one) was claimed by a look of
 this process; a wake-up that read as many entries as one read brings (more
-may follow) or an entry naming a batch of jobs always looks, and so does a claim whose wait for the looks
-under way outlasts LOOK_WAIT_S (an activation filter may hold a look for
-seconds). Other processes' claims are woken by their own reads, as before.
+may follow) or an entry naming a batch of jobs always looks, and so does
+a claim whose wait for the looks under way outlasts LOOK_WAIT_S (an
+activation filter may hold a look for seconds). Other processes' claims
+are woken by their own reads, as before.
 """
 
 from __future__ import annotations

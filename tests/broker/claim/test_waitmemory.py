@@ -40,10 +40,13 @@ def test_a_waiting_claim_wakes_on_a_large_submission_without_a_dict_a_job(
 
     tracemalloc.start()
     try:
-        woken_at = broker._claimer._wait_for_idle(before, time.monotonic() + 30)
+        woken = broker._claimer._wait_for_idle(before, time.monotonic() + 30)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    assert woken is not None
+    woken_at, look = woken
     assert woken_at == newest  # woken by the idle jobs, read on to the newest entry
+    assert look is not None  # a batch's entry: the claim looks, whatever the room knows
     # Expanded, the 10,000 events took some 4 MB; the entries take a few KB.
     assert peak < 256 * 1024, f"{peak} bytes at the peak of the wait"
