@@ -1,7 +1,8 @@
-"""Timestamps of a job's start path across the pool's processes, for the latency bench.
+"""Timestamps of a job's start and exit paths across the pool's processes, for the benches.
 
 Off unless the environment names a file in FETCHWORK_LATENCY_TRACE when a
-process starts (`bench/latency_trace.py` sets it for the pool it runs); then
+process starts (`bench/latency_trace.py` and `bench/cycle_trace.py` set it for
+the pool they run); then
 each `mark(hop)` appends one line, `<hop> <CLOCK_REALTIME ns> <pid>`, to that
 file with a single O_APPEND write, so the lines of the startd, its starters
 and the broker service interleave whole and their times compare across

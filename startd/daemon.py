@@ -231,6 +231,7 @@ class Startd:
         spec = slot.hooks.fetch
         assert spec is not None
         slot.clock.started(time.monotonic())
+        latencytrace.mark("startd.fetch_started")
         log.debug("%s: running fetch hook %s", slot.label, spec.value)
         # The result's own line says how long the hook took (`_on_fetched`).
         start_hook(spec, self.slot_ad_text(slot),

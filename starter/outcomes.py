@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields, replace
 import classad2
 import psutil
 
+from fetchwork.config import latencytrace
 from fetchwork.config.ads import AdText
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import ad_job_id
@@ -201,8 +202,10 @@ def report_exit(config: Config, spec: HookSpec, outcome: Outcome, env: Mapping[s
     except OSError as exc:
         log.warning("job %s: cannot keep its outcome in %s: %s", outcome.job,
                     outcome_dir(config), exc)
+    latencytrace.mark("starter.exit_hook_called")
     result = run_hook(spec, outcome.ad_text, extra_args=[outcome.how], env=env,
                       cwd=cwd, user=outcome.user, here=True)
+    latencytrace.mark("starter.exit_hook_returned")
     if result.ok:
         if path is not None:
             forget_outcome(path)

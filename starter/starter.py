@@ -143,7 +143,9 @@ class Starter:
             how = self._run()
             # The last word: the exit hook has run and the sandbox is gone.
             shutil.rmtree(self.sandbox, ignore_errors=True)
+            latencytrace.mark("starter.sandbox_removed")
             self.events.emit("exited", how=how, ad=self.ad)
+            latencytrace.mark("starter.exited_sent")
             return how
         except BaseException:
             if self.job is not None:  # the starter failed: its job must not outlive it
@@ -214,10 +216,12 @@ class Starter:
             self._finish(None, reason, 0.0)
             return how
         self._loop()
+        latencytrace.mark("starter.job_exited")
         status = self.job.reap_main()
         duration_s = time.monotonic() - (self.started_at or time.monotonic())
         self.status = lifecycle.finished(self.status)
         left = self.job.cleanup()
+        latencytrace.mark("starter.reaped")
         if left:
             log.info("killed %s process(es) the job left behind", left)
         self._finish(status, None, duration_s)
@@ -484,6 +488,7 @@ class Starter:
         if self.job is not None:
             self._keep_slot()  # RunUntilCanceled; the exited children's CPU time arrives
             self._record(self.job.sample(), final=True)  # with their reaping
+            latencytrace.mark("starter.measured")
         how = self.status.how or lifecycle.EXIT
         for name, value in exit_attributes(status, how, duration_s, reason).items():
             self.ad[name] = value

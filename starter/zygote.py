@@ -393,6 +393,7 @@ def _run_jobs(sock: socket.socket, zygote_pid: int, entry: Any) -> None:
             entry.exit_now(code)
         _between_jobs()
         send(sock, {"op": "done", "status": code})
+        latencytrace.mark("starter.done_sent")
         _die_with(zygote_pid)
 
 

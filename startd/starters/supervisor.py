@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import classad2
 
-from fetchwork.config import keywords
+from fetchwork.config import keywords, latencytrace
 from fetchwork.config.loader import Config
 from fetchwork.errors import StarterError
 from fetchwork.hooks.runner import HookSpec
@@ -237,6 +237,7 @@ class StarterSupervisor:
             if isinstance(ad, dict):
                 claim.report(ad, exited=kind == "exited")
             if kind == "exited":
+                latencytrace.mark("startd.exited_read")
                 # The slot's move to Idle (or the starter's end) says it at INFO.
                 log.debug("%s: job %s exited (%s)", slot.label, claim.job_id, event.get("how"))
 
@@ -248,6 +249,7 @@ class StarterSupervisor:
         status = starter.poll()
         if status is None:
             return
+        latencytrace.mark("startd.reaped")
         if not starter.stdout_closed:
             self.read_events(slot)
         unregister(self.selector, starter.fileno())
