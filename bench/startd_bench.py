@@ -10,7 +10,8 @@ One private pool (embedded Redis, broker, a startd with the reference
 - throughput: N `/bin/true` jobs queued at once; jobs/s from the first job's
   end to the last one's (so start-up is not counted); rq's forking `Worker`
   and its `SimpleWorker` (as many workers as slots, `--burst`) run a
-  function that runs `/bin/true` the same way; the ratios on their own line;
+  function that runs `/bin/true` the same way, with the CPU a job of their
+  processes (work horses included) and Redis's; the ratios on their own line;
   the CPU a job of each of the pool's processes (the starters' is their
   zygote's, with its children, reaped or still running, and their jobs), and the
   Redis commands a job (`INFO commandstats` before and after); then the same with a
@@ -124,9 +125,11 @@ def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.kill()
 
 
-def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 30) -> float:
+def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 30,
+                      at_first: Callable[[], None] | None = None) -> float:
     """Jobs/s from the first job's end to the last one's (`count()` jobs ended so far);
-    after `timeout_s`, the rate over the jobs that ended by then."""
+    after `timeout_s`, the rate over the jobs that ended by then. `at_first()` is
+    called when the first job has ended."""
     deadline = time.monotonic() + timeout_s
     first_at = None
     first_count = 0
@@ -135,6 +138,8 @@ def rate_between_ends(count: Callable[[], int], total: int, timeout_s: float = 3
         now = time.perf_counter()
         if first_at is None and done > 0:
             first_at, first_count = now, done
+            if at_first is not None:
+                at_first()
         if done >= total:
             break
         if time.monotonic() > deadline and first_at is not None:
@@ -348,7 +353,11 @@ def idle_cpu_percent(run: StartdRun, seconds: float = 5.0) -> float:
     return (total() - first) / seconds * 100
 
 
-def rq_rate(url: str, worker_class: str, jobs: int, workers: int) -> float:
+def rq_rate(url: str, worker_class: str, jobs: int, workers: int
+            ) -> tuple[float, dict[str, float]]:
+    """rq's jobs/s, and the milliseconds of CPU a job of its workers (with their
+    reaped work horses) and of Redis, from the first job's end to the last one's
+    (the workers' start is not counted, as the pool's is not)."""
     from rq import Queue
     from rq.registry import FinishedJobRegistry
 
@@ -365,11 +374,24 @@ def rq_rate(url: str, worker_class: str, jobs: int, workers: int) -> float:
                                "--name", f"{name}-{n}-{os.getpid()}", name],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for n in range(workers)]
+    roles = {"workers": [psutil.Process(proc.pid) for proc in procs],
+             "Redis": [psutil.Process(int(client.info("server")["process_id"]))]}
+    looks: list[tuple[int, dict[str, float]]] = []
+
+    def look() -> None:
+        looks.append((int(registry.count), {role: sum(_total_s(proc) or 0.0 for proc in group)
+                                            for role, group in roles.items()}))
+
     try:
-        return rate_between_ends(lambda: int(registry.count), min(jobs, queue_length))
+        rate = rate_between_ends(lambda: int(registry.count), min(jobs, queue_length),
+                                 at_first=look)
+        look()
     finally:
         stop_workers(procs)
         queue.delete(delete_jobs=True)
+    (first, before), (last, after) = looks[0], looks[-1]
+    return rate, {role: (after[role] - before[role]) * 1000 / max(last - first, 1)
+                  for role in after}
 
 
 def rq_latencies(url: str, count: int, workers: int) -> list[float]:
@@ -594,8 +616,11 @@ def main() -> None:
         report_throughput(name, ours[name], per_job_ms, run.commands_per_job)
         theirs = {}
         for worker_class in ("Worker", "SimpleWorker"):
-            theirs[worker_class] = rq_rate(run.pool.url, worker_class, args.jobs, args.slots)
+            theirs[worker_class], rq_ms = rq_rate(run.pool.url, worker_class, args.jobs,
+                                                  args.slots)
             print(f"  {'rq ' + worker_class:<34} {theirs[worker_class]:8.1f} jobs/s")
+            print(f"    CPU a job {sum(rq_ms.values()):.1f} ms: " + ", ".join(
+                f"{role} {ms:.1f}" for role, ms in sorted(rq_ms.items(), key=lambda kv: -kv[1])))
         if args.reuse > 0:
             name = f"fetchwork, STARTER_JOBS_PER_PROCESS = {args.reuse}"
             ours[name], per_job_ms, commands = kept_starters(root / "kept", args.slots,
