@@ -43,16 +43,15 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR.parent) not in sys.path:  # run as a script: bench/ is not a package then
     sys.path.insert(0, str(BENCH_DIR.parent))
-from bench.startd_bench import StartdRun, percentile, rate_between_ends  # noqa: E402
+from bench.latency_trace import traced_run  # noqa: E402
+from bench.startd_bench import percentile, rate_between_ends  # noqa: E402
 
-TRACE_ENV_VAR = "FETCHWORK_LATENCY_TRACE"
 WARM_CYCLES = 20
 
 # The reference hooks, each noting in the trace when it is called and returns.
@@ -86,7 +85,7 @@ def prepare(args, stdin_text):
     return reference.prepare_job(args, stdin_text)
 '''
 
-# (label, hop), in the order a cycle of the code before the early fetch met them.
+# (label, hop), in the order a cycle meets them.
 HOPS = [
     ("job spawned", "starter.spawned"),
     ("job exited", "starter.job_exited"),
@@ -160,15 +159,7 @@ def main() -> None:
                         help="STARTER_JOBS_PER_PROCESS (default: the configuration's)")
     parser.add_argument("--each", action="store_true", help="also print each cycle's hops")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="fw-cycle-trace-"))
-    root.chmod(0o755)
-    trace = root / "trace.log"
-    trace.touch()
-    trace.chmod(0o666)  # starters may run as another user under a root startd
-    os.environ[TRACE_ENV_VAR] = str(trace)
-    os.environ["_FETCHWORK_FETCHWORK_HOOK_PREPARE_JOB"] = "python:fwbench_hooks:prepare"
-    run = StartdRun(root / "pool", 1, args.jobs_per_process)
-    (run.root / "fwbench_hooks.py").write_text(TRACING_HOOKS.format(trace=str(trace)))
+    root, trace, run = traced_run("fw-cycle-trace-", 1, args.jobs_per_process, TRACING_HOOKS)
     try:
         run.start()
         before = run.ended()

@@ -250,6 +250,23 @@ def report(jobs: list[dict[str, int]]) -> None:
                   f"p99 {percentile(values, 0.99):7.2f} ms   (n={len(values)})")
 
 
+def traced_run(prefix: str, slots: int, jobs_per_process: int | None,
+               hooks: str) -> tuple[Path, Path, StartdRun]:
+    """A bench pool whose processes note their hops in a trace file, with the tracing
+    reference hooks `hooks` (a module text with a {trace} field) as its fetch and
+    prepare hooks: (its folder, the trace file, the pool, not yet started)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    root.chmod(0o755)
+    trace = root / "trace.log"
+    trace.touch()
+    trace.chmod(0o666)  # starters may run as another user under a root startd
+    os.environ[TRACE_ENV_VAR] = str(trace)
+    os.environ["_FETCHWORK_FETCHWORK_HOOK_PREPARE_JOB"] = "python:fwbench_hooks:prepare"
+    run = StartdRun(root / "pool", slots, jobs_per_process)
+    (run.root / "fwbench_hooks.py").write_text(hooks.format(trace=str(trace)))
+    return root, trace, run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=40, help="jobs, one at a time")
@@ -258,15 +275,8 @@ def main() -> None:
                         help="STARTER_JOBS_PER_PROCESS (default: the configuration's)")
     parser.add_argument("--each", action="store_true", help="also print each job's hops")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="fw-latency-trace-"))
-    root.chmod(0o755)
-    trace = root / "trace.log"
-    trace.touch()
-    trace.chmod(0o666)  # starters may run as another user under a root startd
-    os.environ[TRACE_ENV_VAR] = str(trace)
-    os.environ["_FETCHWORK_FETCHWORK_HOOK_PREPARE_JOB"] = "python:fwbench_hooks:prepare"
-    run = StartdRun(root / "pool", args.slots, args.jobs_per_process)
-    (run.root / "fwbench_hooks.py").write_text(TRACING_HOOKS.format(trace=str(trace)))
+    root, trace, run = traced_run("fw-latency-trace-", args.slots, args.jobs_per_process,
+                                  TRACING_HOOKS)
     try:
         run.start()
         monitor = Monitor(run.pool.url, run.broker.keys.validating)

@@ -72,10 +72,7 @@ def write_file(root: str | int, name: str, mode: int, fill: Callable[[int], None
             finally:
                 os.close(fd)
         except BaseException:
-            try:
-                os.unlink(temp, dir_fd=dir_fd)
-            except OSError:
-                pass
+            _drop(temp, dir_fd)
             raise
         rename_into_place(dir_fd, temp, base, name, code)
 
@@ -90,11 +87,16 @@ def rename_into_place(dir_fd: int, temp: str, base: str, name: str, code: int) -
             raise TransferError(f"{name}: a folder of that name is in the way", code)
         os.rename(temp, base, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        try:
-            os.unlink(temp, dir_fd=dir_fd)
-        except OSError:
-            pass
+        _drop(temp, dir_fd)
         raise
+
+
+def _drop(temp: str, dir_fd: int) -> None:
+    """Remove the temporary file `temp` of a write that failed, if it is still there."""
+    try:
+        os.unlink(temp, dir_fd=dir_fd)
+    except OSError:
+        pass
 
 
 def _lstat(name: str, dir_fd: int) -> os.stat_result | None:

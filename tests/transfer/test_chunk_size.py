@@ -11,6 +11,7 @@ import pytest
 
 from fetchwork.broker.store import Store
 from fetchwork.transfer.chunks import CHUNK_BYTES, ChunkStore
+from fetchwork.transfer.manifest import FileEntry
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -18,15 +19,19 @@ HOUR_MS = 3_600_000
 MIB = 1024 * 1024
 
 
-def test_a_file_goes_up_in_chunks_of_just_under_two_mib(store: Store,
-                                                        tmp_path: Path) -> None:
-    path = tmp_path / "big"
-    path.write_bytes(random.Random(1).randbytes(6 * MIB))
+def _upload(store: Store, path: Path, size: int, seed: int) -> FileEntry:
+    """`size` random bytes written at `path`, then uploaded."""
+    path.write_bytes(random.Random(seed).randbytes(size))
     fd = os.open(path, os.O_RDONLY)
     try:
-        entry = ChunkStore(store, HOUR_MS).upload(fd, "big", 0o644)
+        return ChunkStore(store, HOUR_MS).upload(fd, path.name, 0o644)
     finally:
         os.close(fd)
+
+
+def test_a_file_goes_up_in_chunks_of_just_under_two_mib(store: Store,
+                                                        tmp_path: Path) -> None:
+    entry = _upload(store, tmp_path / "big", 6 * MIB, 1)
     # Six MiB of data need four chunks: each holds 64 bytes less than 2 MiB.
     assert len(entry.chunks) == 4
     sizes = [store.client.strlen(store.keys.xfer_chunk(digest)) for digest in entry.chunks]
@@ -36,13 +41,7 @@ def test_a_file_goes_up_in_chunks_of_just_under_two_mib(store: Store,
 
 def test_a_full_chunk_fits_its_allocators_two_mib_class_in_redis(store: Store,
                                                                  tmp_path: Path) -> None:
-    path = tmp_path / "full"
-    path.write_bytes(random.Random(2).randbytes(2 * CHUNK_BYTES))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        entry = ChunkStore(store, HOUR_MS).upload(fd, "full", 0o644)
-    finally:
-        os.close(fd)
+    entry = _upload(store, tmp_path / "full", 2 * CHUNK_BYTES, 2)
     for digest in entry.chunks:
         used = store.client.memory_usage(store.keys.xfer_chunk(digest), samples=0)
         # The value with Redis's header, the key and the entry: within a few hundred

@@ -19,14 +19,21 @@ FAR = 1e12  # a deadline that never comes (monotonic seconds)
 
 # -- the room's decisions, without Redis ------------------------------------------------
 
-def test_a_lone_job_is_looked_for_once_and_the_other_claim_waits_again():
-    room = WakeRoom()
-    first = room.woken([("1-0", "5.0")], complete=True, deadline=FAR)
-    assert first is not None
+def _second_claim(room: WakeRoom) -> tuple[threading.Thread, list[int | None]]:
+    """A second claim woken by job 5.0's IDLE event, on its own thread: the thread and
+    the list its answer will be put in."""
     answers: list[int | None] = []
     other = threading.Thread(
         target=lambda: answers.append(room.woken([("1-0", "5.0")], True, FAR)))
     other.start()
+    return other, answers
+
+
+def test_a_lone_job_is_looked_for_once_and_the_other_claim_waits_again():
+    room = WakeRoom()
+    first = room.woken([("1-0", "5.0")], complete=True, deadline=FAR)
+    assert first is not None
+    other, answers = _second_claim(room)
     time.sleep(0.05)  # the second claim is waiting for the first look: it has not answered
     assert answers == []
     room.looked(first, "5.0")
@@ -39,10 +46,7 @@ def test_a_look_that_did_not_take_the_named_job_lets_the_next_claim_look(claimed
     room = WakeRoom()
     first = room.woken([("1-0", "5.0")], complete=True, deadline=FAR)
     assert first is not None
-    answers: list[int | None] = []
-    other = threading.Thread(
-        target=lambda: answers.append(room.woken([("1-0", "5.0")], True, FAR)))
-    other.start()
+    other, answers = _second_claim(room)
     room.looked(first, claimed)
     other.join(timeout=10)
     assert answers and answers[0] is not None
