@@ -20,20 +20,12 @@ from fetchwork.transfer.cache import ChunkCache
 from fetchwork.transfer.checkedfill import fill_checked
 from fetchwork.transfer.chunks import CHUNK_BYTES, ChunkStore
 from fetchwork.transfer.manifest import FileEntry
+from tests.support.uploads import uploaded
 
 pytestmark = pytest.mark.timeout(60)
 
 HOUR_MS = 3_600_000
 MB = 1 << 20
-
-
-def _uploaded(store: Store, path: Path, size: int, seed: int) -> FileEntry:
-    path.write_bytes(random.Random(seed).randbytes(size))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return ChunkStore(store, HOUR_MS).upload(fd, path.name, 0o644)
-    finally:
-        os.close(fd)
 
 
 class Fetches:
@@ -60,8 +52,8 @@ def _written(cache: ChunkCache | None, store: Store, entry: FileEntry, target: P
 
 def test_files_are_checked_as_they_fill_and_copied_from_their_chunks(store: Store,
                                                                      tmp_path: Path) -> None:
-    big = _uploaded(store, tmp_path / "big", 3 * CHUNK_BYTES + 7, seed=1)
-    small = _uploaded(store, tmp_path / "small", 1000, seed=2)
+    big = uploaded(store, tmp_path / "big", 3 * CHUNK_BYTES + 7, seed=1)
+    small = uploaded(store, tmp_path / "small", 1000, seed=2)
     cache = ChunkCache(tmp_path / "cache", 64 * MB)
     fetch = Fetches(store)
     assert fill_checked(cache, [big, small, big], fetch, ahead=2) == big.size + small.size
@@ -82,7 +74,7 @@ def test_files_are_checked_as_they_fill_and_copied_from_their_chunks(store: Stor
 
 def test_a_corrupt_chunk_from_the_pool_is_caught_in_the_fill(store: Store,
                                                              tmp_path: Path) -> None:
-    entry = _uploaded(store, tmp_path / "f", 3 * CHUNK_BYTES + 1, seed=3)
+    entry = uploaded(store, tmp_path / "f", 3 * CHUNK_BYTES + 1, seed=3)
     key = store.keys.xfer_chunk(entry.chunks[1])
     data = bytearray(store.client.get(key))
     data[77] ^= 1
@@ -97,7 +89,7 @@ def test_a_corrupt_chunk_from_the_pool_is_caught_in_the_fill(store: Store,
 @pytest.mark.parametrize("change", ["sha256", "size", "order"])
 def test_a_file_whose_digest_does_not_match_is_not_delivered(store: Store, tmp_path: Path,
                                                              change: str) -> None:
-    entry = _uploaded(store, tmp_path / "f", 2 * CHUNK_BYTES + 50, seed=4)
+    entry = uploaded(store, tmp_path / "f", 2 * CHUNK_BYTES + 50, seed=4)
     wrong = {"sha256": dataclasses.replace(entry, sha256="0" * 64),
              "size": dataclasses.replace(entry, size=entry.size + 1),
              "order": dataclasses.replace(entry, chunks=(entry.chunks[1], entry.chunks[0],
@@ -116,7 +108,7 @@ def test_a_file_whose_digest_does_not_match_is_not_delivered(store: Store, tmp_p
 
 def test_a_single_chunk_file_is_checked_against_its_own_digest(store: Store,
                                                                tmp_path: Path) -> None:
-    entry = _uploaded(store, tmp_path / "f", 500, seed=5)
+    entry = uploaded(store, tmp_path / "f", 500, seed=5)
     wrong = dataclasses.replace(entry, sha256=hashlib.sha256(b"other").hexdigest())
     with pytest.raises(TransferError, match="another size or digest"):
         fill_checked(ChunkCache(tmp_path / "cache", MB), [wrong], Fetches(store))
@@ -124,7 +116,7 @@ def test_a_single_chunk_file_is_checked_against_its_own_digest(store: Store,
 
 def test_a_damaged_cached_chunk_is_fetched_again_in_the_fill(store: Store,
                                                              tmp_path: Path) -> None:
-    entry = _uploaded(store, tmp_path / "f", 2 * CHUNK_BYTES + 100, seed=6)
+    entry = uploaded(store, tmp_path / "f", 2 * CHUNK_BYTES + 100, seed=6)
     fill_checked(ChunkCache(tmp_path / "cache", 64 * MB), [entry], Fetches(store))
     path = tmp_path / "cache" / entry.chunks[1][:2] / entry.chunks[1]
     path.chmod(0o644)
@@ -138,8 +130,8 @@ def test_a_damaged_cached_chunk_is_fetched_again_in_the_fill(store: Store,
 
 def test_a_chunk_gone_from_the_pool_is_reported_when_the_file_is_written(
         store: Store, tmp_path: Path) -> None:
-    first = _uploaded(store, tmp_path / "a", CHUNK_BYTES + 10, seed=7)
-    second = _uploaded(store, tmp_path / "b", CHUNK_BYTES + 20, seed=8)
+    first = uploaded(store, tmp_path / "a", CHUNK_BYTES + 10, seed=7)
+    second = uploaded(store, tmp_path / "b", CHUNK_BYTES + 20, seed=8)
     store.client.delete(store.keys.xfer_chunk(first.chunks[0]))
     cache = ChunkCache(tmp_path / "cache", 64 * MB)
     fill_checked(cache, [first, second], Fetches(store), ahead=1)
@@ -149,7 +141,7 @@ def test_a_chunk_gone_from_the_pool_is_reported_when_the_file_is_written(
 
 
 def test_a_chunk_evicted_after_the_fill_is_read_again(store: Store, tmp_path: Path) -> None:
-    entry = _uploaded(store, tmp_path / "f", 2 * CHUNK_BYTES + 5, seed=9)
+    entry = uploaded(store, tmp_path / "f", 2 * CHUNK_BYTES + 5, seed=9)
     cache = ChunkCache(tmp_path / "cache", 64 * MB)
     fill_checked(cache, [entry], Fetches(store))
     (tmp_path / "cache" / entry.chunks[2][:2] / entry.chunks[2]).unlink()
@@ -158,7 +150,7 @@ def test_a_chunk_evicted_after_the_fill_is_read_again(store: Store, tmp_path: Pa
 
 def test_the_copy_falls_back_where_the_kernel_refuses_it(store: Store, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    entry = _uploaded(store, tmp_path / "f", 2 * CHUNK_BYTES + 11, seed=10)
+    entry = uploaded(store, tmp_path / "f", 2 * CHUNK_BYTES + 11, seed=10)
     cache = ChunkCache(tmp_path / "cache", 64 * MB)
     fill_checked(cache, [entry], Fetches(store))
     refused: list[int] = []

@@ -3,35 +3,22 @@ chunk takes its allocator's 2 MiB size class in Redis, not the next one."""
 
 from __future__ import annotations
 
-import os
-import random
 from pathlib import Path
 
 import pytest
 
 from fetchwork.broker.store import Store
-from fetchwork.transfer.chunks import CHUNK_BYTES, ChunkStore
-from fetchwork.transfer.manifest import FileEntry
+from fetchwork.transfer.chunks import CHUNK_BYTES
+from tests.support.uploads import uploaded
 
 pytestmark = pytest.mark.timeout(60)
 
-HOUR_MS = 3_600_000
 MIB = 1024 * 1024
-
-
-def _upload(store: Store, path: Path, size: int, seed: int) -> FileEntry:
-    """`size` random bytes written at `path`, then uploaded."""
-    path.write_bytes(random.Random(seed).randbytes(size))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return ChunkStore(store, HOUR_MS).upload(fd, path.name, 0o644)
-    finally:
-        os.close(fd)
 
 
 def test_a_file_goes_up_in_chunks_of_just_under_two_mib(store: Store,
                                                         tmp_path: Path) -> None:
-    entry = _upload(store, tmp_path / "big", 6 * MIB, 1)
+    entry = uploaded(store, tmp_path / "big", 6 * MIB, 1)
     # Six MiB of data need four chunks: each holds 64 bytes less than 2 MiB.
     assert len(entry.chunks) == 4
     sizes = [store.client.strlen(store.keys.xfer_chunk(digest)) for digest in entry.chunks]
@@ -41,7 +28,7 @@ def test_a_file_goes_up_in_chunks_of_just_under_two_mib(store: Store,
 
 def test_a_full_chunk_fits_its_allocators_two_mib_class_in_redis(store: Store,
                                                                  tmp_path: Path) -> None:
-    entry = _upload(store, tmp_path / "full", 2 * CHUNK_BYTES, 2)
+    entry = uploaded(store, tmp_path / "full", 2 * CHUNK_BYTES, 2)
     for digest in entry.chunks:
         used = store.client.memory_usage(store.keys.xfer_chunk(digest), samples=0)
         # The value with Redis's header, the key and the entry: within a few hundred

@@ -29,24 +29,15 @@ from fetchwork.transfer import privstate, sandbox, stored
 from fetchwork.transfer.cache import ChunkCache
 from fetchwork.transfer.checkedfill import fill_checked
 from fetchwork.transfer.chunkget import ChunkGetter
-from fetchwork.transfer.chunks import CHUNK_BYTES, ChunkStore
+from fetchwork.transfer.chunks import CHUNK_BYTES
 from fetchwork.transfer.inputs import INPUT_MANIFEST_ATTR
 from fetchwork.transfer.manifest import FileEntry, Manifest
 from fetchwork.transfer.sandboxfill import SandboxFill
+from tests.support.uploads import uploaded
 
 pytestmark = pytest.mark.timeout(120)
 
-HOUR_MS = 3_600_000
 MB = 1 << 20
-
-
-def _uploaded(store: Store, path: Path, size: int, seed: int, mode: int = 0o644) -> FileEntry:
-    path.write_bytes(random.Random(seed).randbytes(size))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return ChunkStore(store, HOUR_MS).upload(fd, path.name, mode)
-    finally:
-        os.close(fd)
 
 
 def _fetch(store: Store) -> Any:
@@ -78,7 +69,7 @@ def _input(store: Store, pool_name: str, tmp_path: Path, files: tuple[FileEntry,
 
 def test_the_file_is_hidden_until_checked_whole_then_renamed(store: Store,
                                                              tmp_path: Path) -> None:
-    entry = _uploaded(store, tmp_path / "big.bin", 3 * CHUNK_BYTES + 7, seed=1, mode=0o750)
+    entry = uploaded(store, tmp_path / "big.bin", 3 * CHUNK_BYTES + 7, seed=1, mode=0o750)
     folder = tmp_path / "sandbox"
     folder.mkdir()
     early = SandboxFill(str(folder), contextlib.nullcontext, 13)
@@ -96,7 +87,7 @@ def test_the_file_is_hidden_until_checked_whole_then_renamed(store: Store,
 
 
 def test_files_already_cached_are_written_early_too(store: Store, tmp_path: Path) -> None:
-    entry = _uploaded(store, tmp_path / "big.bin", 2 * CHUNK_BYTES + 1, seed=2)
+    entry = uploaded(store, tmp_path / "big.bin", 2 * CHUNK_BYTES + 1, seed=2)
     cache = ChunkCache(tmp_path / "cache", 64 * MB)
     fill_checked(cache, [entry], _fetch(store))  # another job's fill
     folder = tmp_path / "sandbox"
@@ -110,7 +101,7 @@ def test_files_already_cached_are_written_early_too(store: Store, tmp_path: Path
 
 def test_a_big_input_arrives_whole_through_the_transfer(store: Store, pool_name: str,
                                                         tmp_path: Path) -> None:
-    big = _uploaded(store, tmp_path / "big.bin", 4 * CHUNK_BYTES + 3, seed=3)
+    big = uploaded(store, tmp_path / "big.bin", 4 * CHUNK_BYTES + 3, seed=3)
     other = dataclasses.replace(big, name="data/copy.bin")  # the same bytes, twice
     answer, folder = _input(store, pool_name, tmp_path, (big, other))
     assert answer["ok"] is True, answer
@@ -123,8 +114,8 @@ def test_a_big_input_arrives_whole_through_the_transfer(store: Store, pool_name:
 @pytest.mark.parametrize("damage", ["chunk", "sha256", "size", "missing"])
 def test_a_bad_file_holds_the_job_with_nothing_in_the_sandbox(
         store: Store, pool_name: str, tmp_path: Path, damage: str) -> None:
-    good = _uploaded(store, tmp_path / "first.bin", 2 * CHUNK_BYTES + 9, seed=4)
-    bad = _uploaded(store, tmp_path / "big.bin", 5 * CHUNK_BYTES + 5, seed=5)
+    good = uploaded(store, tmp_path / "first.bin", 2 * CHUNK_BYTES + 9, seed=4)
+    bad = uploaded(store, tmp_path / "big.bin", 5 * CHUNK_BYTES + 5, seed=5)
     key = store.keys.xfer_chunk(bad.chunks[2])
     gone = damage == "missing"
     if damage == "chunk":
@@ -155,7 +146,7 @@ def test_as_root_the_file_is_made_and_written_as_the_jobs_user(
         store: Store, pool_name: str, tmp_path: Path, job_tmp: Path) -> None:
     nobody = pwd.getpwnam("nobody")
     user = (nobody.pw_uid, nobody.pw_gid)
-    big = _uploaded(store, tmp_path / "big.bin", 2 * CHUNK_BYTES + 11, seed=6)
+    big = uploaded(store, tmp_path / "big.bin", 2 * CHUNK_BYTES + 11, seed=6)
     ident = stored.attach(store, Manifest(files=(big,)), jobs=1, cap_bytes=0,
                           resend=lambda _d: None)
     folder = job_tmp / "sandbox"
@@ -186,7 +177,7 @@ def test_as_root_a_sandbox_the_user_cannot_write_falls_back_to_the_plain_way(
         store: Store, pool_name: str, tmp_path: Path, job_tmp: Path) -> None:
     nobody = pwd.getpwnam("nobody")
     user = (nobody.pw_uid, nobody.pw_gid)
-    big = _uploaded(store, tmp_path / "big.bin", CHUNK_BYTES + 11, seed=7)
+    big = uploaded(store, tmp_path / "big.bin", CHUNK_BYTES + 11, seed=7)
 
     def rights() -> contextlib.AbstractContextManager[None]:
         return privstate.as_user(user)
@@ -235,7 +226,7 @@ def test_a_file_system_refusing_direct_writes_gets_plain_ones(
 
 def test_a_pipelined_fill_with_the_sandbox_writes_both_whole(store: Store,
                                                              tmp_path: Path) -> None:
-    entry = _uploaded(store, tmp_path / "big.bin", 4 * CHUNK_BYTES + 21, seed=11)
+    entry = uploaded(store, tmp_path / "big.bin", 4 * CHUNK_BYTES + 21, seed=11)
     folder = tmp_path / "sandbox"
     folder.mkdir()
     early = SandboxFill(str(folder), contextlib.nullcontext, 13)
