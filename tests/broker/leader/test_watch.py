@@ -130,8 +130,16 @@ def test_a_watch_that_breaks_hands_the_events_over_and_comes_back(redis_client, 
         # Cut the watch's connection as a lost network would.
         redis_client.client_kill_filter(_id=str(watch.client_id))
         wait_until(lambda: not watch.working, 10, what="the watch lost")
-        broker.submit([{"Cmd": "x"}])
-        wait_until(lambda: duty.events, 10, what="the events read while it is lost")
+
+        def submitted_and_read() -> bool:
+            # The reader hands the duty the events after the newest one when it turns
+            # (the pass the turn brings covers what came before): a job submitted just
+            # before that is not among them, so each look submits one more.
+            broker.submit([{"Cmd": "x"}])
+            return bool(duty.events)
+
+        wait_until(submitted_and_read, 10, interval_s=0.2,
+                   what="the events read while it is lost")
         wait_until(lambda: watch.working, 10, what="the watch in place again")
         passes = duty.passes
         redis_client.zadd(broker.keys.validating, {"9.0": 1})
