@@ -49,41 +49,10 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR.parent) not in sys.path:  # run as a script: bench/ is not a package then
     sys.path.insert(0, str(BENCH_DIR.parent))
-from bench.latency_trace import traced_run  # noqa: E402
+from bench.latency_trace import trace_marks, traced_run  # noqa: E402
 from bench.startd_bench import percentile, rate_between_ends  # noqa: E402
 
 WARM_CYCLES = 20
-
-# The reference hooks, each noting in the trace when it is called and returns.
-TRACING_HOOKS = '''\
-import os
-import time
-
-from fetchwork.hooks import reference
-
-TRACE = {trace!r}
-_FD = None
-
-
-def _mark(hop):
-    global _FD
-    if _FD is None:
-        _FD = os.open(TRACE, os.O_WRONLY | os.O_APPEND)
-    os.write(_FD, ("%s %d %d\\n" % (hop, time.time_ns(), os.getpid())).encode())
-
-
-def fetch(args, stdin_text):
-    _mark("fetch.called")
-    out = reference.fetch_work(args, stdin_text)
-    if out:
-        _mark("fetch.returned")
-    return out
-
-
-def prepare(args, stdin_text):
-    _mark("prepare.called")
-    return reference.prepare_job(args, stdin_text)
-'''
 
 # (label, hop), in the order a cycle meets them.
 HOPS = [
@@ -105,15 +74,14 @@ HOPS = [
     ("startd handover", "startd.handover"),
     ("starter received", "starter.received"),
     ("prepare hook called", "prepare.called"),
+    ("prepare hook returned", "prepare.returned"),
     ("next job spawned", "next.spawned"),
 ]
 
 
 def cycles(trace: Path) -> list[dict[str, int]]:
     """Each cycle's first time of every hop, from one spawn to the next."""
-    marks = sorted(((words[0], int(words[1])) for words in
-                    (line.split() for line in trace.read_text().splitlines())
-                    if len(words) == 3 and words[1].isdigit()), key=lambda mark: mark[1])
+    marks = sorted(trace_marks(trace), key=lambda mark: mark[1])
     found: list[dict[str, int]] = []
     current: dict[str, int] | None = None
     for hop, ns in marks:
@@ -159,7 +127,7 @@ def main() -> None:
                         help="STARTER_JOBS_PER_PROCESS (default: the configuration's)")
     parser.add_argument("--each", action="store_true", help="also print each cycle's hops")
     args = parser.parse_args()
-    root, trace, run = traced_run("fw-cycle-trace-", 1, args.jobs_per_process, TRACING_HOOKS)
+    root, trace, run = traced_run("fw-cycle-trace-", 1, args.jobs_per_process)
     try:
         run.start()
         before = run.ended()

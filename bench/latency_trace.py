@@ -67,7 +67,8 @@ from fetchwork.broker.store import scripts  # noqa: E402
 # without the trace (its Redis and hook hops only), for a comparison.
 TRACE_ENV_VAR = "FETCHWORK_LATENCY_TRACE"
 
-# The reference hooks, each noting in the trace when it hands out or runs.
+# The reference hooks, each noting in the trace when it is called, hands out or runs
+# (the trace's file kept open: a note is one write).
 TRACING_HOOKS = '''\
 import os
 import time
@@ -75,17 +76,18 @@ import time
 from fetchwork.hooks import reference
 
 TRACE = {trace!r}
+_FD = None
 
 
 def _mark(hop):
-    fd = os.open(TRACE, os.O_WRONLY | os.O_APPEND)
-    try:
-        os.write(fd, ("%s %d %d\\n" % (hop, time.time_ns(), os.getpid())).encode())
-    finally:
-        os.close(fd)
+    global _FD
+    if _FD is None:
+        _FD = os.open(TRACE, os.O_WRONLY | os.O_APPEND)
+    os.write(_FD, ("%s %d %d\\n" % (hop, time.time_ns(), os.getpid())).encode())
 
 
 def fetch(args, stdin_text):
+    _mark("fetch.called")
     out = reference.fetch_work(args, stdin_text)
     if out:
         _mark("fetch.returned")
@@ -183,6 +185,13 @@ def script_times(client: redis.Redis, count: int) -> None:
         for name, values in sorted(spent.items())))
 
 
+def trace_marks(trace: Path) -> list[tuple[str, int]]:
+    """The notes in the trace file: (hop, nanoseconds), in the order written."""
+    lines = [line.split() for line in trace.read_text().splitlines()]
+    return [(words[0], int(words[1])) for words in lines
+            if len(words) == 3 and words[1].isdigit()]
+
+
 def run_jobs(run: StartdRun, count: int, work: Path, trace: Path,
              monitor: Monitor) -> list[dict[str, int]]:
     """Each job's first time of every hop after its submission."""
@@ -203,10 +212,7 @@ def run_jobs(run: StartdRun, count: int, work: Path, trace: Path,
             time.sleep(0.002)
         hops = {"submit.called": called, "submit.returned": returned,
                 "program.runs": int(out.read_text().strip())}
-        lines = [line.split() for line in trace.read_text().splitlines()]
-        marks = [(words[0], int(words[1])) for words in lines
-                 if len(words) == 3 and words[1].isdigit()]
-        for hop, ns in sorted(marks + monitor.marks(), key=lambda mark: mark[1]):
+        for hop, ns in sorted(trace_marks(trace) + monitor.marks(), key=lambda mark: mark[1]):
             if ns >= called and hop not in hops:
                 hops[hop] = ns
         jobs.append(hops)
@@ -250,11 +256,11 @@ def report(jobs: list[dict[str, int]]) -> None:
                   f"p99 {percentile(values, 0.99):7.2f} ms   (n={len(values)})")
 
 
-def traced_run(prefix: str, slots: int, jobs_per_process: int | None,
-               hooks: str) -> tuple[Path, Path, StartdRun]:
+def traced_run(prefix: str, slots: int,
+               jobs_per_process: int | None) -> tuple[Path, Path, StartdRun]:
     """A bench pool whose processes note their hops in a trace file, with the tracing
-    reference hooks `hooks` (a module text with a {trace} field) as its fetch and
-    prepare hooks: (its folder, the trace file, the pool, not yet started)."""
+    reference hooks (TRACING_HOOKS) as its fetch and prepare hooks: (its folder, the
+    trace file, the pool, not yet started)."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
     root.chmod(0o755)
     trace = root / "trace.log"
@@ -263,7 +269,7 @@ def traced_run(prefix: str, slots: int, jobs_per_process: int | None,
     os.environ[TRACE_ENV_VAR] = str(trace)
     os.environ["_FETCHWORK_FETCHWORK_HOOK_PREPARE_JOB"] = "python:fwbench_hooks:prepare"
     run = StartdRun(root / "pool", slots, jobs_per_process)
-    (run.root / "fwbench_hooks.py").write_text(hooks.format(trace=str(trace)))
+    (run.root / "fwbench_hooks.py").write_text(TRACING_HOOKS.format(trace=str(trace)))
     return root, trace, run
 
 
@@ -275,8 +281,7 @@ def main() -> None:
                         help="STARTER_JOBS_PER_PROCESS (default: the configuration's)")
     parser.add_argument("--each", action="store_true", help="also print each job's hops")
     args = parser.parse_args()
-    root, trace, run = traced_run("fw-latency-trace-", args.slots, args.jobs_per_process,
-                                  TRACING_HOOKS)
+    root, trace, run = traced_run("fw-latency-trace-", args.slots, args.jobs_per_process)
     try:
         run.start()
         monitor = Monitor(run.pool.url, run.broker.keys.validating)

@@ -32,7 +32,7 @@ from fetchwork.transfer.chunkget import ChunkGetter
 from fetchwork.transfer.chunks import CHUNK_BYTES
 from fetchwork.transfer.inputs import INPUT_MANIFEST_ATTR
 from fetchwork.transfer.manifest import FileEntry, Manifest
-from fetchwork.transfer.sandboxfill import SandboxFill
+from fetchwork.transfer.sandboxfill import Rights, SandboxFill
 from tests.support.uploads import uploaded
 
 pytestmark = pytest.mark.timeout(120)
@@ -140,12 +140,21 @@ def test_a_bad_file_holds_the_job_with_nothing_in_the_sandbox(
         assert list(folder.iterdir()) == []
 
 
+def _as_nobody() -> tuple[tuple[int, int], Rights]:
+    """`nobody`'s ids, and its rights taken on the calling thread (a root starter's)."""
+    nobody = pwd.getpwnam("nobody")
+    user = (nobody.pw_uid, nobody.pw_gid)
+
+    def rights() -> contextlib.AbstractContextManager[None]:
+        return privstate.as_user(user)
+    return user, rights
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not privstate.per_thread(),
                     reason="a root starter's case")
 def test_as_root_the_file_is_made_and_written_as_the_jobs_user(
         store: Store, pool_name: str, tmp_path: Path, job_tmp: Path) -> None:
-    nobody = pwd.getpwnam("nobody")
-    user = (nobody.pw_uid, nobody.pw_gid)
+    user, rights = _as_nobody()
     big = uploaded(store, tmp_path / "big.bin", 2 * CHUNK_BYTES + 11, seed=6)
     ident = stored.attach(store, Manifest(files=(big,)), jobs=1, cap_bytes=0,
                           resend=lambda _d: None)
@@ -156,9 +165,6 @@ def test_as_root_the_file_is_made_and_written_as_the_jobs_user(
                                   "_FETCHWORK_TRANSFER_CACHE_DIR": str(tmp_path / "cache")})
     ad = {"ClusterId": 5, "ProcId": 0, "ShouldTransferFiles": "YES",
           INPUT_MANIFEST_ATTR: ident}
-
-    def rights() -> contextlib.AbstractContextManager[None]:
-        return privstate.as_user(user)
 
     answer = sandbox._answered("input", lambda: sandbox._transfer(
         config, store, "input", str(folder), ad, False, rights, borrow=rights))
@@ -175,12 +181,8 @@ def test_as_root_the_file_is_made_and_written_as_the_jobs_user(
                     reason="a root starter's case")
 def test_as_root_a_sandbox_the_user_cannot_write_falls_back_to_the_plain_way(
         store: Store, pool_name: str, tmp_path: Path, job_tmp: Path) -> None:
-    nobody = pwd.getpwnam("nobody")
-    user = (nobody.pw_uid, nobody.pw_gid)
+    _user, rights = _as_nobody()
     big = uploaded(store, tmp_path / "big.bin", CHUNK_BYTES + 11, seed=7)
-
-    def rights() -> contextlib.AbstractContextManager[None]:
-        return privstate.as_user(user)
 
     answer, folder = _input(store, pool_name, job_tmp, (big,), rights)  # root's 0755 folder
     assert answer["ok"] is False and answer["code"] == 13

@@ -34,7 +34,10 @@ def test_a_lone_job_is_looked_for_once_and_the_other_claim_waits_again():
     first = room.woken([("1-0", "5.0")], complete=True, deadline=FAR)
     assert first is not None
     other, answers = _second_claim(room)
-    time.sleep(0.05)  # the second claim is waiting for the first look: it has not answered
+    # The second claim waits for the first look (it is parked on the room's condition),
+    # and has not answered.
+    wait_until(lambda: room._cond._waiters, 10,  # type: ignore[attr-defined]
+               what="the second claim waiting")
     assert answers == []
     room.looked(first, "5.0")
     other.join(timeout=10)
