@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fetchwork.config.pyref import load_callable
+from fetchwork.hooks import handlers
 from fetchwork.hooks.inprocess import CallOutcome, HookCall, call_context, outcome_of
 
 # After the first timeout, the next reminders for a hook that did not unwind.
@@ -63,7 +64,7 @@ def usable() -> bool:
         return False
     if not hasattr(signal, "setitimer") or not hasattr(signal, "SIGIO"):
         return False  # pragma: no cover - not a POSIX system
-    if signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL:
+    if handlers.current(signal.SIGALRM) != signal.SIG_DFL:
         return False
     return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
@@ -92,7 +93,7 @@ def call_here(value: str, args: Sequence[str], stdin_text: str, timeout_s: float
             raise HookCancelled
 
     context = contextvars.Context()  # each call starts with no context of another's
-    previous_alarm = signal.signal(signal.SIGALRM, on_alarm)
+    previous_alarm = handlers.swap(signal.SIGALRM, on_alarm)
     watched = _watch(watch_fds, on_io) if stop_asked is not None else None
     try:
         try:
@@ -113,7 +114,7 @@ def call_here(value: str, args: Sequence[str], stdin_text: str, timeout_s: float
     finally:
         if watched is not None:
             _unwatch(*watched)
-        signal.signal(signal.SIGALRM, previous_alarm)
+        handlers.swap(signal.SIGALRM, previous_alarm)
     if fired[0]:  # it swallowed the timeout and returned: the timeout stands
         return CallOutcome(timed_out=True)
     return outcome_of(value, returned)
@@ -124,7 +125,7 @@ _Watched = tuple[list[tuple[int, int, int]], Any]
 
 def _watch(fds: Sequence[int], handler: Callable[[int, Any], None]) -> _Watched:
     """SIGIO to `handler` when any of `fds` becomes readable; what `_unwatch` restores."""
-    previous = signal.signal(signal.SIGIO, handler)
+    previous = handlers.swap(signal.SIGIO, handler)
     changed: list[tuple[int, int, int]] = []
     for fd in fds:
         try:
@@ -145,5 +146,5 @@ def _unwatch(changed: list[tuple[int, int, int]], previous: Any) -> None:
             fcntl.fcntl(fd, fcntl.F_SETOWN, owner)
         except OSError:
             continue
-    signal.signal(signal.SIGIO, previous)
+    handlers.swap(signal.SIGIO, previous)
 

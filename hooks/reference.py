@@ -173,6 +173,11 @@ def reply_fetch(args: Sequence[str], stdin_text: str) -> None:
     return None
 
 
+# An accepted job needs nothing, so the startd need not call it for one (the
+# program form, `fetchwork hook REPLY_FETCH`, is still run for both words).
+reply_fetch.ignores = (ACCEPT,)  # type: ignore[attr-defined]
+
+
 def evict_claim(args: Sequence[str], stdin_text: str) -> None:
     """Advisory: the claim ends; the job's own exit hook settles the job.
 

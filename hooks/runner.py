@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from fetchwork.config import keywords
 from fetchwork.config.argsyntax import parse_hook_args
+from fetchwork.config.pyref import load_callable
 from fetchwork.config.loader import Config
 from fetchwork.hooks import mainthread
 from fetchwork.hooks.inprocess import (
@@ -30,7 +31,7 @@ from fetchwork.hooks.spec import DEFAULT_OUTPUT_LIMIT, HookResult, HookSpec
 from fetchwork.hooks.workers import WORKERS
 
 __all__ = ["DEFAULT_OUTPUT_LIMIT", "HookCall", "HookResult", "HookSpec", "current_call",
-           "program_refusal", "resolve_hook", "run_hook", "start_hook"]
+           "ignores", "program_refusal", "resolve_hook", "run_hook", "start_hook"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,21 @@ def resolve_hook(config: Config, keyword: str | None, hook: str) -> HookSpec | N
         timeout_s=keywords.hook_timeout_s(config, keyword, hook),
         output_limit=config.get_int("HOOK_OUTPUT_LIMIT"),
     )
+
+
+def ignores(spec: HookSpec, word: str) -> bool:
+    """Whether the hook declares that it does nothing when called with `word` (the
+    protocol's last argument, such as `accept`): a `python:` hook function whose
+    `ignores` attribute lists the word. Such a call need not be made. A program
+    hook, or a function that cannot be loaded (its call reports why), never does."""
+    if not spec.in_process:
+        return False
+    try:
+        function = load_callable(spec.value)
+    except Exception:  # noqa: BLE001 - the real call reports it
+        return False
+    declared = getattr(function, "ignores", ())
+    return isinstance(declared, (tuple, list, frozenset, set)) and word in declared
 
 
 # -- running ---------------------------------------------------------------

@@ -22,13 +22,15 @@ from collections.abc import Callable
 import classad2
 
 from fetchwork.config import ads, latencytrace
+from fetchwork.config.keptad import KeptAd
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 from fetchwork.hooks.pipes import drain
-from fetchwork.hooks.runner import HookResult, HookSpec, start_hook
+from fetchwork.hooks.runner import HookResult, HookSpec, ignores, start_hook
 from fetchwork.startd import fetchdelay
 from fetchwork.startd.acceptance import Decision, Verdict, decide, start_is_false
 from fetchwork.startd.fetchoutput import describe, log_level, note, read_fetch_output
+from fetchwork.startd.hookcalls import HookCalls
 from fetchwork.startd.mallocheap import HeapTrim
 from fetchwork.startd.metricsswitch import serve_startd_metrics
 from fetchwork.startd.settings import StartdSettings, keep_slots, slot_hooks
@@ -75,6 +77,7 @@ class Startd:
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None, None))
         self._signals = SignalInbox(self._wake_w)
         self._advisory = 0
+        self._calls = HookCalls()  # in-process hook calls whose timeouts the loop settles
         self._shutdown: ShutdownPlan | None = None
         self._withdrawer = Withdrawer(self, self._wake_w)
         self.starters = StarterSupervisor(self, self._selector)
@@ -100,6 +103,7 @@ class Startd:
             while True:
                 now = time.monotonic()
                 self._handle_signals(now)
+                self._calls.settle()
                 self._drain_results()
                 if self._finished(now) and self._withdrawer.done(now):
                     break
@@ -155,6 +159,9 @@ class Startd:
         if self._waits_for_advisory() and not self._results.empty():
             wake = now  # a hook ended before the loop began to wait for hooks
 
+        call_due = self._calls.next_at()
+        if call_due is not None:
+            wake = min(wake, call_due)
         return min(wake, self._withdrawer.wake_at())
 
     def _tick(self, now: float) -> None:
@@ -219,13 +226,23 @@ class Startd:
         slot_ad = self.slot_ad(slot)
         if not fetchdelay.may_fetch(slot.status, self._start_is_false(slot, slot_ad)):
             return None
-        delay_s, problem = fetchdelay.fetch_delay_s(self.settings.fetch_delay, slot_ad,
-                                                slot.running_job_ad)
+        delay_s, problem = self._fetch_delay_s(slot, slot_ad)
         if problem != self._delay_problem.get(slot.slot_id):
             self._delay_problem[slot.slot_id] = problem
             if problem:
                 log.warning("%s: %s; using %gs", slot.label, problem, delay_s)
         return fetchdelay.fetch_due_at(slot.clock, delay_s, self.settings.fetch_min_interval_s)
+
+    def _fetch_delay_s(self, slot: Slot, slot_ad: classad2.ClassAd) -> tuple[float, str | None]:
+        """FetchWorkDelay against the slot's ad and its running job's, evaluated once per
+        change of either (the loop asks at every wake, several times a job)."""
+        job_ad = slot.running_job_ad
+        version = job_ad.version if isinstance(job_ad, KeptAd) else None
+        kept = self._slot_ads.derived(slot.name, slot_ad, "fetch_delay", lambda _ad, _attrs: [])
+        if not kept or kept[0] is not job_ad or kept[1] != version:
+            kept[:] = [job_ad, version, fetchdelay.fetch_delay_s(self.settings.fetch_delay,
+                                                                  slot_ad, job_ad)]
+        return kept[2]
 
     def _start_fetch(self, slot: Slot) -> None:
         spec = slot.hooks.fetch
@@ -234,8 +251,9 @@ class Startd:
         latencytrace.mark("startd.fetch_started")
         log.debug("%s: running fetch hook %s", slot.label, spec.value)
         # The result's own line says how long the hook took (`_on_fetched`).
-        start_hook(spec, self.slot_ad_text(slot),
-                   on_done=self._poster(_FETCH, slot.slot_id, ""), caller_logs=True)
+        self._calls.add(start_hook(spec, self.slot_ad_text(slot),
+                                   on_done=self._poster(_FETCH, slot.slot_id, ""),
+                                   watched=False, caller_logs=True), spec.timeout_s)
 
     def _poster(self, kind: str, slot_id: int, job_id: str) -> Callable[[HookResult], None]:
         def post(result: HookResult) -> None:
@@ -319,12 +337,13 @@ class Startd:
 
         # The reply hook reads the slot ad as it was when the job was accepted (the
         # slot's one ad changes in place as the starter starts).
-        accepted_text = (self._slot_ads.text(slot.name, slot_ad)
-                         if slot.hooks.reply is not None else "")
+        replies = slot.hooks.reply is not None and not ignores(slot.hooks.reply, "accept")
+        accepted_text = self._slot_ads.text(slot.name, slot_ad) if replies else ""
 
         def reply() -> None:
-            self.advise(slot, slot.hooks.reply, claim.job_id, claim.job_ad_text(), accepted_text,
-                        ("accept",))
+            if replies:
+                self.advise(slot, slot.hooks.reply, claim.job_id, claim.job_ad_text(),
+                            accepted_text, ("accept",))
 
         if decision.verdict is Verdict.PREEMPT:
             reply()
@@ -350,11 +369,12 @@ class Startd:
     def advise(self, slot: Slot, spec: HookSpec | None, job: str, job_ad_text: str,
                slot_ad_text: str, args: tuple[str, ...]) -> None:
         """Start a reply or evict hook (job ad, `-----`, slot ad); the startd never waits."""
-        if spec is None:
+        if spec is None or (args and ignores(spec, args[-1])):
             return
         self._advisory += 1
-        start_hook(spec, ads.join_texts(job_ad_text, slot_ad_text), args,
-                   on_done=self._poster(_ADVISORY, slot.slot_id, job), caller_logs=True)
+        self._calls.add(start_hook(spec, ads.join_texts(job_ad_text, slot_ad_text), args,
+                                   on_done=self._poster(_ADVISORY, slot.slot_id, job),
+                                   watched=False, caller_logs=True), spec.timeout_s)
 
     @property
     def shutdown_plan(self) -> ShutdownPlan | None:

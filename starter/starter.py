@@ -28,7 +28,7 @@ from fetchwork.config.ads import format_ad, join_pair, join_texts, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
-from fetchwork.hooks import control, mainthread
+from fetchwork.hooks import control, handlers, mainthread
 from fetchwork.hooks.runner import HookResult, HookSpec, resolve_hook, run_hook, start_hook
 from fetchwork.starter import jobsignature, keepslot, lifecycle, limits
 from fetchwork.starter.events import Events, LineReader
@@ -134,7 +134,7 @@ class Starter:
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         control.install(wake_write)
-        previous = {number: signal.signal(number, self._on_signal(wake_write))
+        previous = {number: handlers.swap(number, self._on_signal(wake_write))
                     for number in _STOP_SIGNALS}
         self._listen(wake_read)
         try:
@@ -154,7 +154,7 @@ class Starter:
             raise
         finally:
             for number, handler in previous.items():
-                signal.signal(number, handler)
+                handlers.swap(number, handler)
             control.install(None)
             self._selector.close()
             os.close(wake_read)
