@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -39,9 +38,9 @@ from fetchwork.config.loader import get_config
 from fetchwork.config.protocol import ACCEPT, EXIT_HOWS, HOLD, KILL, REJECT, REMOVE, ad_job_id
 from fetchwork.errors import FetchworkError, RedisUnavailableError
 from fetchwork.hooks import brokerconn, control, slotads, slotclaim
+from fetchwork.hooks.leasekeepers import LeaseKeeper, LeaseKeepers
 from fetchwork.hooks.referenceslotad import SlotAds
 from fetchwork.hooks.retrying import quietly, through_outage
-from fetchwork.hooks.workers import WORKERS
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +55,9 @@ REPORTED_ATTRS = (
     "TransferOutputStats", "TransferInputSizeMB", "BytesSent", "BytesRecvd",
 )
 CLAIM_ATTR = "FetchworkClaim"
-# Seconds from a job's start to its lease keeper's first check of the claim.
-FIRST_CHECK_S = 1.0
 
 # The slot ads fetch_work claims with, one per slot, changed in place (referenceslotad.py).
 _slot_ads = SlotAds()
-_keepers: dict[str, LeaseKeeper] = {}
-_keepers_lock = threading.Lock()
 
 
 class HookUsageError(FetchworkError):
@@ -275,7 +270,8 @@ def job_exit(args: Sequence[str], stdin_text: str) -> None:
                               get_config().get_duration_s("FETCHWORK_REPORT_RETRY_TIME"))
     _stop_keeper(job_id)  # only now: it renews the lease while finish is retried
     if finished:
-        log.info("job %s finished at the broker (%s)", job_id, how)
+        # The broker client has said it at info, with the state the job took.
+        log.debug("job %s finished at the broker (%s)", job_id, how)
     else:
         log.warning("job %s: the broker no longer holds this claim; %s not recorded", job_id, how)
     return None
@@ -305,48 +301,8 @@ def _act_on(job_id: str, status: str, run: int | None = None) -> None:
             log.warning("job %s is %s but cannot be stopped here: %s", job_id, status, exc)
 
 
-class LeaseKeeper:
-    """Renews one job's lease until stopped, every FETCHWORK_RENEW_INTERVAL
-    seconds or every third of the lease, whichever is shorter. It runs in one
-    of the hook threads (`workers.WORKERS`): a standby starter has them
-    waiting, so the prepare hook does not wait for a new thread to start."""
-
-    def __init__(self, job_id: str, token: str, lease_s: float, renew_s: float):
-        self.job_id = job_id
-        self.token = token
-        # Often enough for the lease, and for `fetchwork rm` or `hold` of a
-        # running job to stop it soon.
-        self.interval_s = max(0.1, min(lease_s / 3.0, renew_s))
-        self._stop_event = threading.Event()
-        # The starter's run this job is (set when the keeper starts): a keeper left
-        # renewing past its job (its exit hook failed, so the startd still holds the
-        # outcome and the lease must not lapse) cannot stop the next job of a kept
-        # starter.
-        self.control_run: int | None = None
-
-    def run(self) -> None:
-        # The first check a moment after the start: a job that ends sooner (the claim
-        # is only milliseconds old) costs no renewal at all.
-        wait_s = min(self.interval_s, FIRST_CHECK_S)
-        while not self._stop_event.wait(wait_s):
-            wait_s = self.interval_s
-            try:
-                status = broker().renew(self.job_id, self.token)
-            except FetchworkError as exc:
-                log.warning("job %s: lease renewal failed: %s", self.job_id, exc)
-                continue
-            except Exception:  # keep renewing through transient broker errors
-                log.exception("job %s: lease renewal failed", self.job_id)
-                continue
-            if self._stop_event.is_set():  # the job ended meanwhile
-                return
-            if status != "ok":
-                _act_on(self.job_id, status, self.control_run)
-                if status == "gone":
-                    return
-
-    def stop(self) -> None:
-        self._stop_event.set()
+# The lease keepers of this process (the starter's), served by one thread.
+_keepers = LeaseKeepers(lambda job_id, token: broker().renew(job_id, token), _act_on)
 
 
 def _keeper_for(job_id: str, token: str, job_ad: classad2.ClassAd) -> LeaseKeeper:
@@ -361,27 +317,21 @@ def _keeper_for(job_id: str, token: str, job_ad: classad2.ClassAd) -> LeaseKeepe
 def _start_keeper(job_id: str, token: str, job_ad: classad2.ClassAd) -> None:
     keeper = _keeper_for(job_id, token, job_ad)
     keeper.control_run = control.current()
-    with _keepers_lock:
-        old = _keepers.pop(job_id, None)
-        _keepers[job_id] = keeper
-    if old is not None:
-        old.stop()
-    WORKERS.run(keeper.run, f"lease-{job_id}")
+    _keepers.start(keeper)
 
 
 def _stop_keeper(job_id: str) -> None:
-    with _keepers_lock:
-        keeper = _keepers.pop(job_id, None)
-    if keeper is not None:
-        keeper.stop()
+    _keepers.stop(job_id)
 
 
 def prepare_standby() -> None:
     """Called in a starter forked ahead while it waits for its job: the exit
     hook's broker connection is then made before the job, not on its way out,
     and the prepare hook's own steps are run once on a sample (a lease keeper
-    made, not started), so the job's call finds their code run before."""
+    made, not started; the keepers' thread started), so the job's call finds
+    their code run before."""
     broker()
+    _keepers.warm()
     job_ad = _job_ad_of(f'{CLAIM_ATTR} = "sample"\nClusterId = 1\nProcId = 0\n'
                         f'JobLeaseDuration = 1200\n{ads.SEPARATOR}\n')
     _keeper_for(job_id_of(job_ad), _token_of(job_ad), job_ad)
