@@ -73,6 +73,9 @@ class JobProcess:
         self._reaped_user_s = 0.0
         self._reaped_sys_s = 0.0
         self._me_process: psutil.Process | None = None
+        # Set once the main process has exited with nothing else of the job left: no
+        # process of the job exists then to start another, so it stays true.
+        self._all_gone = False
 
     @property
     def _me(self) -> psutil.Process:
@@ -213,10 +216,14 @@ class JobProcess:
         the starter's own child then: no sweep of the tree (psutil objects, a read
         of each one's start time and environment) can find anything more. The
         common end of a job, checked with a few reads of the kernel's lists."""
+        if self._all_gone:
+            return True
         pids = child_pids(os.getpid())
         if pids is None or any(pid != self.pid for pid in pids):
             return False
-        return not pids or self.main_exited()
+        gone = not pids or self.main_exited()
+        self._all_gone = gone and self.pid is not None
+        return gone
 
     # -- measuring ---------------------------------------------------------
 
@@ -281,7 +288,7 @@ class JobProcess:
 
     def sample(self) -> Sample:
         """Count, CPU seconds (with exited children) and resident size of the tree."""
-        if self._reaped and child_pids(os.getpid()) == []:
+        if self._reaped and (self._all_gone or child_pids(os.getpid()) == []):
             # The job is over and nothing of it is left: what it used is what its
             # reaped processes used.
             return Sample(0, self._reaped_user_s, self._reaped_sys_s, 0)
