@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from fetchwork.config import keywords
 from fetchwork.config.argsyntax import parse_hook_args
-from fetchwork.config.pyref import load_callable
 from fetchwork.config.loader import Config
+from fetchwork.config.pyref import load_callable
 from fetchwork.hooks import mainthread
 from fetchwork.hooks.inprocess import (
     Call,
