@@ -138,7 +138,9 @@ def test_a_startd_killed_alone_has_its_running_job_given_back(world: World) -> N
         pool.stop()
     assert queue.get_job_ids() == [job.id, later.id], pool.log_text()[-3000:]
     assert job.id not in StartedJobRegistry(QUEUE, connection=connection).get_job_ids()
-    assert [worker.name for worker in Worker.all(connection=connection)] == []
+    # The exit hook gives the job back first, then retires the slot's worker.
+    wait_until(lambda: [worker.name for worker in Worker.all(connection=connection)] == [],
+               30, what="the slot's rq worker retired")
 
 
 def test_a_rejected_job_goes_back_to_the_front_intact(world: World) -> None:
