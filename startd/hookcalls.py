@@ -36,6 +36,3 @@ class HookCalls:
     def next_at(self) -> float | None:
         """The earliest deadline of a call still under way, or None."""
         return min((deadline for deadline, _call in self._calls), default=None)
-
-    def __len__(self) -> int:
-        return len(self._calls)
