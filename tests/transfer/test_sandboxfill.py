@@ -48,16 +48,18 @@ def _fetch(store: Store) -> Any:
 
 
 def _input(store: Store, pool_name: str, tmp_path: Path, files: tuple[FileEntry, ...],
-           rights: Any = contextlib.nullcontext,
-           attached: Any = lambda: None) -> tuple[dict[str, Any], Path]:
+           rights: Any = contextlib.nullcontext, attached: Any = lambda: None,
+           owner: tuple[int, int] | None = None) -> tuple[dict[str, Any], Path]:
     """The input transfer of a job whose manifest holds `files` (`attached()` called
-    once it is in the pool), with the sandbox written as the cache fills; its answer
-    and its sandbox."""
+    once it is in the pool), with the sandbox (given to `owner`, when set) written as
+    the cache fills; its answer and its sandbox."""
     ident = stored.attach(store, Manifest(files=files), jobs=1, cap_bytes=0,
                           resend=lambda _d: None)
     attached()
     folder = tmp_path / "sandbox"
     folder.mkdir()
+    if owner is not None:
+        os.chown(folder, *owner)
     config = Config.load(environ={"FETCHWORK_POOL": pool_name,
                                   "_FETCHWORK_TRANSFER_CACHE_DIR": str(tmp_path / "cache")})
     ad = {"ClusterId": 4, "ProcId": 0, "ShouldTransferFiles": "YES",
@@ -156,23 +158,13 @@ def test_as_root_the_file_is_made_and_written_as_the_jobs_user(
         store: Store, pool_name: str, tmp_path: Path, job_tmp: Path) -> None:
     user, rights = _as_nobody()
     big = uploaded(store, tmp_path / "big.bin", 2 * CHUNK_BYTES + 11, seed=6)
-    ident = stored.attach(store, Manifest(files=(big,)), jobs=1, cap_bytes=0,
-                          resend=lambda _d: None)
-    folder = job_tmp / "sandbox"
-    folder.mkdir()
-    os.chown(folder, *user)
-    config = Config.load(environ={"FETCHWORK_POOL": pool_name,
-                                  "_FETCHWORK_TRANSFER_CACHE_DIR": str(tmp_path / "cache")})
-    ad = {"ClusterId": 5, "ProcId": 0, "ShouldTransferFiles": "YES",
-          INPUT_MANIFEST_ATTR: ident}
 
-    answer = sandbox._answered("input", lambda: sandbox._transfer(
-        config, store, "input", str(folder), ad, False, rights, borrow=rights))
+    answer, folder = _input(store, pool_name, job_tmp, (big,), rights, owner=user)
     assert answer["ok"] is True, answer
     info = (folder / "big.bin").stat()
     assert (info.st_uid, info.st_gid) == user
     assert (folder / "big.bin").read_bytes() == (tmp_path / "big.bin").read_bytes()
-    cached = next((tmp_path / "cache").glob("??/*"))
+    cached = next((job_tmp / "cache").glob("??/*"))
     assert cached.stat().st_uid == 0  # the cache stays the execute side's
     assert os.geteuid() == 0
 
