@@ -210,8 +210,11 @@ class StartdRun:
         deadline = time.monotonic() + 30  # the startd starts its zygote once it runs
         while "starters" not in found and time.monotonic() < deadline:
             for child in startd.children():
-                if ZYGOTE_MODULE in child.cmdline():
-                    found["starters"] = child
+                try:  # a starter that just ended is a zombie until it is reaped
+                    if ZYGOTE_MODULE in child.cmdline():
+                        found["starters"] = child
+                except psutil.Error:
+                    continue
             time.sleep(0.05)
         return found
 
