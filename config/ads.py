@@ -214,6 +214,14 @@ class AdText(str):
         text._values = values
         return text
 
+    @classmethod
+    def carrying(cls, text: str, values: dict[str, Any]) -> AdText:
+        """`text` as it is, carrying `values`: those of its first ad, when `text` is a
+        pair (`join_texts`) whose first ad was parsed into them."""
+        made = super().__new__(cls, text)
+        made._values = values
+        return made
+
     def take(self) -> dict[str, Any] | None:
         """The values, to the first reader only (it may change them); None after."""
         values, self._values = self._values, None

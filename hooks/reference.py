@@ -99,28 +99,43 @@ def _reported(job_ad: classad2.ClassAd) -> dict[str, Any]:
     return ads.to_dict(reported)
 
 
-def _job_ad_of(stdin_text: str) -> classad2.ClassAd:
+# What the hooks read of the job ad (lower case: names are case-insensitive): the
+# prepare hook its id, claim and lease; the exit hook its id, claim and measurements.
+_ID_NAMES = ("ClusterId", "ProcId", "GlobalJobId", CLAIM_ATTR)
+_PREPARE_NAMES = frozenset(name.lower() for name in (*_ID_NAMES, "JobLeaseDuration"))
+_EXIT_NAMES = frozenset(name.lower() for name in (*_ID_NAMES, *REPORTED_ATTRS))
+
+
+def _job_ad_of(stdin_text: str, names: frozenset[str] | None = None) -> classad2.ClassAd:
+    """The job ad of a hook's input (the pair's first ad), or the part of it a hook
+    reads (`names`): see `_taken_ad`."""
+    if names is not None:
+        taken = _taken_ad(stdin_text, names)
+        if taken is not None:
+            return taken
     return ads.first_of_pair(stdin_text, source="hook input")
 
 
-# What the exit hook reads of the job ad (lower case: names are case-insensitive).
-_EXIT_NAMES = frozenset(name.lower() for name in (*REPORTED_ATTRS, CLAIM_ATTR,
-                                                  "ClusterId", "ProcId"))
-
-
 def _exit_ad(stdin_text: str) -> classad2.ClassAd:
-    """The job ad on the exit hook's input, or as much of it as the hook reads. The
-    starter's text carries the ad's values (`ads.AdText`) to an in-process call:
-    those attributes are taken from them rather than from a parse of the whole text
-    back; any value but a plain literal, or any other text, is parsed as ever."""
+    """The job ad on the exit hook's input, or as much of it as the hook reads
+    (`_taken_ad`)."""
+    taken = _taken_ad(stdin_text, _EXIT_NAMES)
+    return taken if taken is not None else ads.parse_ad(stdin_text, source="job ad")
+
+
+def _taken_ad(stdin_text: str, names: frozenset[str]) -> classad2.ClassAd | None:
+    """The attributes `names` of the job ad, when the starter's text carries the
+    ad's values (`ads.AdText`) to an in-process call: taken from them rather than
+    from a parse of the whole text back. None (parse the text, as ever) for any
+    other text, or when one of them is not a plain literal."""
     values = stdin_text.take() if isinstance(stdin_text, ads.AdText) else None
     if values is None:
-        return ads.parse_ad(stdin_text, source="job ad")
+        return None
     ad = classad2.ClassAd()
     for name, value in values.items():
-        if name.lower() in _EXIT_NAMES:
+        if name.lower() in names:
             if not isinstance(value, bool | int | float | str):
-                return ads.parse_ad(stdin_text, source="job ad")
+                return None
             ad[name] = value
     return ad
 
@@ -230,7 +245,7 @@ def prepare_job(args: Sequence[str], stdin_text: str) -> tuple[int, str] | None:
     FIRST_CHECK_S after the start; a claim found gone there stops the job. A program checks before
     answering, as it cannot outlive the hook.
     """
-    job_ad = _job_ad_of(stdin_text)
+    job_ad = _job_ad_of(stdin_text, _PREPARE_NAMES)
     job_id, token = job_id_of(job_ad), _token_of(job_ad)
     if _mode["in_process"]:
         _start_keeper(job_id, token, job_ad)

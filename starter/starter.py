@@ -24,7 +24,7 @@ from typing import IO, Any
 import classad2
 
 from fetchwork.config import keywords, latencytrace
-from fetchwork.config.ads import format_ad, join_pair, join_texts, parse_ad
+from fetchwork.config.ads import AdText, format_ad, join_pair, join_texts, parse_ad
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import CONTROL_WORDS
 from fetchwork.errors import AdError, StarterError
@@ -312,12 +312,15 @@ class Starter:
 
     def _prepare_input(self) -> str:
         """Job ad, `-----`, slot ad. The prepare hook is the first to see the ads,
-        before anything here changed them: the texts they were read from serve."""
+        before anything here changed them: the texts they were read from serve, and
+        carry the job ad's values (`ads.AdText`), which an in-process hook takes
+        rather than parse the job's text again."""
         if self._as_read is None:
             return join_pair(self.ad, self.slot_ad)
         job_text, slot_text = self._as_read
         self._as_read = None
-        return join_texts(job_text, slot_text)
+        return AdText.carrying(join_texts(job_text, slot_text),
+                               {name: self.ad[name] for name in self.ad.keys()})
 
     # -- before the job: its files and its spawn ---------------------------
 

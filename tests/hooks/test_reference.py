@@ -197,6 +197,32 @@ def test_a_fetch_against_a_broker_that_is_down_fails_slowly(hook_env, monkeypatc
 
 
 @pytest.mark.parametrize("given", ["text", "values", "values with an expression"])
+def test_the_prepare_hook_takes_the_starters_values_as_it_reads_text(given, hook_env, broker):
+    # The starter hands an in-process prepare hook the pair's text carrying the job
+    # ad's values (AdText.carrying): the hook takes the id, claim and lease from them
+    # rather than parse the job's text again; an expression among them, or plain
+    # text, is parsed as ever. Either way the keeper keeps the job's 1 s lease.
+    [submitted] = submit(broker, JobLeaseDuration=1)
+    job = fetch("in-process", hook_env)
+    if given == "values with an expression":
+        job["JobLeaseDuration"] = ads.parse_expr("0 + 1")
+    pair = ads.join_pair(job, ads.parse_ad(SLOT_AD))
+    text = pair if given == "text" else ads.AdText.carrying(
+        pair, {name: job[name] for name in job.keys()})
+    assert text == pair
+    before = broker.get(submitted)["FetchworkLeaseExpiry"]
+    assert reference.prepare_job([], text) is None
+    try:
+        if isinstance(text, ads.AdText):
+            assert text.take() is None  # the hook took them
+        wait_until(lambda: broker.get(submitted)["FetchworkLeaseExpiry"] > before + 0.5,
+                   timeout_s=30, what="the keeper to renew the 1 s lease")
+    finally:
+        assert reference.job_exit(["exit"], ads.format_ad(job)) is None
+    assert broker.get(submitted)["JobStatus"] == 4
+
+
+@pytest.mark.parametrize("given", ["text", "values", "values with an expression"])
 def test_the_exit_hook_takes_the_starters_values_as_it_reads_text(given, hook_env, broker):
     # The starter hands an in-process exit hook an AdText: the hook takes its values
     # instead of parsing the text back, and the broker hears the same.
