@@ -22,7 +22,6 @@ from collections.abc import Callable
 import classad2
 
 from fetchwork.config import ads, latencytrace
-from fetchwork.config.keptad import KeptAd
 from fetchwork.config.loader import Config
 from fetchwork.errors import FetchworkError
 from fetchwork.hooks.pipes import drain
@@ -82,6 +81,7 @@ class Startd:
         self._withdrawer = Withdrawer(self, self._wake_w)
         self.starters = StarterSupervisor(self, self._selector)
         self._delay_problem: dict[int, str | None] = {}
+        self._delay_memo = fetchdelay.DelayMemo(self.settings.fetch_delay)
         self._due: dict[int, float | None] = {}  # each slot's next fetch, as this round found it
         self._next_policy_at = 0.0
         self.metrics = serve_startd_metrics(self, config)
@@ -234,15 +234,12 @@ class Startd:
         return fetchdelay.fetch_due_at(slot.clock, delay_s, self.settings.fetch_min_interval_s)
 
     def _fetch_delay_s(self, slot: Slot, slot_ad: classad2.ClassAd) -> tuple[float, str | None]:
-        """FetchWorkDelay against the slot's ad and its running job's, evaluated once per
-        change of either (the loop asks at every wake, several times a job)."""
-        job_ad = slot.running_job_ad
-        version = job_ad.version if isinstance(job_ad, KeptAd) else None
-        kept = self._slot_ads.derived(slot.name, slot_ad, "fetch_delay", lambda _ad, _attrs: [])
-        if not kept or kept[0] is not job_ad or kept[1] != version:
-            kept[:] = [job_ad, version, fetchdelay.fetch_delay_s(self.settings.fetch_delay,
-                                                                  slot_ad, job_ad)]
-        return kept[2]
+        """FetchWorkDelay against the slot's ad and its running job's, evaluated again
+        only when what it reads changed (the loop asks at every wake, several times a
+        job); a reloaded expression starts a new memo."""
+        if self._delay_memo.expr is not self.settings.fetch_delay:
+            self._delay_memo = fetchdelay.DelayMemo(self.settings.fetch_delay)
+        return self._delay_memo.delay_s(slot_ad, slot.running_job_ad)
 
     def _start_fetch(self, slot: Slot) -> None:
         spec = slot.hooks.fetch

@@ -8,7 +8,10 @@ outstanding fetch per slot, and a fetch at once when a job ends on a claim.
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import classad2
 
@@ -34,6 +37,100 @@ def fetch_delay_s(expr: str | classad2.ExprTree, slot_ad: classad2.ClassAd,
     if isinstance(value, bool) or number is None or math.isnan(number):
         return DEFAULT_FETCH_DELAY_S, f"FetchWorkDelay is not a number ({value!r})"
     return number, None
+
+
+# Functions whose value depends on their arguments alone. An expression that calls
+# no other (time() and random() do not qualify) is a function of the attributes it
+# reads: its value is kept while they hold the same values (`DelayMemo`).
+_PURE_FUNCTIONS = frozenset({
+    "ifthenelse", "isundefined", "iserror", "isstring", "isinteger", "isreal",
+    "isboolean", "isclassad", "islist", "isabstime", "isreltime", "int", "real",
+    "string", "bool", "floor", "ceiling", "round", "pow", "min", "max", "quantize",
+    "strcat", "substr", "tolower", "toupper", "size", "member", "identicalmember"})
+_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NUMBER_RE = re.compile(r"(?<![A-Za-z0-9_.])(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_TOKEN_RE = re.compile(rf"({_NAME})(?:\s*\.\s*({_NAME}))?(\s*\()?")
+_KEYWORDS = frozenset({"true", "false", "undefined", "error", "is", "isnt"})
+# HTCondor's old name for the clock: never kept.
+_CLOCK_ATTRS = frozenset({"currenttime"})
+
+
+def reads_only(expr: str | classad2.ExprTree) -> tuple[tuple[str, str], ...] | None:
+    """The attributes `expr` reads as ("my" | "target" | "", name), when its value
+    depends on nothing else; None when it may (a function not known to be pure, a
+    nested or PARENT reference, the clock). Read from the expression's text, every
+    name in it counted (the library's own list of references leaves some out)."""
+    if isinstance(expr, str):
+        try:
+            expr = ads.parse_expr(expr)
+        except AdError:
+            return None
+    if not isinstance(expr, classad2.ExprTree):
+        return ()  # a literal reads nothing
+    text = _NUMBER_RE.sub(" 0 ", _STRING_RE.sub('""', ads.unparse(expr)))
+    reads: list[tuple[str, str]] = []
+    for first, second, call in _TOKEN_RE.findall(text):
+        if call:
+            if second or first.lower() not in _PURE_FUNCTIONS:
+                return None
+            continue
+        scope, name = (first.lower(), second) if second else ("", first)
+        if scope not in ("", "my", "target") or name.lower() in _CLOCK_ATTRS:
+            return None
+        if scope or name.lower() not in _KEYWORDS:
+            reads.append((scope, name))
+    return tuple(reads)
+
+
+def _read(ad: Any, name: str) -> Hashable:
+    """An attribute's plain value with its type (True is not 1), None when absent;
+    raises _Unkept for anything else (an expression reads other attributes)."""
+    if ad is None:
+        return None
+    value = ad.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool | int | float | str) and not isinstance(value, classad2.Value):
+        return (type(value), value)
+    raise _Unkept
+
+
+class _Unkept(Exception):
+    pass
+
+
+class DelayMemo:
+    """FetchWorkDelay for a slot ad and its job's, evaluated again only when an
+    attribute it reads changed value. The loop asks at every wake, several times a
+    job, and the slot's ad changes at each (State, Activity, the claim, the
+    machine's running jobs) while the default expression reads two of them. An
+    expression that may depend on anything else is evaluated every time."""
+
+    _CAP = 64  # kept values; the memo starts over when full
+
+    def __init__(self, expr: str | classad2.ExprTree):
+        self.expr = expr
+        self._reads = reads_only(expr)
+        self._kept: dict[tuple[Hashable, ...], tuple[float, str | None]] = {}
+
+    def delay_s(self, slot_ad: classad2.ClassAd,
+                job_ad: classad2.ClassAd | None) -> tuple[float, str | None]:
+        """As `fetch_delay_s`."""
+        if self._reads is None:
+            return fetch_delay_s(self.expr, slot_ad, job_ad)
+        try:
+            key = tuple(_read(job_ad if scope == "target" else slot_ad, name)
+                        if scope else (_read(slot_ad, name), _read(job_ad, name))
+                        for scope, name in self._reads)
+        except _Unkept:
+            return fetch_delay_s(self.expr, slot_ad, job_ad)
+        kept = self._kept.get(key)
+        if kept is None:
+            if len(self._kept) >= self._CAP:
+                self._kept.clear()
+            kept = self._kept[key] = fetch_delay_s(self.expr, slot_ad, job_ad)
+        return kept
 
 
 @dataclass

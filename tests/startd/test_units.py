@@ -252,6 +252,54 @@ def test_fetch_work_delay_that_is_not_a_number_defaults_to_300():
     assert fetchdelay.fetch_delay_s("TARGET.X", slot_ad(), None)[0] == 300
 
 
+@pytest.mark.parametrize(("expr", "reads"), [
+    (EXAMPLE, {("", "State"), ("", "Activity")}),
+    ("TARGET.Delay * 2 + MY.Cpus", {("target", "Delay"), ("my", "Cpus")}),
+    ('ifThenElse(Owner == "time()", 1, 2)', {("", "Owner")}),  # a string, not a call
+    ("300", set()),
+    ("time() + 5", None),
+    ("random(10)", None),
+    ("CurrentTime - EnteredCurrentState", None),
+    ("Foo.Bar", None),
+    ("1.5e3 + X is undefined", {("", "X")}),  # no name in a number, no keyword
+    ("MY.Foo(3)", None),
+])
+def test_fetch_work_delay_reads_only_its_attributes_or_not(expr, reads):
+    found = fetchdelay.reads_only(expr)
+    assert (None if found is None else set(found)) == reads
+
+
+def test_the_delay_memo_evaluates_again_only_when_what_it_reads_changes(monkeypatch):
+    calls = []
+    real = fetchdelay.fetch_delay_s
+    monkeypatch.setattr(fetchdelay, "fetch_delay_s",
+                        lambda *args: calls.append(args) or real(*args))
+    memo = fetchdelay.DelayMemo(EXAMPLE)
+    idle, busy = slot_ad(State.CLAIMED), slot_ad(State.CLAIMED, Activity.BUSY)
+    later = slot_ad(State.CLAIMED)
+    later["MyCurrentTime"] = 5000  # not read by the expression
+    assert memo.delay_s(idle, None) == (0, None) and len(calls) == 1
+    assert memo.delay_s(later, job()) == (0, None) and len(calls) == 1
+    assert memo.delay_s(busy, None) == (300, None) and len(calls) == 2
+    assert memo.delay_s(idle, None) == (0, None) and len(calls) == 2
+    # An attribute it reads that is an expression: evaluated each time, as it was.
+    odd = slot_ad(State.CLAIMED)
+    odd["Activity"] = ads.parse_expr('"Id" + "le"')
+    memo.delay_s(odd, None)
+    memo.delay_s(odd, None)
+    assert len(calls) == 4
+
+
+def test_the_delay_memo_tells_true_from_one_and_the_job_from_none():
+    memo = fetchdelay.DelayMemo("ifThenElse(TARGET.Flag =?= true, 10, 20)")
+    ad = slot_ad(State.CLAIMED)
+    assert memo.delay_s(ad, job("Flag = 1"))[0] == 20
+    assert memo.delay_s(ad, job("Flag = true"))[0] == 10
+    assert memo.delay_s(ad, None)[0] == 20
+    clock = fetchdelay.DelayMemo("time() % 2 + 1")  # never kept: the clock moves
+    assert clock.delay_s(ad, None)[0] in (1, 2)
+
+
 def test_first_fetch_is_due_at_once():
     assert fetchdelay.fetch_due_at(FetchClock(), 300, 1) == -math.inf
 
