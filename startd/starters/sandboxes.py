@@ -98,14 +98,19 @@ class Sandboxes:
 
 
 def _write(path: str, text: str) -> None:
-    """`text` as the whole of `path`, in one write (no buffered file object: this is
-    on every job's path from the fetch to its start)."""
+    """`text` as the whole of `path`, an empty file made ahead or none yet, in one
+    write (no buffered file object: this is on every job's path from the fetch to
+    its start). Not opened with O_TRUNC: ext4 takes a truncation to zero as a file
+    being replaced and writes its data out when it is closed (`auto_da_alloc`),
+    which made the file's removal after the job five to ten times as long."""
     data = text.encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        if os.fstat(fd).st_size > len(data):  # not empty before: cut what is left
+            os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
 

@@ -35,6 +35,18 @@ def test_the_sandbox_made_ahead_becomes_the_next_jobs(tmp_path):
     assert len(_ahead(tmp_path)) == 1
 
 
+def test_the_ads_are_written_whole_into_files_made_ahead_without_truncating(tmp_path):
+    # The files made ahead are filled as they are (ext4 writes out a file truncated
+    # to zero when it is closed); one that somehow holds more ends with the ad.
+    sandboxes = Sandboxes(str(tmp_path))
+    sandboxes.refill()
+    [ahead] = _ahead(tmp_path)
+    (tmp_path / ahead / MACHINE_AD_FILE).write_text("Leftover = " + "x" * 200 + "\n")
+    path = sandboxes.make(1, JOB, MACHINE)
+    assert Path(path, JOB_AD_FILE).read_text() == JOB
+    assert Path(path, MACHINE_AD_FILE).read_text() == MACHINE
+
+
 def test_without_one_ahead_a_sandbox_is_made_on_the_spot(tmp_path):
     sandboxes = Sandboxes(str(tmp_path))
     first, second = sandboxes.make(1, JOB, MACHINE), sandboxes.make(1, JOB, MACHINE)
