@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import uuid
 from collections.abc import Iterator, Mapping
@@ -223,3 +224,24 @@ def replace_file(path: str, text: str, owner: tuple[int, int] | None) -> None:
         if owner is not None:
             os.fchown(handle.fileno(), *owner)
     os.replace(temporary, path)
+
+
+def remove_sandbox(path: str) -> None:
+    """Remove the sandbox `path` and all in it; nothing when it is gone. A job that
+    left nothing but its two ads (most) takes three system calls; anything else
+    (files, folders, a link where an ad was) goes through shutil.rmtree, which
+    never follows a link. The job cannot move the folder itself: its parent,
+    EXECUTE, is not the job's."""
+    for name in (JOB_AD_FILE, MACHINE_AD_FILE):
+        try:
+            os.unlink(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+        except OSError:  # a folder where the ad was: rmtree below
+            break
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:  # not empty (or not a folder): the whole walk
+        shutil.rmtree(path, ignore_errors=True)

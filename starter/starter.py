@@ -12,7 +12,6 @@ import functools
 import logging
 import os
 import selectors
-import shutil
 import signal
 import sys
 import threading
@@ -40,6 +39,7 @@ from fetchwork.starter.jobspec import (
     hold_attributes,
     job_directory,
     launch_plan,
+    remove_sandbox,
     replace_file,
 )
 from fetchwork.starter.lifecycle import Phase, Status
@@ -142,7 +142,7 @@ class Starter:
             latencytrace.mark("starter.running")
             how = self._run()
             # The last word: the exit hook has run and the sandbox is gone.
-            shutil.rmtree(self.sandbox, ignore_errors=True)
+            remove_sandbox(self.sandbox)
             latencytrace.mark("starter.sandbox_removed")
             self.events.emit("exited", how=how, ad=self.ad)
             latencytrace.mark("starter.exited_sent")
@@ -159,7 +159,7 @@ class Starter:
             self._selector.close()
             os.close(wake_read)
             os.close(wake_write)
-            shutil.rmtree(self.sandbox, ignore_errors=True)
+            remove_sandbox(self.sandbox)
 
     def prepare_alone(self) -> str | None:
         """The prepare step on its own, with no job to follow: the prepare hook run

@@ -8,9 +8,16 @@ import signal
 import classad2
 import pytest
 
+from fetchwork.config.protocol import JOB_AD_FILE, MACHINE_AD_FILE
 from fetchwork.errors import StarterError
 from fetchwork.starter.events import LineReader
-from fetchwork.starter.jobspec import exit_attributes, job_directory, launch_plan, parse_signal
+from fetchwork.starter.jobspec import (
+    exit_attributes,
+    job_directory,
+    launch_plan,
+    parse_signal,
+    remove_sandbox,
+)
 
 MARK = ("_CONDOR_ANCESTOR_1", "x")
 
@@ -109,3 +116,40 @@ def test_only_yes_or_if_needed_sets_up_the_transfer_step(value, asks):
     assert asks_transfer(ad) is asks
     if not asks:  # the step would not have applied on any machine
         assert not applies(ad, "here.example") and not applies(ad, "")
+
+
+def _sandbox(tmp_path):
+    sandbox = tmp_path / "dir_1_1_1"
+    sandbox.mkdir()
+    for name in (JOB_AD_FILE, MACHINE_AD_FILE):
+        (sandbox / name).write_text("A = 1\n")
+    return sandbox
+
+
+@pytest.mark.parametrize("left", ["nothing", "files and folders", "a folder as an ad",
+                                  "links as the ads", "an ad gone"])
+def test_a_sandbox_is_removed_whatever_its_job_left_and_no_link_is_followed(tmp_path, left):
+    sandbox = _sandbox(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("mine\n")
+    if left == "files and folders":
+        (sandbox / "out.txt").write_text("x")
+        (sandbox / "sub" / "deeper").mkdir(parents=True)
+        (sandbox / "sub" / "deeper" / "f").write_text("y")
+        (sandbox / "to-outside").symlink_to(outside)
+    elif left == "a folder as an ad":
+        (sandbox / JOB_AD_FILE).unlink()
+        (sandbox / JOB_AD_FILE).mkdir()
+        (sandbox / JOB_AD_FILE / "f").write_text("z")
+    elif left == "links as the ads":
+        for name in (JOB_AD_FILE, MACHINE_AD_FILE):
+            (sandbox / name).unlink()
+        (sandbox / JOB_AD_FILE).symlink_to(outside / "keep")
+        (sandbox / MACHINE_AD_FILE).symlink_to(outside)
+    elif left == "an ad gone":
+        (sandbox / MACHINE_AD_FILE).unlink()
+    remove_sandbox(str(sandbox))
+    assert not os.path.lexists(sandbox)
+    assert (outside / "keep").read_text() == "mine\n"
+    remove_sandbox(str(sandbox))  # gone already: nothing happens
