@@ -52,7 +52,7 @@ local function sig_base64(data)
     b = b or 0
     local d1, d2 = a % 4, b % 16
     out[n + 1] = digit[(a - d1) / 4] .. digit[d1 * 16 + (b - d2) / 16] ..
-      (rest == 2 and digit[d2 * 4] or '=') .. '='
+      (rest > 1 and digit[d2 * 4] or '=') .. '='
   end
   return table.concat(out)
 end
