@@ -13,7 +13,9 @@ One private pool (embedded Redis, broker, a startd with the reference
   function that runs `/bin/true` the same way, with the CPU a job of their
   processes (work horses included) and Redis's; the ratios on their own line;
   the CPU a job of each of the pool's processes (the starters' is their
-  zygote's, with its children, reaped or still running, and their jobs), and the
+  zygote's, with its children, reaped or still running, and their jobs; the
+  output delivery is the thread `fetchwork up` runs it in, here in this
+  bench's own process), and the
   Redis commands a job (`INFO commandstats` before and after); then the same with a
   starter kept across `--reuse` jobs (a second pool, after the first, with
   STARTER_JOBS_PER_PROCESS set so; 0 skips it);
@@ -55,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -228,12 +231,21 @@ def _total_s(proc: psutil.Process) -> float | None:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def cpu_seconds(procs: dict[str, psutil.Process]) -> dict[str, float]:
+def cpu_seconds(procs: dict[str, psutil.Process],
+                threads: dict[str, threading.Thread | None] | None = None) -> dict[str, float]:
+    """CPU seconds of each role: its process (with reaped children), or a thread of
+    this process (the output delivery `fetchwork up` runs in its own)."""
     spent = {}
     for role, proc in procs.items():
         total = _total_s(proc)
         if total is not None:
             spent[role] = total
+    for role, thread in (threads or {}).items():
+        if thread is not None and thread.ident is not None and thread.is_alive():
+            try:
+                spent[role] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            except OSError:
+                continue
     return spent
 
 
@@ -274,11 +286,12 @@ def throughput(run: StartdRun, jobs: int) -> tuple[float, dict[str, float]]:
     """Jobs/s, and the milliseconds of CPU a job each of the pool's processes spent."""
     procs = run.processes()
     commands_before = run.client.info("commandstats")
-    before, spent_before = run.ended(), cpu_seconds(procs)
+    threads = {"delivery": run.pool.delivery_thread}
+    before, spent_before = run.ended(), cpu_seconds(procs, threads)
     live_before = live_children_s(procs["starters"]) if "starters" in procs else {}
     job_ids = run.broker.submit([{"Cmd": "/bin/true", "Iwd": "/tmp"}] * jobs, owner="bench")
     rate = rate_between_ends(lambda: run.ended() - before, jobs)
-    done, spent = run.ended() - before, cpu_seconds(procs)
+    done, spent = run.ended() - before, cpu_seconds(procs, threads)
     live_after = live_children_s(procs["starters"]) if "starters" in procs else {}
     per_job_ms = {role: (spent[role] - spent_before[role]) * 1000 / max(done, 1)
                   for role in spent if role in spent_before}

@@ -67,6 +67,11 @@ class Pool:
         self.delivery = LocalDelivery(config)
         self._delivery_thread: threading.Thread | None = None
 
+    @property
+    def delivery_thread(self) -> threading.Thread | None:
+        """The thread that writes completed jobs' outputs (None until started)."""
+        return self._delivery_thread
+
     # -- starting ---------------------------------------------------------
 
     def start(self) -> None:

@@ -116,3 +116,6 @@ _.proof_text
 
 # The line a shared log formatter made, kept on the record (starter/logline.py).
 _._fetchwork_line
+
+# The output delivery's thread of a local pool, whose CPU bench/startd_bench.py counts.
+_.delivery_thread
