@@ -139,11 +139,21 @@ def test_an_upload_whose_faults_pass_the_retries_fails_leaving_pending_chunks(
     monkeypatch.setattr(sendwindow, "RETRIES", 0)
     killed = {"count": 0, "chunks": 0}
 
-    def progress(_count: int) -> None:
+    def progress(_count: int) -> None:  # on the reading thread
         killed["chunks"] += 1
-        if killed["chunks"] >= 3 and not killed["count"]:
-            killed["count"] = _kill_uploader(redis_client)
 
+    read_one = sendwindow.SendWindow._read_one
+
+    def cut_then_read(window: sendwindow.SendWindow) -> object:
+        # On the sending thread, as it waits for a chunk's reply with chunks still to
+        # send: a kill from the reading thread could come before the sender's
+        # connection was made (the reader runs ahead on a loaded machine), or after
+        # its last reply.
+        if not killed["count"] and killed["chunks"] >= 3 and window._expected[0][0] == "set":
+            killed["count"] = _kill_uploader(redis_client)
+        return read_one(window)
+
+    monkeypatch.setattr(sendwindow.SendWindow, "_read_one", cut_then_read)
     with pytest.raises(redis.ConnectionError):
         _upload(ChunkStore(named_store, HOUR_MS), tmp_path / "big.bin", progress=progress)
     assert killed["count"] == 1
