@@ -12,10 +12,10 @@ of the user running `up` (others wait for `fetchwork transfer-data`).
 Completions are gathered for a quarter of a second, so that one pass reads many
 jobs' ads at once. The stream is read at most ten times a second while events
 come (a read that finds a backlog is followed at once): a blocking read returns
-at every new event, which on a busy pool cost this thread half a millisecond of
-CPU a job, more than the pool's broker spends on it. Every so often it also
-looks for outputs it may have missed (a restart) and settles outputs whose time
-ran out.
+at every new event, and a read for each would cost this thread about half a
+millisecond of CPU a job on a busy pool, more than the broker spends on it.
+Every so often it also looks for outputs it may have missed (a restart) and
+settles outputs whose time ran out.
 
 Why in the thread rather than in a child forked per Owner (as before, and still
 where the change of ids cannot be made for the calling thread alone): the fork
