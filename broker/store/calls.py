@@ -54,7 +54,8 @@ def _number(value: int | None) -> str:
 # -- submitting (stage.lua, submit.lua, admit.lua, admit_fail.lua) ------------------------
 
 def stage(store: Store, pipe: Pipeline, *, cluster: int, nonce: str, job_ids: Sequence[str],
-          runs: bytes, digests: bytes = b"") -> None:
+          runs: bytes, digests: bytes = b"", queue: bytes = b"",
+          autoclusters: bytes = b"") -> None:
     """stage.lua, queued on `pipe`: write the hashes of `job_ids` (new jobs of cluster
     `cluster`, in batch order) from `runs` (codec.pack_for_lua of the runs of shared and
     own fields), checked against the pool's published rules (store/poolrules.py); the
@@ -62,10 +63,16 @@ def stage(store: Store, pipe: Pipeline, *, cluster: int, nonce: str, job_ids: Se
     written, the batch's mode: b'validating', b'blocked' or b''], or an error naming
     the job and the rule that refused it (then nothing of the batch is written).
     `digests` (32 bytes a job, config/signedjob.py staged_digest) are kept for the
-    leader's signed admission when the batch waits for it."""
+    leader's signed admission when the batch waits for it. With `queue` and
+    `autoclusters` (what submit() takes as `batch` and `autoclusters`), a submission of
+    this one batch is queued by the same call once staged, and the reply has a third
+    item, the number of jobs queued (0 when an earlier run of the call queued them)."""
     keys = (store.pool_keys() + [store.keys.job(job) for job in job_ids]
             + [store.keys.staged(cluster), store.keys.settings])
-    _queue(store, pipe, "stage", keys, [*store.head_args(), str(cluster), nonce, runs, digests])
+    args = [*store.head_args(), str(cluster), nonce, runs, digests]
+    if queue:
+        args += [queue, autoclusters]
+    _queue(store, pipe, "stage", keys, args)
 
 
 def submit(store: Store, pipe: Pipeline, *, batch: bytes, mode: str,

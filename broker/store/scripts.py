@@ -73,6 +73,9 @@ PARTS: dict[str, tuple[str, ...]] = {
     "claim": ("claims",),
     "claim_quiet": ("reservation", "claims"),
     "read_backfill": ("reservation",),
+    # Queueing a staged batch: submit.lua's work, and stage.lua's for a one-batch submission.
+    "stage": ("queueing",),
+    "submit": ("queueing",),
     # The transfer scripts that change references share the release of a manifest.
     "transfer_detach": ("transferrefs",),
     "transfer_settle": ("transferrefs",),

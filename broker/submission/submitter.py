@@ -8,6 +8,10 @@ submit.lua per batch to put every job in the queue and idle sets and emit its
 event, so the whole cluster appears at once. The second step is cheap per job
 (sorted-set members and one XADD), which keeps even 100,000 jobs well inside
 a client's socket timeout. If staging fails, the staged hashes are deleted.
+A submission of one batch with nothing else to write as it is queued (no
+periodic policy, dependency or user log) takes one step: stage.lua queues
+the batch itself once it is staged (lua/queueing.lua, submit.lua's work),
+which saves a round trip on the path of a single job's start.
 The pool's rules are its leader's, never this client's configuration:
 stage.lua checks every job against the rules the leader published
 (store/poolrules.py: MAX_WALLTIME, SUBMIT_MAX_JOB_ATTRS; a refusal names the
@@ -45,7 +49,7 @@ from fetchwork.broker.dependencies.resolver import plan_dependencies, register_w
 from fetchwork.broker.store import Store, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import PreparedJob, identity, place
-from fetchwork.broker.store.states import State
+from fetchwork.broker.store.states import WAITING_ATTR, State
 from fetchwork.config.signedjob import staged_digest
 from fetchwork.errors import SubmitError
 
@@ -125,17 +129,30 @@ class Submitter:
         digests = ([staged_digest(job.attrs) for job, _seq in placed]
                    if published is None or published.rules.filtered else [])
         modes: list[str] = []
-        try:
-            self._retrying(lambda: self._stage(cluster, nonce, placed, modes, fields, digests))
-        except redis.RedisError as exc:
-            self._unstage(cluster, nonce, placed)
-            rule = rules_refusal(exc)
-            if rule is not None:  # stage.lua names the job and the pool's rule
-                raise SubmitError(f"the pool refused the submission to cluster {cluster}: "
-                                  f"{rule}") from exc
-            raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
         periodic = shape.periodic(jobs)
-        self._retrying(lambda: self._queue(placed, modes, shape.groups, periodic))
+        # One batch with nothing else to write as it is queued: staged and queued at once.
+        at_once = len(placed) <= BATCH and not any(periodic) and not any(
+            job.attrs.get(WAITING_ATTR) or job.attrs.get("UserLog") for job, _seq in placed)
+        queue = self._queue_args(placed, shape.groups) if at_once else None
+        try:
+            self._retrying(lambda: self._stage(cluster, nonce, placed, modes, fields, digests,
+                                               queue))
+        except redis.RedisError as exc:
+            # A call that also queues may have run with only its reply lost.
+            landed = (self._landed(cluster, placed, exc)
+                      if queue is not None and not isinstance(exc, redis.ResponseError)
+                      else False)
+            if not landed:
+                self._unstage(cluster, nonce, placed)
+                rule = rules_refusal(exc)
+                if rule is not None:  # stage.lua names the job and the pool's rule
+                    raise SubmitError(f"the pool refused the submission to cluster {cluster}: "
+                                      f"{rule}") from exc
+                raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
+            modes[:] = [VALIDATING_MODE if published is None or published.rules.filtered
+                        else ""]
+        if queue is None:
+            self._retrying(lambda: self._queue(placed, modes, shape.groups, periodic))
         # Durable across a failover (connections/durability.py).
         if self.replica_wait is not None:
             self.replica_wait.after(store.client, store.keys.seq_counter,
@@ -158,7 +175,10 @@ class Submitter:
             step()
 
     def _stage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]],
-               modes: list[str], fields: PackedJobs, digests: list[bytes]) -> None:
+               modes: list[str], fields: PackedJobs, digests: list[bytes],
+               queue: tuple[bytes, bytes] | None = None) -> None:
+        """stage.lua for each batch; with `queue` (the one batch's submit.lua arguments,
+        `_queue_args`), the call queues it too."""
         store = self.store
         pipe = store.client.pipeline(transaction=False)
         for start in range(0, len(placed), BATCH):
@@ -166,9 +186,29 @@ class Submitter:
             blob = codec.pack_for_lua(fields.runs(start, start + len(batch)))
             calls.stage(store, pipe, cluster=cluster, nonce=nonce,
                         job_ids=[job.job_id for job, _seq in batch], runs=blob,
-                        digests=b"".join(digests[start:start + BATCH]))
-        # Per batch: (jobs written, how they wait: 'validating', 'blocked' or '').
-        modes[:] = [codec.text(mode) for _count, mode in pipe.execute()]
+                        digests=b"".join(digests[start:start + BATCH]),
+                        queue=queue[0] if queue else b"",
+                        autoclusters=queue[1] if queue else b"")
+        # Per batch: (jobs written, how they wait: 'validating', 'blocked' or '', [queued]).
+        modes[:] = [codec.text(reply[1]) for reply in pipe.execute()]
+
+    def _landed(self, cluster: int, placed: list[tuple[PreparedJob, int]],
+                failure: redis.RedisError) -> bool:
+        """Whether a stage-and-queue call that failed with `failure` (no reply) queued
+        its batch: its first job is in the queue or the history. When that cannot be
+        told either, nothing is deleted (the jobs may be queued) and the error says so."""
+        keys = self.store.keys
+        first = placed[0][0].job_id
+        try:
+            pipe = self.store.client.pipeline(transaction=False)
+            pipe.zscore(keys.queue, first)
+            pipe.zscore(keys.history, first)
+            return any(score is not None for score in pipe.execute())
+        except redis.RedisError as exc:
+            raise SubmitError(
+                f"the submission to cluster {cluster} got no answer ({failure}), and whether "
+                f"it was queued cannot be told now ({exc}): look for job {first} in the "
+                f"queue before submitting it again") from failure
 
     def _unstage(self, cluster: int, nonce: str, placed: list[tuple[PreparedJob, int]]) -> None:
         """Delete what staging wrote, if this submission owns the cluster."""
@@ -187,6 +227,17 @@ class Submitter:
             log.warning("could not clean up the failed submission to cluster %s: %s",
                         cluster, exc)
 
+    @staticmethod
+    def _queue_args(batch: list[tuple[PreparedJob, int]],
+                    groups: SubmitGroups) -> tuple[bytes, bytes]:
+        """submit.lua's `batch` and `autoclusters` arguments for `batch`."""
+        gids = [job.attrs[AUTOCLUSTER_ATTR] for job, _seq in batch]
+        blob = codec.pack_for_lua([
+            [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held,
+             job.attrs["FetchworkState"] == State.BLOCKED, gid]
+            for (job, seq), gid in zip(batch, gids, strict=True)])
+        return blob, codec.pack_for_lua(groups.entries(gids))
+
     def _queue(self, placed: list[tuple[PreparedJob, int]], modes: list[str],
                groups: SubmitGroups, periodic: list[bool]) -> None:
         store = self.store
@@ -194,12 +245,7 @@ class Submitter:
             pipe = store.client.pipeline(transaction=True)
             for start in range(first, min(first + TRANSACTION, len(placed)), BATCH):
                 batch = placed[start:start + BATCH]
-                gids = [job.attrs[AUTOCLUSTER_ATTR] for job, _seq in batch]
-                blob = codec.pack_for_lua([
-                    [job.job_id, seq, str(job.attrs["FetchworkOrder"]), job.held,
-                     job.attrs["FetchworkState"] == State.BLOCKED, gid]
-                    for (job, seq), gid in zip(batch, gids, strict=True)])
-                reps = codec.pack_for_lua(groups.entries(gids))
+                blob, reps = self._queue_args(batch, groups)
                 calls.submit(store, pipe, batch=blob, mode=modes[start // BATCH],
                              autoclusters=reps)
                 # Jobs with periodic policy expressions, for the leader's periodic pass.

@@ -21,6 +21,14 @@
 --   hash, a key the execute role cannot write: a pool that signs admits a job
 --   only while its signed attributes still give that digest, so a job rewritten
 --   while it waits is refused, not signed (filters/signing.py).
+-- ARGV[7], ARGV[8] (may be absent or ''): a submission of this one batch is
+--   also queued by this call, one round trip instead of two: ARGV[7] packs the
+--   batch as submit.lua's ARGV[3] does and ARGV[8] its autoclusters as
+--   submit.lua's ARGV[5]; once the batch is staged, queueing.lua's queue_batch
+--   queues it with the mode this call answers, as submit.lua would have. A
+--   refused batch is neither written nor queued. A call run again after its
+--   reply was lost finds its batch queued and changes nothing (the jobs may
+--   have moved on since: their hashes are not written again).
 -- The pool's rules are the ones its leader published in the settings hash,
 -- never the caller's: with none published (the leader has not run yet) or
 -- with submission filters or job templates (`filtered`), each job is
@@ -31,7 +39,8 @@
 -- scheduling limits (`limits`) an IDLE job starts BLOCKED with the published
 -- BlockedReason until the leader's policy pass places it.
 -- Returns {number of hashes written, the batch's mode: 'validating', 'blocked'
--- or ''}, or an error reply naming the job and the rule.
+-- or ''}, and with ARGV[7] a third item, the number of jobs queued; or an error
+-- reply naming the job and the rule.
 local cluster, nonce = ARGV[3], ARGV[4]
 local owner = redis.call('HGET', K_CLUSTERS, cluster)
 if owner and owner ~= nonce then
@@ -48,6 +57,10 @@ local published = rules[1] ~= false
 local validate = not published or rules[2] == '1'
 local block = not validate and rules[5] == '1'
 local runs = cmsgpack.unpack(ARGV[5])
+local queue = ARGV[7] and ARGV[7] ~= '' and cmsgpack.unpack(ARGV[7])
+if queue and owner == nonce and queued_before(queue) then
+  return {0, validate and 'validating' or (block and 'blocked' or ''), 0}
+end
 
 -- The pool's checks, before any write: the first job that breaks a rule refuses
 -- the batch (the caller deletes what earlier batches staged).
@@ -187,4 +200,8 @@ if linked > 0 then
   redis.call('HSET', ckey, CLUSTER_PROCS,
              (tonumber(redis.call('HGET', ckey, CLUSTER_PROCS)) or 0) + linked)
 end
-return {written, validate and 'validating' or (block and 'blocked' or '')}
+local mode = validate and 'validating' or (block and 'blocked' or '')
+if queue then
+  return {written, mode, queue_batch(K_SETTINGS, queue, mode, cmsgpack.unpack(ARGV[8]))}
+end
+return {written, mode}

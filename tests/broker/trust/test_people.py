@@ -387,7 +387,10 @@ def test_the_execute_roles_write_to_a_waiting_submission_is_refused_not_signed(
         return queue_step(placed, *args, **kwargs)
 
     monkeypatch.setattr(submitter._submitter, "_queue", rewrite_then_queue)
-    [job] = submitter.submit([{"Cmd": "/bin/true"}], owner="alice")
+    # A periodic expression keeps the two steps (a job without one is staged and queued
+    # by one call), whose gap is where the execute role writes here.
+    [job] = submitter.submit([{"Cmd": "/bin/true", "PeriodicRemove": {"$expr": "false"}}],
+                             owner="alice")
     assert rewritten == [job]
     ad = wait_until(lambda: decided(submitter, job), 20, what="the admission's verdict")
     assert ad["FetchworkState"] == "FAILED"
