@@ -60,7 +60,9 @@ STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_
               "transfer_chunk", "transfer_attach", "transfer_detach", "transfer_settle",
               "transfer_event",
               # Signed batches no queued job needs any more (broker/filters/leader.py).
-              "sig_sweep")
+              "sig_sweep",
+              # Signed admission's first read: the waiting set's head and its ads.
+              "read_waiting")
 
 # What every transition script is put after, in this order (each part uses the ones before).
 LIBRARY = ("jobad", "lib", "acindex", "transferrefs",
@@ -68,9 +70,9 @@ LIBRARY = ("jobad", "lib", "acindex", "transferrefs",
            "sigbatch",
            "jobstates")
 # Standalone scripts that read job hashes: they get jobad.lua's readers.
-JOB_READERS = ("read_ads", "read_fields", "bypass")
+JOB_READERS = ("read_ads", "read_fields", "bypass", "read_waiting")
 # Standalone scripts that return job ads: they also get packads.lua's packing.
-AD_READERS = ("read_ads",)
+AD_READERS = ("read_ads", "read_waiting")
 # The parts a script gets just before its own text (after LIBRARY for a transition).
 PARTS: dict[str, tuple[str, ...]] = {
     **{name: ("jobad",) for name in JOB_READERS},

@@ -1,7 +1,7 @@
 -- packads.lua: job ads as one msgpack reply, put together from the stored values
 -- (msgpack already) by concatenation, so the client decodes all of it in one call,
 -- in C. store/scripts.py puts this text in front of the scripts that return ads
--- (read_ads.lua), after jobad.lua.
+-- (read_ads.lua, read_waiting.lua), after jobad.lua.
 --
 -- split_ads(keys): for the job hashes `keys`, one msgpack array holding, per key in
 -- order, a map of its hash's fields (empty for a missing job; bookkeeping ones,
