@@ -15,7 +15,9 @@ machine's). For each job, the first time of each hop after its submission:
   stage.lua              Redis runs the staging script (the job's hash)
   submit.lua             Redis runs the submission (queue, idle or waiting)
   submit returned        Broker.submit returns
-  leader read            the leader's pass reads the waiting set (signing pool)
+  leader read            the leader's pass reads the waiting set (signing pool:
+                         read_waiting.lua, the set's head with its ads; a ZRANGE
+                         of the set in code without that script)
   admit_signed.lua       Redis runs the signed admission (the job IDLE); before
                          the leader's read when the job's event named it
   claim woken            the idle slot's claim sees the job's IDLE event
@@ -129,14 +131,19 @@ HOPS = [
     ("program runs", "program.runs"),
 ]
 WATCHED_SCRIPTS = ("stage", "submit", "admit_signed", "claim_quiet", "claim")
+# The script a signing leader's pass reads the waiting set with (its "leader read").
+LEADER_READ_SCRIPT = "read_waiting"
 
 
 class Monitor:
-    """Redis MONITOR in a thread: (hop, ns) of each script call this trace watches."""
+    """Redis MONITOR in a thread: (hop, ns) of each script call this trace watches, and
+    of the leader's reads of the waiting set (its script, or a ZRANGE of the set)."""
 
     def __init__(self, url: str, validating_key: str):
         self.client = redis.Redis.from_url(url)
         self.by_sha = {scripts.sha(name): f"redis.{name}" for name in WATCHED_SCRIPTS}
+        if LEADER_READ_SCRIPT in scripts.STANDALONE:
+            self.by_sha[scripts.sha(LEADER_READ_SCRIPT)] = "redis.leader_read"
         self.validating_key = validating_key
         self.seen: list[tuple[str, int]] = []
         self._lock = threading.Lock()
@@ -171,9 +178,11 @@ class Monitor:
 
 
 def script_times(client: redis.Redis, count: int) -> None:
-    """Print the median time Redis spent in each watched script (SLOWLOG, every
-    command logged since the trace began), in µs."""
-    by_sha = {scripts.sha(name): name for name in WATCHED_SCRIPTS}
+    """Print the median time Redis spent in each watched script and the leader's read
+    (SLOWLOG, every command logged since the trace began), in µs."""
+    names = WATCHED_SCRIPTS + tuple(name for name in (LEADER_READ_SCRIPT,)
+                                    if name in scripts.STANDALONE)
+    by_sha = {scripts.sha(name): name for name in names}
     spent: dict[str, list[int]] = {}
     for entry in client.slowlog_get(count):
         words = [word.decode() if isinstance(word, bytes) else str(word)

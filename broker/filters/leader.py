@@ -28,9 +28,12 @@ checks of filters/signing.py (its staged digest). With no submission filter
 or template (and no DEFAULT_JOB_EXCLUSIVE to add), signing is the whole
 admission: jobs are checked against the pool's rules, signed a batch at a
 time (one signature per batch) and admitted in batches (admit_signed.lua,
-which also applies the scheduling limits) on the pass's own thread. A batch's
-signature and hash tree are stored once (lua/sigbatch.lua), and each pass
-frees the stored batches whose jobs have all left the queue (sig_sweep.lua).
+which also applies the scheduling limits) on the pass's own thread. Such a
+pass reads its first batch's ads with its own first read (read_waiting.lua,
+in place of the ids alone), so a job that waits alone is admitted in the
+pass's second round trip. A batch's signature and hash tree are stored once
+(lua/sigbatch.lua), and each pass frees the stored batches whose jobs have
+all left the queue (sig_sweep.lua).
 """
 
 from __future__ import annotations
@@ -224,10 +227,16 @@ class FilterLeader:
         sweep = self.signer is not None and abs(now_s - self._swept_at) >= SWEEP_INTERVAL_S
         if sweep:
             self._swept_at = now_s
+        signing = self._signing_only()
 
         def read() -> list[Any]:
             pipe = client.pipeline(transaction=False)
-            pipe.zrange(keys.validating, 0, BATCH - 1)
+            if signing:
+                # The head's first batch with its ads and staged digests, which signing
+                # would read next (lua/read_waiting.lua): one round trip less.
+                calls.read_waiting(self.store, pipe, count=BATCH)
+            else:
+                pipe.zrange(keys.validating, 0, BATCH - 1)
             pipe.zrange(keys.activating, 0, BATCH - 1, withscores=True)
             pipe.zrangebyscore(keys.holds, "-inf", int(now_s), start=0, num=BATCH)
             pipe.hvals(keys.reservations)
@@ -237,8 +246,8 @@ class FilterLeader:
             return list(pipe.execute())
 
         validating, activating, due, reserved = self._once_more(read)[:4]
-        if self._signing_only():
-            self._signing_left = self._admit_signed(Store.ids(validating))
+        if signing:
+            self._signing_left = self._admit_signed(*_head_read(validating))
             validating = []
         work = [self._hand_out(job, self.admit_waiting) for job in Store.ids(validating)]
         expired = []
@@ -353,18 +362,20 @@ class FilterLeader:
         return (self.signer is not None and not summary_of(self.settings).submit
                 and not (rules is not None and rules.default_exclusive))
 
-    def _admit_signed(self, first: list[str]) -> bool:
-        """Check, sign and admit waiting jobs in batches until none is left or
-        SIGNED_PER_PASS are done; whether any is left. A batch takes two round trips:
-        one reads its ads and staged digests, one admits it (admit_signed.lua), with
-        the autoclusters' representatives, the staged digests dropped and the head of
-        the validating set. Its Python work is one leaf a job from a signed text whose
-        shared part each cluster writes once, the rules and the grouping decided once
-        for a cluster's jobs whose own values cannot change them, and one signature
-        for the batch; the next batch is read on
-        another thread meanwhile, so Redis works while this one is signed. A batch
-        read short of BATCH had nothing after it: no other read, and no thread, for
-        what the admission's own reply (the head of the set) brings next."""
+    def _admit_signed(self, first: list[str], read: _Read | None = None) -> bool:
+        """Check, sign and admit waiting jobs in batches, from batch `first` (`read`:
+        what `_read_waiting(first)` gives, when the caller read it already) until none
+        is left or SIGNED_PER_PASS are done; whether any is left. A batch takes two
+        round trips: one reads its ads and staged digests (for a pass's first batch,
+        the pass's own read: lua/read_waiting.lua), one admits it (admit_signed.lua),
+        with the autoclusters' representatives, the staged digests dropped and the
+        head of the validating set. Its Python work is one leaf a job from a signed
+        text whose shared part each cluster writes once, the rules and the grouping
+        decided once for a cluster's jobs whose own values cannot change them, and one
+        signature for the batch; the next batch is read on another thread meanwhile,
+        so Redis works while this one is signed. A batch read short of BATCH had
+        nothing after it: no other read, and no thread, for what the admission's own
+        reply (the head of the set) brings next."""
         assert self.signer is not None
         store = self.store
         batch, done = first, 0
@@ -372,7 +383,10 @@ class FilterLeader:
         # the one read ahead and what follows it); None before the first admission.
         head: list[str] | None = None
         before: set[str] = set()
-        ahead = self._read_now(batch) if batch else None
+        if not batch:
+            ahead = None
+        else:
+            ahead = _finished(read) if read is not None else self._read_now(batch)
         while batch and ahead is not None and done < SIGNED_PER_PASS:
             found, staged = ahead.result()
             ahead = None
@@ -460,9 +474,7 @@ class FilterLeader:
     def _read_now(self, batch: list[str]) -> Future[_Read]:
         """`_read_waiting(batch)` on this thread (nothing to overlap it with), as a
         finished future."""
-        done: Future[_Read] = Future()
-        done.set_result(self._read_waiting(batch))
-        return done
+        return _finished(self._read_waiting(batch))
 
     def _read_waiting(self, batch: list[str]) -> _Read:
         """The ads of the jobs of `batch` that wait for admission (each with the names
@@ -478,11 +490,7 @@ class FilterLeader:
             return pipe.execute(), reads
 
         replies, reads = self._once_more(read)
-        digests = dict(zip(batch, staged_of(batch, replies[reads:]), strict=True))
-        found = [(job, data, own) for job, (data, own)
-                 in zip(batch, batchads.split_ads_of(batch, replies[:reads]), strict=True)
-                 if data and data.get("FetchworkState") in _WAITING]
-        return found, [digests[job] for job, _data, _own in found]
+        return _waiting_of(batch, replies[:reads], replies[reads:])
 
     def _admit_batch(self, signed: list[tuple[str, int, bool, str]],
                      signed_batch: SignedBatch | None, strays: list[str],
@@ -618,6 +626,35 @@ def request_facts(request: Mapping[Any, Any]) -> tuple[Facts, float]:
 # A batch's waiting jobs as read: (id, ad, the names of its own values or None), and
 # their staged digests.
 _Read = tuple[list[tuple[str, dict[str, Any], tuple[str, ...] | None]], list[bytes | None]]
+
+
+def _waiting_of(batch: list[str], reads: Sequence[Any], staged: Sequence[Any]) -> _Read:
+    """The jobs of `batch` that wait for admission and their staged digests, from the
+    replies of batchads.queue_reads (`reads`) and signing.queue_staged (`staged`)."""
+    digests = dict(zip(batch, staged_of(batch, staged), strict=True))
+    found = [(job, data, own) for job, (data, own)
+             in zip(batch, batchads.split_ads_of(batch, reads), strict=True)
+             if data and data.get("FetchworkState") in _WAITING]
+    return found, [digests[job] for job, _data, _own in found]
+
+
+def _head_read(reply: Sequence[Any]) -> tuple[list[str], _Read | None]:
+    """read_waiting.lua's reply: the ids it took from the head of the validating set,
+    and what `_read_waiting` would give for them (None for no id)."""
+    batch = Store.ids(reply[0])
+    if not batch:
+        return [], None
+    reads = 1 + batchads.READS
+    return batch, _waiting_of(batch, reply[1:reads], reply[reads:])
+
+
+def _finished(read: _Read) -> Future[_Read]:
+    """`read` as a finished future (what the admission's loop waits on)."""
+    done: Future[_Read] = Future()
+    done.set_result(read)
+    return done
+
+
 # FilterLeader._decide: (why the pool's rules refuse the job, its autocluster, whether
 # it waits BLOCKED, its priority).
 _Decision = tuple[str | None, str, bool, int]

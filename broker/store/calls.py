@@ -322,6 +322,14 @@ def sig_sweep(store: Store, pipe: Pipeline, *, batches: int) -> None:
     _queue(store, pipe, "sig_sweep", [store.keys.queue, store.keys.sig_batches], [batches])
 
 
+def read_waiting(store: Store, pipe: Pipeline, *, count: int) -> None:
+    """read_waiting.lua, queued on `pipe`: take up to `count` jobs from the head of the
+    validating set and read what signed admission reads of them (filters/leader.py).
+    Its reply in the pipeline's: [the ids, then, when there are any, the replies of
+    batchads.queue_reads and of signing.queue_staged for them]."""
+    _queue(store, pipe, "read_waiting", [store.keys.validating, store.keys.queue], [count])
+
+
 # -- the leader's duties ---------------------------------------------------------------------
 
 def release_due(store: Store, *, job_ids: Sequence[str]) -> list[str]:

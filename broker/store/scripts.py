@@ -12,9 +12,11 @@ JobStatus and HoldReasonCode values from config/protocol.py as
 `PARTS` names for them, put just before their own text: the claim scripts
 share `lua/claims.lua` (the checks of a candidate) and `lua/reservation.lua`
 (when a backfill reservation holds jobs back), standalone readers of job
-ads get `lua/jobad.lua`. A server that lost its script cache (restart,
-SCRIPT FLUSH) answers NOSCRIPT and the script is loaded again. Each script
-is called through its typed wrapper in store/calls.py.
+ads get `lua/jobad.lua`, and those that return ads `lua/packads.lua` too
+(their msgpack reply put together from the stored values). A server that
+lost its script cache (restart, SCRIPT FLUSH) answers NOSCRIPT and the
+script is loaded again. Each script is called through its typed wrapper in
+store/calls.py.
 """
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ STANDALONE = ("leader_renew", "leader_resign", "read_ads", "read_fields", "read_
               "transfer_chunk", "transfer_attach", "transfer_detach", "transfer_settle",
               "transfer_event",
               # Signed batches no queued job needs any more (broker/filters/leader.py).
-              "sig_sweep")
+              "sig_sweep",
+              # Signed admission's first read: the waiting set's head and its ads.
+              "read_waiting")
 
 # What every transition script is put after, in this order (each part uses the ones before).
 LIBRARY = ("jobad", "lib", "acindex", "transferrefs",
@@ -66,10 +70,13 @@ LIBRARY = ("jobad", "lib", "acindex", "transferrefs",
            "sigbatch",
            "jobstates")
 # Standalone scripts that read job hashes: they get jobad.lua's readers.
-JOB_READERS = ("read_ads", "read_fields", "bypass")
+JOB_READERS = ("read_ads", "read_fields", "bypass", "read_waiting")
+# Standalone scripts that return job ads: they also get packads.lua's packing.
+AD_READERS = ("read_ads", "read_waiting")
 # The parts a script gets just before its own text (after LIBRARY for a transition).
 PARTS: dict[str, tuple[str, ...]] = {
     **{name: ("jobad",) for name in JOB_READERS},
+    **{name: ("jobad", "packads") for name in AD_READERS},
     "claim": ("claims",),
     "claim_quiet": ("reservation", "claims"),
     "read_backfill": ("reservation",),

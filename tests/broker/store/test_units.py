@@ -66,8 +66,12 @@ def test_lua_scripts_get_the_shared_constants_from_python():
     assert "local STATUS_HELD = 5\n" in header and "local HOLD_JOB_POLICY = 3\n" in header
     assert scripts.source("reject").startswith(header)
     assert scripts.source("read_ids") == scripts._read("read_ids")
-    # Standalone readers of job ads get the cluster-ad merge (jobad.lua) alone.
-    assert scripts.source("read_ads") == scripts._read("jobad") + "\n" + scripts._read("read_ads")
+    # Standalone readers of job ads get the cluster-ad merge (jobad.lua), and those
+    # that return ads the packing of their reply (packads.lua).
+    assert scripts.source("read_ads") == "".join(
+        scripts._read(part) + "\n" for part in ("jobad", "packads")) + scripts._read("read_ads")
+    assert scripts.source("read_fields") == scripts._read("jobad") + "\n" + scripts._read(
+        "read_fields")
     for name in scripts.TRANSITIONS + scripts.LIBRARY:
         code = "\n".join(line for line in scripts._read(name).splitlines()
                          if not line.lstrip().startswith("--"))
