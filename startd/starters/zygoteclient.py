@@ -292,11 +292,16 @@ class ZygoteClient:
 
         Raises StarterError when the zygote cannot fork or cannot be started.
         """
+        # A zygote found gone first: its kept starters die with it (each was told to
+        # at the zygote's death, and may not have run since), so none of them is given
+        # the job; the new zygote's are.
+        self.refill()
         kept = self._give_kept(args, slot_id)
         if kept is not None:
             return kept
         for attempt in (1, 2):
-            self.refill()
+            if attempt == 2:
+                self.refill()
             try:
                 return self._give_waiting(args) or self._request(args)
             except ZygoteGone as exc:
