@@ -90,11 +90,16 @@ def _depends_name(attrs: dict[str, Any]) -> str | None:
     return next((n for n in attrs if len(n) == size and n.lower() == lower), None)
 
 
+def waits(job: PreparedJob) -> bool:
+    """Whether new job `job` waits for dependencies (`register_waiting` indexes it)."""
+    return bool(job.attrs.get(WAITING_ATTR))
+
+
 def register_waiting(pipe: redis.client.Pipeline, store: Store,
                      jobs: Iterable[PreparedJob]) -> None:
     """Index the waiting jobs among `jobs` in `pipe` (the MULTI that queues them)."""
     for job in jobs:
-        if not job.attrs.get(WAITING_ATTR):
+        if not waits(job):
             continue
         pipe.sadd(store.keys.dep_waiting, job.job_id)
         for dep in parse_depends(job.attrs[WAITING_ATTR]):

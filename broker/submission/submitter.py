@@ -45,11 +45,11 @@ import redis
 from redis.exceptions import NoPermissionError, NoScriptError
 
 from fetchwork.broker.connections.durability import ReplicaWait
-from fetchwork.broker.dependencies.resolver import plan_dependencies, register_waiting
+from fetchwork.broker.dependencies.resolver import plan_dependencies, register_waiting, waits
 from fetchwork.broker.store import Store, calls, codec, poolrules
 from fetchwork.broker.store.acmembers import AUTOCLUSTER_ATTR
 from fetchwork.broker.store.jobads import PreparedJob, identity, place
-from fetchwork.broker.store.states import WAITING_ATTR, State
+from fetchwork.broker.store.states import State
 from fetchwork.config.signedjob import staged_digest
 from fetchwork.errors import SubmitError
 
@@ -126,13 +126,14 @@ class Submitter:
         nonce = uuid.uuid4().hex
         fields = shape.fields([job for job, _seq in placed])
         # Jobs that will wait for the leader's admission: their staged digests.
-        digests = ([staged_digest(job.attrs) for job, _seq in placed]
-                   if published is None or published.rules.filtered else [])
+        for_leader = published is None or published.rules.filtered
+        digests = [staged_digest(job.attrs) for job, _seq in placed] if for_leader else []
         modes: list[str] = []
         periodic = shape.periodic(jobs)
-        # One batch with nothing else to write as it is queued: staged and queued at once.
+        # One batch with nothing else to write as it is queued (what `_queue` writes
+        # beside submit.lua): staged and queued at once.
         at_once = len(placed) <= BATCH and not any(periodic) and not any(
-            job.attrs.get(WAITING_ATTR) or job.attrs.get("UserLog") for job, _seq in placed)
+            waits(job) or uses_user_log(job) for job, _seq in placed)
         queue = self._queue_args(placed, shape.groups) if at_once else None
         try:
             self._retrying(lambda: self._stage(cluster, nonce, placed, modes, fields, digests,
@@ -149,8 +150,7 @@ class Submitter:
                     raise SubmitError(f"the pool refused the submission to cluster {cluster}: "
                                       f"{rule}") from exc
                 raise SubmitError(f"submission to cluster {cluster} refused: {exc}") from exc
-            modes[:] = [VALIDATING_MODE if published is None or published.rules.filtered
-                        else ""]
+            modes[:] = [VALIDATING_MODE if for_leader else ""]
         if queue is None:
             self._retrying(lambda: self._queue(placed, modes, shape.groups, periodic))
         # Durable across a failover (connections/durability.py).
@@ -263,8 +263,13 @@ def note_user_logs(pipe: redis.client.Pipeline, store: Store,
     """Mark the pool as one whose jobs use user logs, in `pipe` (the MULTI that queues
     `jobs`, so the mark is there before any of their events), when one of them names
     one: the leader's user log writer reads events only once it is (leader/interest.py)."""
-    if any(job.attrs.get("UserLog") for job in jobs):
+    if any(uses_user_log(job) for job in jobs):
         pipe.set(store.keys.userlog_used, 1)
+
+
+def uses_user_log(job: PreparedJob) -> bool:
+    """Whether new job `job` names a user log (`note_user_logs` marks the pool)."""
+    return bool(job.attrs.get("UserLog"))
 
 
 # How stage.lua ends a refusal by the pool's rules.

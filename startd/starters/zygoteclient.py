@@ -300,8 +300,6 @@ class ZygoteClient:
         if kept is not None:
             return kept
         for attempt in (1, 2):
-            if attempt == 2:
-                self.refill()
             try:
                 return self._give_waiting(args) or self._request(args)
             except ZygoteGone as exc:
@@ -310,6 +308,7 @@ class ZygoteClient:
                 log.warning("the starter zygote went away during a request (%s); "
                             "retrying with a new one", exc)
                 self._kill()
+                self.refill()
         raise AssertionError("unreachable")
 
     def _give_waiting(self, args: Sequence[str]) -> ForkedStarter | None:
