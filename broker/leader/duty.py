@@ -34,7 +34,9 @@ the filter pass that hands the chain to its executor is due within
 milliseconds of the ACTIVATING event (the filter programs themselves run
 in that executor, so the filter pass is short). Each duty's state is then
 changed by its own thread only, and needs no lock (the backfill reservation
-the filters read is replaced whole, never changed in place). What costs
+the filters read is replaced whole, never changed in place); a duty woken by
+a key's change may have its pass run by the key watch's thread instead,
+which takes the duty's lock as the duty's thread then does (leader/watch.py). What costs
 Redis is the XREADs, not the threads, which wait on a condition: one XREAD
 per batch of events, whatever the number of duties, and none at all on a
 replica that does not lead.
@@ -109,6 +111,8 @@ class Inbox:
         self._events: list[Event] = []
         self._closed = False
         self._poked = False
+        # The duty's thread waits in `take`: it has applied every mail taken before.
+        self._waiting = False
 
     def lead(self, since: str) -> None:
         """The lead was taken: events after `since` follow."""
@@ -154,6 +158,12 @@ class Inbox:
                 self._poked = True
                 self._cond.notify()
 
+    def settled(self) -> bool:
+        """Leading, with the duty's thread waiting for mail and none to take: the duty
+        has applied everything handed over (leader/watch.py runs a pass then)."""
+        with self._cond:
+            return self._leading and self._waiting and not self._has_mail()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -163,7 +173,11 @@ class Inbox:
         """What came since the last take, waiting for something at most `timeout_s`
         (None: until something comes); None once closed."""
         with self._cond:
-            self._cond.wait_for(self._has_mail, timeout_s)
+            self._waiting = True
+            try:
+                self._cond.wait_for(self._has_mail, timeout_s)
+            finally:
+                self._waiting = False
             if self._closed:
                 return None
             mail = Mail(self._leading, self._lost, self._since, self._events)

@@ -18,7 +18,8 @@ no duty reads events.
 
 A duty that needs only to know that a key changed names it (`watch_keys`,
 leader/watch.py): while the leader's one watch of those keys works, the duty
-reads no events, and a change of a key wakes its thread through its inbox.
+reads no events, and a change of a key brings its pass on the watch's thread
+when the duty's own thread is idle, else wakes that thread through its inbox.
 
 A duty paced anyway may let the reader gather events (`events_batch_s`, an
 optional attribute of a duty; 0 when absent): after a batch the reader waits
@@ -91,6 +92,7 @@ class LeaderDuties:
                 duty.wake = self._wake
             if isinstance(duty, Watched):
                 duty.wake = inbox.poke
+                duty.settled = inbox.settled
             if hasattr(duty, "reading_changed"):  # its reads_events may turn (backfill)
                 duty.reading_changed = self._wake
 

@@ -13,7 +13,15 @@ a thousand times pushes one), nothing when other keys change, so a pool
 whose queue flows costs the watch nothing.
 
 While the watch works the duty reads no events (`Watched.reads_events`),
-and a message makes its pass due at once. When the watch does not work (a
+and a message makes its pass due at once. The watch's own thread runs that
+pass when the duty is idle, leads and has no mail waiting in its inbox (a
+lone submission is then admitted without waking the duty's thread, a third
+of a millisecond on the path from submit to start); otherwise it wakes the
+duty's thread, which runs the pass after what it is doing. Either thread
+runs the duty only while holding the duty's lock, so its state is still
+changed by one thread at a time. A pass that fails on the watch's thread
+is logged and tried again by the duty's thread after RETRY_S, as a pass that
+fails there is. When the watch does not work (a
 server or client without RESP3 push messages, a lost connection) the duty
 reads events as before, and the reader hands them over as on taking the
 lead (leader/reader.py); a watch that works again makes a pass due at once,
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,14 +59,22 @@ def watch_keys(duty: Duty) -> tuple[str, ...]:
 
 class Watched:
     """`duty`, woken by a change of its `watch_keys` while `watching()` is true, and
-    reading events only while it is not."""
+    reading events only while it is not. Every call into `duty` holds its lock."""
 
-    def __init__(self, duty: Duty, watching: Callable[[], bool]):
+    def __init__(self, duty: Duty, watching: Callable[[], bool],
+                 clock: Callable[[], float] = time.monotonic):
         self.duty = duty
         self.watching = watching
+        self.clock = clock
         self.changed = False
         # Wakes the duty's thread (set by the leader's reader to poke its inbox).
         self.wake: Callable[[], None] = lambda: None
+        # Whether the duty's thread has nothing to hand the duty first (leading, its
+        # inbox empty): the watch's thread may run the pass (set by the reader).
+        self.settled: Callable[[], bool] = lambda: False
+        self._lock = threading.Lock()
+        # A pass that failed on the watch's thread: the next one comes no sooner.
+        self._retry_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -68,29 +85,62 @@ class Watched:
         return self.duty.reads_events and not self.watching()
 
     def on_change(self) -> None:
-        """A watched key changed (or the watch started again): a pass is due now."""
+        """A watched key changed (or the watch started again): a pass is due now, run
+        here when `pass_here` may, else on the duty's thread."""
         self.changed = True
-        self.wake()
+        if not self.pass_here():
+            self.wake()
+
+    def pass_here(self) -> bool:
+        """The due pass on the calling thread (the watch's) if the duty is idle and
+        settled and no failed pass waits for its retry; whether it ran. Never waits
+        for the duty's thread."""
+        if self._retry_at is not None or not self.settled():
+            return False
+        if not self._lock.acquire(blocking=False):
+            return False  # the duty's thread is in it: it passes again after
+        try:
+            now_s = self.clock()
+            if self.changed or self.duty.due_in_s(now_s) <= 0:
+                self.changed = False
+                self.duty.run_due(now_s)
+        except Exception:
+            log.exception("leader duty %s failed; trying again in %ss", self.name, RETRY_S)
+            self.changed = True
+            self._retry_at = self.clock() + RETRY_S
+            return False
+        finally:
+            self._lock.release()
+        return True
 
     def on_lead(self, since: str) -> None:
-        self.duty.on_lead(since)
+        with self._lock:
+            self.duty.on_lead(since)
 
     def on_lose(self) -> None:
-        self.changed = False
-        self.duty.on_lose()
+        with self._lock:
+            self.changed = False
+            self.duty.on_lose()
 
     def on_events(self, events: Sequence[Event]) -> object:
-        return self.duty.on_events(events)
+        with self._lock:
+            return self.duty.on_events(events)
 
     def due_in_s(self, now_s: float) -> float:
-        return 0.0 if self.changed else self.duty.due_in_s(now_s)
+        with self._lock:
+            if self._retry_at is not None and now_s < self._retry_at:
+                return self._retry_at - now_s
+            return 0.0 if self.changed else self.duty.due_in_s(now_s)
 
     def run_due(self, now_s: float) -> object:
-        self.changed = False  # a change during the pass brings another
-        return self.duty.run_due(now_s)
+        with self._lock:
+            self._retry_at = None
+            self.changed = False  # a change during the pass brings another
+            return self.duty.run_due(now_s)
 
     def close(self) -> None:
-        self.duty.close()
+        with self._lock:
+            self.duty.close()
 
 
 class KeyWatch:

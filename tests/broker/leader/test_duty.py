@@ -202,3 +202,34 @@ def test_a_pass_that_fails_is_tried_again(driven, monkeypatch, caplog):
     driven(duty).lead("5-0")
     wait_until(lambda: duty.passes() == 1, 5, what="the pass after two failures")
     assert caplog.text.count("leader duty recorder failed") == 2
+
+
+def test_an_inbox_is_settled_only_while_its_duty_waits_leading_with_nothing_to_take():
+    inbox = Inbox("d")
+    taken: list[Mail | None] = []
+
+    def take_once() -> None:
+        taken.append(inbox.take(10))
+
+    assert not inbox.settled()  # not leading, nobody waiting
+    inbox.lead("0-0")
+    assert not inbox.settled()  # the lead is mail, and nobody waits for it
+    thread = threading.Thread(target=take_once)
+    thread.start()
+    thread.join(10)
+    assert taken and taken[0] is not None and taken[0].since == "0-0"
+    assert not inbox.settled()  # leading, nothing to take, but the duty is not waiting
+    thread = threading.Thread(target=take_once)
+    thread.start()
+    wait_until(inbox.settled, 5, what="the duty waiting with everything applied")
+    inbox.put([("1-0", {})])
+    assert not inbox.settled()  # mail not taken yet
+    thread.join(10)
+    assert taken[1] is not None and taken[1].events == [("1-0", {})]
+    thread = threading.Thread(target=take_once)
+    thread.start()
+    wait_until(inbox.settled, 5, what="the duty waiting again")
+    inbox.lose()
+    assert not inbox.settled()
+    thread.join(10)
+

@@ -31,6 +31,12 @@ class KeyDuty:
         self.events: list[str] = []
         self.passes = 0
         self.due = True
+        # The threads that ran each pass, a gate that holds a pass until opened, and
+        # whether a pass fails.
+        self.threads: list[str] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = False
 
     def on_lead(self, since: str) -> None:
         self.due = True
@@ -46,6 +52,10 @@ class KeyDuty:
         return 0.0 if self.due else float("inf")
 
     def run_due(self, now_s: float) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.gate.wait(30)
+        if self.fail:
+            raise RuntimeError("the pass broke")
         self.passes += 1
         self.due = False
 
@@ -95,6 +105,100 @@ def test_a_watched_duty_reads_no_event_and_passes_on_each_change(redis_client, p
         redis_client.zadd(key, {"2.0": 1})
         wait_until(lambda: duty.passes > passes, 5, what="the pass a change brings")
         assert sum(calls[read:]) == 0
+
+
+def _watched(served: LeaderDuties, duty: KeyDuty) -> Watched:
+    """The leader's watch in place, its first passes run and the duty idle again."""
+    [wrapped] = served.duties
+    assert isinstance(wrapped, Watched)
+    served.set_leading(True)
+    assert served.watch is not None
+    wait_until(lambda: served.watch.working and duty.passes >= 1 and not wrapped.changed
+               and not duty.due and served._inboxes[0].settled(), 10,
+               what="the watch in place, its passes run, the duty idle")
+    return wrapped
+
+
+def test_a_change_while_the_duty_is_idle_is_passed_on_the_watch_thread(redis_client,
+                                                                     pool_name):
+    broker = Broker(redis_client, pool_name, Config.load(environ={}))
+    duty = KeyDuty(broker.keys.validating)
+    with LeaderDuties(broker.store, [duty], block_s=0.05) as served:
+        _watched(served, duty)
+        for number in range(3):
+            passes = duty.passes
+            redis_client.zadd(broker.keys.validating, {f"{number}.0": 1})
+            wait_until(lambda: duty.passes > passes, 5, what="the pass a change brings")
+            wait_until(served._inboxes[0].settled, 5, what="the duty idle again")
+        assert duty.threads[-3:] == ["broker-watch"] * 3, duty.threads
+
+
+def test_a_change_during_the_duty_threads_pass_brings_one_more_there(redis_client,
+                                                                      pool_name):
+    """The watch never waits for the duty's thread: a change that comes while that
+    thread passes makes it pass again after, and the watch goes on reading."""
+    broker = Broker(redis_client, pool_name, Config.load(environ={}))
+    duty = KeyDuty(broker.keys.validating)
+    with LeaderDuties(broker.store, [duty], block_s=0.05) as served:
+        wrapped = _watched(served, duty)
+        duty.gate.clear()
+        served._inboxes[0].put([("1-0", {})])  # the duty's thread passes on an event
+        wait_until(lambda: len(duty.threads) >= 2 and duty.threads[-1] == "broker-keyed",
+                   5, what="the duty's thread held in its pass")
+        held = len(duty.threads)
+        seen: list[str] = []
+        watch = served.watch
+        assert watch is not None
+        real_on_change = watch.on_change
+
+        def on_change(key: str) -> None:
+            real_on_change(key)
+            seen.append(key)
+
+        watch.on_change = on_change
+        redis_client.zadd(broker.keys.validating, {"1.0": 1})
+        wait_until(lambda: len(seen) == 1, 5, what="the change seen by the watch")
+        redis_client.zadd(broker.keys.validating, {"2.0": 1})
+        wait_until(lambda: len(seen) == 2, 5, what="the watch reading on meanwhile")
+        assert wrapped.changed
+        assert len(duty.threads) == held, "a pass began while the duty's thread was in one"
+        passes = duty.passes
+        duty.gate.set()
+        wait_until(lambda: duty.passes >= passes + 2 and not wrapped.changed, 5,
+                   what="the held pass and the one the changes brought")
+        assert duty.threads[held] == "broker-keyed", duty.threads
+
+
+def test_a_pass_that_fails_on_the_watch_thread_is_tried_again_by_the_duty(
+        redis_client, pool_name, monkeypatch, caplog):
+    from fetchwork.broker.leader import watch as watch_module
+
+    monkeypatch.setattr(watch_module, "RETRY_S", 1.0)
+    broker = Broker(redis_client, pool_name, Config.load(environ={}))
+    duty = KeyDuty(broker.keys.validating)
+    with LeaderDuties(broker.store, [duty], block_s=0.05) as served:
+        wrapped = _watched(served, duty)
+        duty.fail = True
+        failed_at = len(duty.threads)
+        redis_client.zadd(broker.keys.validating, {"1.0": 1})
+        wait_until(lambda: len(duty.threads) > failed_at, 5, what="the pass that fails")
+        assert duty.threads[failed_at] == "broker-watch"
+        wait_until(lambda: "the pass broke" in caplog.text, 5, what="the failure logged")
+        # Another change while the retry waits is not passed on the watch's thread.
+        redis_client.zadd(broker.keys.validating, {"2.0": 1})
+        threading.Event().wait(0.1)
+        assert duty.threads[failed_at + 1:] == [], duty.threads
+        passes = duty.passes
+        duty.fail = False
+        wait_until(lambda: duty.passes > passes and not wrapped.changed, 5,
+                   what="the pass tried again")
+        assert duty.threads[failed_at + 1] == "broker-keyed", duty.threads
+        # The retry done, a change is passed on the watch's thread again.
+        wait_until(served._inboxes[0].settled, 5, what="the duty idle again")
+        passes = duty.passes
+        redis_client.zadd(broker.keys.validating, {"3.0": 1})
+        wait_until(lambda: duty.passes > passes, 5, what="the pass a change brings")
+        assert duty.threads[-1] == "broker-watch", duty.threads
 
 
 def test_a_leader_that_cannot_watch_hands_the_duty_every_event(redis_url, pool_name, reads):
