@@ -11,6 +11,7 @@ follows `eviction`) do the I/O they call for.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -312,19 +313,33 @@ class Startd:
             decision = decide(slot.status, slot_ad, job_ad, running,
                               self._slot_ads.value(slot.name, slot_ad, "Rank"))
         slot.clock.finished(now, found_work=decision.verdict is not Verdict.REJECT)
-        log.log(log_level(result, fetched), "%s: fetch hook took %.3fs: job %s %sed (%s)%s",
-                slot.label, result.duration_s, job_label(job_ad), decision.reply,
-                decision.reason, note(result, fetched))
+        told = functools.partial(
+            log.log, log_level(result, fetched), "%s: fetch hook took %.3fs: job %s %sed (%s)%s",
+            slot.label, result.duration_s, job_label(job_ad), decision.reply,
+            decision.reason, note(result, fetched))
         if decision.verdict is Verdict.REJECT:
+            told()
             if slot.hooks.reply is not None:
                 self.advise(slot, slot.hooks.reply, job_label(job_ad), ads.format_ad(job_ad),
                             self._slot_ads.text(slot.name, slot_ad), ("reject",))
             self._no_more_work(slot)
             return
-        self._accept(slot, job_ad, slot_ad, decision)
+        self._accept(slot, job_ad, slot_ad, decision, told)
 
     def _accept(self, slot: Slot, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
-                decision: Decision) -> None:
+                decision: Decision, told: Callable[[], None]) -> None:
+        """Claim the slot for the job and hand it to a starter. The lines that say so
+        (`told`, the fetch's, and the claim's move) are written once the starter has
+        the job, or has failed to take it: on an idle machine they cost the start a
+        fifth of a millisecond, the caches being cold."""
+        tell = [told]
+        try:
+            self._hand_over(slot, job_ad, slot_ad, decision, tell)
+        finally:
+            _write(tell)  # when the hand-over did not come to it
+
+    def _hand_over(self, slot: Slot, job_ad: classad2.ClassAd, slot_ad: classad2.ClassAd,
+                   decision: Decision, tell: list[Callable[[], None]]) -> None:
         slot = self.carving.take(slot, job_ad, slot_ad, self.slots)  # a p-slot carves a d-slot
         reuse = slot.claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
         claim_id = slot.claim.claim_id if reuse and slot.claim else new_claim_id(
@@ -338,6 +353,7 @@ class Startd:
         accepted_text = self._slot_ads.text(slot.name, slot_ad) if replies else ""
 
         def reply() -> None:
+            _write(tell)
             if replies:
                 self.advise(slot, slot.hooks.reply, claim.job_id, claim.job_ad_text(),
                             accepted_text, ("accept",))
@@ -348,8 +364,8 @@ class Startd:
             self.starters.evict(slot, f"preempted by job {job_label(job_ad)} ({decision.reason})")
             return
         if slot.is_in(State.UNCLAIMED):
-            slot.move(State.CLAIMED, Activity.IDLE, time.time(),
-                      f"claimed for job {job_label(job_ad)}")
+            tell.append(slot.move_untold(State.CLAIMED, Activity.IDLE, time.time(),
+                                         f"claimed for job {job_label(job_ad)}"))
         slot.claim = claim
         # The reply is advisory: it goes out once the starter has the job, off its path.
         latencytrace.mark("startd.handover")
@@ -454,3 +470,12 @@ class Startd:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def _write(lines: list[Callable[[], None]]) -> None:
+    """Write the log lines held back, in order, each once."""
+    if lines:
+        latencytrace.mark("startd.told")
+    while lines:
+        lines.pop(0)()
+

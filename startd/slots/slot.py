@@ -2,15 +2,16 @@
 
 A `Slot` holds what the daemon loop needs to remember about a slot; every
 status change goes through `move`, which takes the guarded edge and logs one
-line.
+line (`move_untold` leaves the line for its caller to write a moment later).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,6 +155,13 @@ class Slot:
 
     def move(self, state: State, activity: Activity, now: float, why: str) -> None:
         """Take the edge to (state, activity); SlotStateError when it does not exist."""
+        self.move_untold(state, activity, now, why)()
+
+    def move_untold(self, state: State, activity: Activity, now: float,
+                    why: str) -> Callable[[], None]:
+        """`move`, with its log line written when the returned call is made (a job's
+        start tells it once the starter has the job, off the start's path)."""
         before = self.status
         self.status = transition(before, state, activity, now)
-        log.info("%s: %s -> %s (%s)", self.label, before, self.status, why)
+        return functools.partial(log.info, "%s: %s -> %s (%s)", self.label, before,
+                                 self.status, why)

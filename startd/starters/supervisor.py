@@ -84,8 +84,9 @@ class StarterSupervisor:
         self.sandboxes.close()
 
     def spawn(self, slot: Slot, accepted: Callable[[], None] = lambda: None) -> None:
-        """Start the claim's job; `accepted()` (the reply hook) is called once the
-        starter has it, or before the claim is evicted when no starter could start."""
+        """Start the claim's job; `accepted()` (the accept's log lines, the reply hook)
+        is called once the starter has it, or before the claim is evicted when no
+        starter could start."""
         claim = slot.claim
         assert claim is not None and slot.is_in(State.CLAIMED, Activity.IDLE)
         keyword = keywords.starter_keyword(self.host.config,
@@ -95,9 +96,9 @@ class StarterSupervisor:
                                            self.host.slot_ad_text(slot), self.sandboxes, keyword,
                                            self.zygote)
         except StarterError as exc:
+            accepted()
             log.error("%s: job %s not started: %s; the claim is given back", slot.label,
                       claim.job_id, exc)
-            accepted()
             # Not at once again: a failing fork must not run through the queue.
             slot.clock.last_found_work = False
             self.evict(slot, "the starter could not be started")
@@ -108,9 +109,9 @@ class StarterSupervisor:
             self.selector.register(starter.pidfd, selectors.EVENT_READ, ("exit", slot, starter))
         if starter.done_fd is not None:  # its `done` wakes the loop as an exit would
             self.selector.register(starter.done_fd, selectors.EVENT_READ, ("exit", slot, starter))
+        accepted()
         slot.move(State.CLAIMED, Activity.BUSY, time.time(),
                   f"starter {starter.pid} runs job {claim.job_id}")
-        accepted()
 
     def evict(self, slot: Slot, why: str, fast: bool = False) -> None:
         """Evict the slot's claim: evict hook, then vacate (or kill) its job."""

@@ -174,3 +174,23 @@ def test_a_job_that_ends_well_is_one_line_per_state_change(run):
         ]
         assert len(lines) == 4 and all(kinds), lines
 
+
+def test_a_jobs_start_is_told_in_order_once_its_starter_has_it(run):
+    """The fetch's verdict and the claim's start are written once the starter has
+    the job (off the start's path), still before the move to Busy and in the order
+    they happened."""
+    lines = [line.split(": ", 1)[1] for line in run.log_text().splitlines()
+             if ": slot" in line]
+    claims = 0
+    for cluster in (1, 2, 3):
+        [at] = [index for index, line in enumerate(lines)
+                if f"job {cluster}.0 accepted" in line]
+        label = lines[at].split(":", 1)[0]
+        own = [line.split(": ", 1)[1] for line in lines[at + 1:]
+               if line.startswith(label + ": ")][:2]
+        if own[0].endswith(f"-> Claimed/Idle (claimed for job {cluster}.0)"):
+            claims += 1
+            own = own[1:]
+        assert own[0].startswith("Claimed/Idle -> Claimed/Busy (starter "), (cluster, own)
+    assert claims >= 1
+

@@ -44,7 +44,8 @@ if os.environ.get("FW_TEST_FAIL_FORK") and "fetchwork.starter.zygote" in sys.ori
 class Startd:
     """One startd, one slot, the reference hooks, a pool of the suite's Redis."""
 
-    def __init__(self, root: Path, redis_url: str, pool: str, fail_fork: bool = False):
+    def __init__(self, root: Path, redis_url: str, pool: str, fail_fork: bool = False,
+                 trace: Path | None = None):
         self.root = root
         self.config_path = pool_config(root, redis_url, pool, "MachineMaxVacateTime = 5\n")
         (root / "sitecustomize.py").write_text(FAILING_FORK)
@@ -55,6 +56,8 @@ class Startd:
                                                                  os.environ.get("PYTHONPATH")])))
         if fail_fork:
             self.env["FW_TEST_FAIL_FORK"] = "1"
+        if trace is not None:
+            self.env["FETCHWORK_LATENCY_TRACE"] = str(trace)
         self.err = root / "startd.err"
         with open(self.err, "wb") as stderr:
             self.proc = subprocess.Popen([sys.executable, "-m", "fetchwork.startd"],
@@ -233,3 +236,24 @@ def test_a_starter_is_gone_once_a_zombie_or_reaped_and_not_before():
         proc.kill()
         proc.wait()
     assert _gone(proc.pid, None)
+
+
+def test_a_jobs_start_is_logged_once_its_starter_has_it(
+        root: Path, redis_url: str, pool_name: str, broker: Broker) -> None:
+    """The fetch's verdict and the claim's start are written after the job went to its
+    starter (off the start's path), and still before the move to Busy."""
+    trace = root / "trace"
+    startd = Startd(root, redis_url, pool_name, trace=trace)
+    try:
+        job_id = _submit(broker, "/bin/true")
+        _wait_state(broker, startd, job_id, "COMPLETED")
+        hops = [line.split()[0] for line in trace.read_text().splitlines()]
+        assert "startd.told" in hops and "startd.sent" in hops, hops
+        assert hops.index("startd.sent") < hops.index("startd.told"), hops
+        log = startd.log()
+        accepted = log.index(f"job {job_id} accepted")
+        assert accepted < log.index(f"(claimed for job {job_id})") \
+            < log.index("Claimed/Idle -> Claimed/Busy")
+    finally:
+        assert startd.stop() == 0
+
