@@ -28,6 +28,9 @@ One private pool (embedded Redis, broker, a startd with the reference
   and submit-to-start, median and p99; then rq's submit-to-start on as many
   idle forking `Worker`s as slots (`enqueue` called -> the job's `/bin/date`
   reads the clock); `bench/latency_trace.py` shows where the time goes;
+  beside them the floor of such a start on this machine: `/bin/date`
+  spawned after the same idle gap by a waiting fork of an interpreter
+  preloaded as the zygote is, told over a socket (and spawned at once);
 - footprint: the startd's resident memory after the throughput run and again
   after each 10,000 of `--rss-jobs` more jobs (10,000; 0 skips them), queued
   10,000 at a time, with its growth a job over the last half of those jobs
@@ -74,7 +77,7 @@ from fetchwork.startd.starters.zygoteclient import ZYGOTE_MODULE
 BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR.parent) not in sys.path:  # run as a script: bench/ is not a package then
     sys.path.insert(0, str(BENCH_DIR.parent))
-from bench.floors import fork_exec_ms, fork_floor_ms  # noqa: E402
+from bench.floors import fork_exec_ms, fork_floor_ms, start_floor_ms  # noqa: E402
 
 # The reference fetch hook, noting when it handed each job out (in a file kept
 # open, so the note adds no open and close to the path it measures).
@@ -573,6 +576,10 @@ def start_latency(run: StartdRun, jobs: int, slots: int) -> None:
           f"(STARTER_JOBS_PER_PROCESS = {run.jobs_per_process}):")
     report_latency("fetch-to-start", fetch_ms)
     report_latency("submit-to-start", submit_ms)
+    alone_ms, told_ms = start_floor_ms(jobs)
+    print(f"  {'floor: a start after idling':<34} median {told_ms:7.1f} ms   (a waiting "
+          f"preloaded fork told over a socket spawns /bin/date; {alone_ms:.1f} ms spawned "
+          f"at once)")
     report_latency(f"rq Worker submit-to-start ({slots} workers)",
                    rq_latencies(run.pool.url, jobs, slots))
 
