@@ -104,6 +104,8 @@ class Watched:
             if self.changed or self.duty.due_in_s(now_s) <= 0:
                 self.changed = False
                 self.duty.run_due(now_s)
+            if self.duty.due_in_s(self.clock()) <= 0:
+                self.wake()  # more to do at once (a batch left): the duty's thread goes on
         except Exception:
             log.exception("leader duty %s failed; trying again in %ss", self.name, RETRY_S)
             self.changed = True

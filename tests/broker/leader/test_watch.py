@@ -37,6 +37,7 @@ class KeyDuty:
         self.gate = threading.Event()
         self.gate.set()
         self.fail = False
+        self.more = 0
 
     def on_lead(self, since: str) -> None:
         self.due = True
@@ -57,7 +58,8 @@ class KeyDuty:
         if self.fail:
             raise RuntimeError("the pass broke")
         self.passes += 1
-        self.due = False
+        self.due = self.more > 0  # work left for another pass at once
+        self.more = max(0, self.more - 1)
 
     def close(self) -> None:
         pass
@@ -131,6 +133,22 @@ def test_a_change_while_the_duty_is_idle_is_passed_on_the_watch_thread(redis_cli
             wait_until(lambda: duty.passes > passes, 5, what="the pass a change brings")
             wait_until(served._inboxes[0].settled, 5, what="the duty idle again")
         assert duty.threads[-3:] == ["broker-watch"] * 3, duty.threads
+
+
+def test_a_pass_on_the_watch_thread_that_leaves_work_has_the_duty_go_on(redis_client,
+                                                                      pool_name):
+    """A pass that leaves its duty due at once (a batch left to sign) is followed by
+    the next ones on the duty's thread, with no further change of the key."""
+    broker = Broker(redis_client, pool_name, Config.load(environ={}))
+    duty = KeyDuty(broker.keys.validating)
+    with LeaderDuties(broker.store, [duty], block_s=0.05) as served:
+        _watched(served, duty)
+        passes, ran = duty.passes, len(duty.threads)
+        duty.more = 2
+        redis_client.zadd(broker.keys.validating, {"1.0": 1})
+        wait_until(lambda: duty.passes >= passes + 3, 5, what="the passes the work needs")
+        assert duty.threads[ran] == "broker-watch", duty.threads
+        assert "broker-keyed" in duty.threads[ran + 1:], duty.threads
 
 
 def test_a_change_during_the_duty_threads_pass_brings_one_more_there(redis_client,
