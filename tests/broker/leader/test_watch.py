@@ -130,7 +130,8 @@ def test_a_change_while_the_duty_is_idle_is_passed_on_the_watch_thread(redis_cli
         for number in range(3):
             passes = duty.passes
             redis_client.zadd(broker.keys.validating, {f"{number}.0": 1})
-            wait_until(lambda: duty.passes > passes, 5, what="the pass a change brings")
+            wait_until(lambda before=passes: duty.passes > before, 5,
+                       what="the pass a change brings")
             wait_until(served._inboxes[0].settled, 5, what="the duty idle again")
         assert duty.threads[-3:] == ["broker-watch"] * 3, duty.threads
 
