@@ -576,6 +576,8 @@ def start_latency(run: StartdRun, jobs: int, slots: int) -> None:
           f"(STARTER_JOBS_PER_PROCESS = {run.jobs_per_process}):")
     report_latency("fetch-to-start", fetch_ms)
     report_latency("submit-to-start", submit_ms)
+    if jobs <= 0:
+        return
     alone_ms, told_ms = start_floor_ms(jobs)
     print(f"  {'floor: a start after idling':<34} median {told_ms:7.1f} ms   (a waiting "
           f"preloaded fork told over a socket spawns /bin/date; {alone_ms:.1f} ms spawned "
