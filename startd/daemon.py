@@ -122,7 +122,8 @@ class Startd:
                 self._tick(now)
                 self._wait(max(self._next_wake(now) - time.monotonic(), 0.0))
         finally:
-            self._loop_lock.release()
+            # The loop's lock stays taken: an answer that comes after the loop ended
+            # (a fetch still out at shutdown) goes to the queue, which nobody reads.
             self._signals.restore()
             self._close()
         log.info("startd %s exits", self.name)
