@@ -7,7 +7,7 @@ wakes the loop through a pipe; starters are child processes whose stdout
 holding the loop's lock: the loop's own thread, which lets go of it only
 while it waits in select, or a fetch hook's thread whose answer comes then
 and is handled there at once (the loop's step for it, without the hand-over
-to the loop: a quarter of a millisecond of every start on an idle machine).
+to the loop: about 0.2 ms of every start on an idle machine).
 Decisions come from the pure modules (`fetchoutput`, `acceptance`,
 `fetchdelay`, `running`, `shutdown`); this module and `starters` (which
 follows `eviction`) do the I/O they call for.
@@ -275,7 +275,7 @@ class Startd:
         def post(result: HookResult) -> None:
             if kind == _FETCH and self._loop_lock.acquire(blocking=False):
                 # The loop waits in select: its step for the answer is taken here, with
-                # no hand-over to it (a quarter of a millisecond of a job's start).
+                # no hand-over to it (about 0.2 ms of a job's start).
                 try:
                     self._fetched_aside(slot_id, result)
                 finally:

@@ -36,10 +36,10 @@ in that executor, so the filter pass is short). Each duty's state is then
 changed by its own thread only, and needs no lock (the backfill reservation
 the filters read is replaced whole, never changed in place); a duty woken by
 a key's change may have its pass run by the key watch's thread instead,
-which takes the duty's lock as the duty's thread then does (leader/watch.py). What costs
-Redis is the XREADs, not the threads, which wait on a condition: one XREAD
-per batch of events, whatever the number of duties, and none at all on a
-replica that does not lead.
+which takes the duty's lock as the duty's thread then does (leader/watch.py).
+What costs Redis is the XREADs, not the threads, which wait on a condition:
+one XREAD per batch of events, whatever the number of duties, and none at
+all on a replica that does not lead.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ whose queue flows costs the watch nothing.
 While the watch works the duty reads no events (`Watched.reads_events`),
 and a message makes its pass due at once. The watch's own thread runs that
 pass when the duty is idle, leads and has no mail waiting in its inbox (a
-lone submission is then admitted without waking the duty's thread, a third
-of a millisecond on the path from submit to start); otherwise it wakes the
+lone submission is then admitted without waking the duty's thread, 0.2 ms
+sooner on the path from submit to start); otherwise it wakes the
 duty's thread, which runs the pass after what it is doing. Either thread
 runs the duty only while holding the duty's lock, so its state is still
 changed by one thread at a time. A pass that fails on the watch's thread
@@ -61,11 +61,9 @@ class Watched:
     """`duty`, woken by a change of its `watch_keys` while `watching()` is true, and
     reading events only while it is not. Every call into `duty` holds its lock."""
 
-    def __init__(self, duty: Duty, watching: Callable[[], bool],
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, duty: Duty, watching: Callable[[], bool]):
         self.duty = duty
         self.watching = watching
-        self.clock = clock
         self.changed = False
         # Wakes the duty's thread (set by the leader's reader to poke its inbox).
         self.wake: Callable[[], None] = lambda: None
@@ -100,16 +98,16 @@ class Watched:
         if not self._lock.acquire(blocking=False):
             return False  # the duty's thread is in it: it passes again after
         try:
-            now_s = self.clock()
+            now_s = time.monotonic()
             if self.changed or self.duty.due_in_s(now_s) <= 0:
                 self.changed = False
                 self.duty.run_due(now_s)
-            if self.duty.due_in_s(self.clock()) <= 0:
+            if self.duty.due_in_s(time.monotonic()) <= 0:
                 self.wake()  # more to do at once (a batch left): the duty's thread goes on
         except Exception:
             log.exception("leader duty %s failed; trying again in %ss", self.name, RETRY_S)
             self.changed = True
-            self._retry_at = self.clock() + RETRY_S
+            self._retry_at = time.monotonic() + RETRY_S
             return False
         finally:
             self._lock.release()
