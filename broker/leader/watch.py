@@ -90,18 +90,16 @@ class Watched:
             self.wake()
 
     def pass_here(self) -> bool:
-        """The due pass on the calling thread (the watch's) if the duty is idle and
-        settled and no failed pass waits for its retry; whether it ran. Never waits
-        for the duty's thread."""
+        """The pass a change brought, on the calling thread (the watch's), if the duty
+        is idle and settled and no failed pass waits for its retry; whether it ran.
+        Never waits for the duty's thread."""
         if self._retry_at is not None or not self.settled():
             return False
         if not self._lock.acquire(blocking=False):
             return False  # the duty's thread is in it: it passes again after
         try:
-            now_s = time.monotonic()
-            if self.changed or self.duty.due_in_s(now_s) <= 0:
-                self.changed = False
-                self.duty.run_due(now_s)
+            self.changed = False  # a change during the pass brings another
+            self.duty.run_due(time.monotonic())
             if self.duty.due_in_s(time.monotonic()) <= 0:
                 self.wake()  # more to do at once (a batch left): the duty's thread goes on
         except Exception:

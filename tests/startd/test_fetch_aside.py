@@ -37,19 +37,16 @@ if "fetchwork.startd" in sys.orig_argv:
     daemon.Startd._on_fetched = noted
 
     if ASK != "busy":
-        import time
-
         poster = daemon.Startd._poster
 
         def patient(self, kind, slot_id, job_id):
             # The answer is posted once the loop waits in select (a hook that answers
-            # at once may come before the loop's first wait).
+            # at once may come before the loop's first wait): its lock is free then.
             post = poster(self, kind, slot_id, job_id)
 
             def when_waiting(result):
-                deadline = time.monotonic() + 10
-                while self._loop_lock.locked() and time.monotonic() < deadline:
-                    time.sleep(0.001)
+                if self._loop_lock.acquire(timeout=10):
+                    self._loop_lock.release()
                 post(result)
 
             return when_waiting

@@ -175,10 +175,10 @@ def test_a_job_that_ends_well_is_one_line_per_state_change(run):
         assert len(lines) == 4 and all(kinds), lines
 
 
-def test_a_jobs_start_is_told_in_order_once_its_starter_has_it(run):
-    """The fetch's verdict and the claim's start are written once the starter has
-    the job (off the start's path), still before the move to Busy and in the order
-    they happened."""
+def test_a_jobs_start_is_told_in_the_order_it_happened(run):
+    """The fetch's verdict, then the claim's start (for a claim's first job), then
+    the move to Busy: held back until the starter has the job (that they come
+    after the hand-over is test_zygote's), they keep their order."""
     lines = [line.split(": ", 1)[1] for line in run.log_text().splitlines()
              if ": slot" in line]
     claims = 0
