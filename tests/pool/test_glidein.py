@@ -140,6 +140,10 @@ def test_the_slurm_script_runs_a_glidein_outside_slurm_too(redis_url: str, pool_
                 "FETCHWORK_BROKER_KEY": "", "FETCHWORK_BROKER_USERNAME": "",
                 "FETCHWORK_BROKER_PASSWORD_FILE": "", "SLURM_JOB_ID": "4242"})
     fw(env, "submit", "--", "/bin/true", cwd=job_tmp)
+    # Admitted before the glide-in starts: its short no-claim time is for an empty
+    # queue, not for a broker slow to admit on a loaded machine.
+    wait_until(lambda: jobs(env)["1.0"].get("FetchworkState") == "IDLE", 30,
+               what="the job admitted")
     script = Path(__file__).resolve().parents[2] / "deploy" / "glidein" / "glidein.slurm"
     done = subprocess.run(["bash", str(script)], env=env, cwd=job_tmp, capture_output=True,
                           text=True, timeout=90, check=False)

@@ -123,6 +123,11 @@ def _wait_state(broker: Broker, startd: Startd, job_id: str, state: str,
                what=f"job {job_id} {state}")
 
 
+def _hops(trace: Path) -> list[str]:
+    """The hops marked in a latency trace so far, in order."""
+    return [line.split()[0] for line in trace.read_text().splitlines()]
+
+
 def _gone(proc: psutil.Process) -> bool:
     try:
         return proc.status() == psutil.STATUS_ZOMBIE
@@ -247,8 +252,13 @@ def test_a_jobs_start_is_logged_once_its_starter_has_it(
     try:
         job_id = _submit(broker, "/bin/true")
         _wait_state(broker, startd, job_id, "COMPLETED")
-        hops = [line.split()[0] for line in trace.read_text().splitlines()]
-        assert "startd.told" in hops and "startd.sent" in hops, hops
+        # The job can end before the startd's thread writes the lines (a loaded
+        # machine): wait for them, then look at their place.
+        wait_until(lambda: "startd.told" in _hops(trace)
+                   and "Claimed/Idle -> Claimed/Busy" in startd.log(), 30,
+                   fail_if=startd.exited, what="the accept's lines and the move to Busy")
+        hops = _hops(trace)
+        assert "startd.sent" in hops, hops
         assert hops.index("startd.sent") < hops.index("startd.told"), hops
         log = startd.log()
         accepted = log.index(f"job {job_id} accepted")
