@@ -77,6 +77,13 @@ class Pilot:
         return out.strip()
 
 
+def wait_admitted(env: dict[str, str], count: int) -> None:
+    """Until the pool's broker has admitted `count` jobs (a glide-in's short no-claim
+    time is for an empty queue, not for a broker slow to admit on a loaded machine)."""
+    wait_until(lambda: sum(ad.get("FetchworkState") == "IDLE" for ad in jobs(env).values())
+               >= count, 30, what=f"{count} job(s) admitted")
+
+
 def scratch_folders(folder: Path) -> list[Path]:
     return list(folder.glob("fetchwork-glidein-*"))
 
@@ -87,6 +94,7 @@ def test_runs_jobs_then_exits_after_no_claim_time(redis_url: str, pool_name: str
                   NUM_SLOTS="2")
     for _ in range(3):
         fw(env, "submit", "--", "/bin/sleep", "0.5", cwd=job_tmp)
+    wait_admitted(env, 3)
     pilot = Pilot(env, job_tmp)
     wait_until(lambda: scratch_folders(job_tmp), 30, fail_if=pilot.died,
                what="the glide-in's scratch folder")
@@ -104,6 +112,7 @@ def test_takes_only_jobs_that_end_before_its_drain(redis_url: str, pool_name: st
                   GLIDEIN_DRAIN_TIME="5", NUM_SLOTS="1")
     fw(env, "submit", "-a", "+AllowedJobDuration = 3600", "--", "/bin/true", cwd=job_tmp)
     fw(env, "submit", "-a", "+AllowedJobDuration = 30", "--", "/bin/true", cwd=job_tmp)
+    wait_admitted(env, 2)
     line = Pilot(env, job_tmp, "--lifetime", "0:01:00").finish(90)
     assert "ran 1 job(s)" in line, line
     found = jobs(env)
@@ -140,10 +149,7 @@ def test_the_slurm_script_runs_a_glidein_outside_slurm_too(redis_url: str, pool_
                 "FETCHWORK_BROKER_KEY": "", "FETCHWORK_BROKER_USERNAME": "",
                 "FETCHWORK_BROKER_PASSWORD_FILE": "", "SLURM_JOB_ID": "4242"})
     fw(env, "submit", "--", "/bin/true", cwd=job_tmp)
-    # Admitted before the glide-in starts: its short no-claim time is for an empty
-    # queue, not for a broker slow to admit on a loaded machine.
-    wait_until(lambda: jobs(env)["1.0"].get("FetchworkState") == "IDLE", 30,
-               what="the job admitted")
+    wait_admitted(env, 1)
     script = Path(__file__).resolve().parents[2] / "deploy" / "glidein" / "glidein.slurm"
     done = subprocess.run(["bash", str(script)], env=env, cwd=job_tmp, capture_output=True,
                           text=True, timeout=90, check=False)
