@@ -156,7 +156,24 @@ def keep_file_log(handler: logging.Handler | None) -> None:
         handler.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+# The sandboxes `main(leave_sandbox=True)` left to remove later (`remove_left`).
+_left: list[str] = []
+
+
+def remove_left() -> None:
+    """Remove the sandboxes of the jobs `main` ran that it left for later."""
+    if not _left:
+        return
+    from fetchwork.starter.starter import remove_now
+
+    while _left:
+        remove_now(_left.pop())
+
+
+def main(argv: list[str] | None = None, leave_sandbox: bool = False) -> int:
+    """Run one job; its exit status (as the module's). With `leave_sandbox`, the
+    job's sandbox is removed by `remove_left` (or `exit_now`) rather than before
+    this returns: a starter kept for another job says `done` first."""
     argv = sys.argv[1:] if argv is None else argv
     args = _arguments(argv)
     log_to_stderr(f"starter[slot{args.slot}]")
@@ -178,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         starter = Starter(config, job_ad, slot_ad, args.slot, args.sandbox,  # type: ignore[arg-type]
                           keyword=args.keyword, events=events, ad_texts=(job_text, slot_text))
         latencytrace.mark("starter.checked")
-        starter.run()
+        starter.run(_left.append if leave_sandbox else None)
     except FetchworkError as exc:
         log.error("%s", exc)
         return 1
@@ -199,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def exit_now(code: int) -> None:
     """Leave without the interpreter's teardown (tens of ms the startd would
-    wait for before fetching again): everything is flushed here."""
+    wait for before fetching again): everything is flushed here, and the sandboxes
+    left for later are removed."""
+    remove_left()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

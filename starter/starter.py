@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import IO, Any
 
@@ -76,6 +77,12 @@ def asks_transfer(ad: classad2.ClassAd) -> bool:
     return isinstance(value, str) and value.strip().upper() in ("YES", "IF_NEEDED")
 
 
+def remove_now(sandbox: str) -> None:
+    """Remove a job's sandbox (`jobspec.remove_sandbox`), and note it in a trace."""
+    remove_sandbox(sandbox)
+    latencytrace.mark("starter.sandbox_removed")
+
+
 class Starter:
     """Runs one job in `sandbox` for slot `slot`."""
 
@@ -127,8 +134,11 @@ class Starter:
 
     # -- the whole run -----------------------------------------------------
 
-    def run(self) -> str:
-        """Prepare, run and report the job; returns how it ended."""
+    def run(self, leave_sandbox: Callable[[str], None] | None = None) -> str:
+        """Prepare, run and report the job; returns how it ended. The sandbox is
+        removed once the `exited` event is out, or handed to `leave_sandbox` (a
+        starter kept for another job removes it after its `done`, while the startd
+        fetches that job: on ext4 the removal is a few journalled writes)."""
         become_subreaper()
         give_tree(self.sandbox, self.user)
         wake_read, wake_write = os.pipe()
@@ -141,9 +151,7 @@ class Starter:
             self._watch(self._selector)
             latencytrace.mark("starter.running")
             how = self._run()
-            # The last word: the exit hook has run and the sandbox is gone.
-            remove_sandbox(self.sandbox)
-            latencytrace.mark("starter.sandbox_removed")
+            # The last word: the exit hook has run; only the sandbox's removal follows.
             self.events.emit("exited", how=how, ad=self.ad)
             latencytrace.mark("starter.exited_sent")
             return how
@@ -159,7 +167,7 @@ class Starter:
             self._selector.close()
             os.close(wake_read)
             os.close(wake_write)
-            remove_sandbox(self.sandbox)
+            (leave_sandbox or remove_now)(self.sandbox)
 
     def prepare_alone(self) -> str | None:
         """The prepare step on its own, with no job to follow: the prepare hook run

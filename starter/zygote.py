@@ -21,7 +21,8 @@ Every starter is a fork that waits on a socket of its own for its job:
 {"op": "job", "args": [...], "last": L} with the two fds of a spawn request.
 A starter may run several jobs in turn (STARTER_JOBS_PER_PROCESS): after a
 job that is not its last it answers {"op": "done", "status": S} (S: what its
-main returned) on that socket and waits there for the next one; after its
+main returned) on that socket, removes the job's sandbox (after the word, so
+that the startd fetches meanwhile) and waits there for the next one; after its
 last job, or one it failed at (S not 0), it exits with S, as a starter of
 one job does. For a spawn
 request the zygote forks one and gives it the job once it has sent its
@@ -366,7 +367,8 @@ def _run_jobs(sock: socket.socket, zygote_pid: int, entry: Any) -> None:
     (`"last": true`, or a job that ended with the starter failing) or the socket
     closes; never returns. Between two jobs the starter lets go of the last one's
     pipes (its end of the event stream closed, `/dev/null` on fd 0), says `done`
-    with the job's exit status on the socket, and dies with the zygote again."""
+    with the job's exit status on the socket, removes the job's sandbox, and dies
+    with the zygote again."""
     ran = 0
     while True:
         message, fds = receive(sock)
@@ -387,13 +389,16 @@ def _run_jobs(sock: socket.socket, zygote_pid: int, entry: Any) -> None:
                 os.close(fd)
         args = [str(word) for word in message.get("args", [])]
         sys.argv = [sys.argv[0], *args]
-        code = entry.main(args)
+        code = entry.main(args, leave_sandbox=True)
         ran += 1
         if last or code != 0:  # a starter that failed is never given another job
-            entry.exit_now(code)
+            entry.exit_now(code)  # the sandbox removed first
         _between_jobs()
         send(sock, {"op": "done", "status": code})
         latencytrace.mark("starter.done_sent")
+        # The job's sandbox goes now, while the startd fetches the next job (the
+        # startd removes it at the slot's next job if this starter died first).
+        entry.remove_left()
         _die_with(zygote_pid)
 
 

@@ -139,12 +139,15 @@ class StarterProcess:
         """The starter finished its job and waits for another (it did not exit)."""
         return self.proc.between_jobs
 
-    def close(self) -> None:
-        """Release pipes and the pidfd; remove the sandbox if the starter left it behind."""
+    def close(self, remove_sandbox: bool = True) -> None:
+        """Release pipes and the pidfd; remove the sandbox if the starter left it
+        behind (not `remove_sandbox`: a starter kept for the next job removes it
+        after its `done`; `Sandboxes.left_by`)."""
         self.proc.close()  # its pipes and its pidfd
         self.pidfd = None
-        # HTCondor's startd also cleans an execute directory its starter left.
-        shutil.rmtree(self.sandbox, ignore_errors=True)
+        if remove_sandbox:
+            # HTCondor's startd also cleans an execute directory its starter left.
+            shutil.rmtree(self.sandbox, ignore_errors=True)
 
 
 def _parse_event(line: bytes, pid: int) -> dict[str, Any] | None:

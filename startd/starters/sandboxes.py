@@ -8,6 +8,10 @@ files empty, while it has time (at its start, once a job has started, once
 a starter has gone), and a job's start only renames that folder and fills
 its two files. When there is none ready, or it is gone, the job's start
 makes its own as before.
+
+A starter kept for the slot's next job removes its job's sandbox after it
+said `done`, while the slot fetches again (`left_by`); the slot's next
+sandbox, or the startd's exit, removes it if that starter died first.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class Sandboxes:
         self.execute_dir = execute_dir
         self._numbers = itertools.count(1)
         self._ahead: str | None = None
+        # Per slot, the last job's sandbox that its kept starter removes.
+        self._left: dict[int, str] = {}
 
     def refill(self) -> None:
         """Make the next sandbox ahead, unless one is ready. A failure is only
@@ -57,9 +63,15 @@ class Sandboxes:
             return
         self._ahead = path
 
+    def left_by(self, slot_id: int, path: str) -> None:
+        """The sandbox `path` of slot `slot_id`'s last job is its kept starter's to
+        remove; looked at again when the slot's next sandbox is made."""
+        self._left[slot_id] = path
+
     def make(self, slot_id: int, job_text: str, machine_text: str) -> str:
         """A new sandbox for a job of slot `slot_id`, holding its two ads; its path.
         OSError when it cannot be made (nothing of it is left then)."""
+        _remove_if_there(self._left.pop(slot_id, None))
         path = self._path(slot_id)
         ahead, self._ahead = self._ahead, None
         made = False
@@ -87,14 +99,23 @@ class Sandboxes:
             self.execute_dir = execute_dir
 
     def close(self) -> None:
-        """Remove the sandbox made ahead (the startd exits)."""
+        """Remove the sandbox made ahead, and those kept starters were to remove (the
+        startd exits)."""
         ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            shutil.rmtree(ahead, ignore_errors=True)
+        _remove_if_there(ahead)
+        for path in self._left.values():
+            _remove_if_there(path)
+        self._left.clear()
 
     def _path(self, middle: int | str) -> str:
         return os.path.join(self.execute_dir,
                             sandbox_name(os.getpid(), middle, next(self._numbers)))
+
+
+def _remove_if_there(path: str | None) -> None:
+    """Remove the folder `path` and what is in it, if it is there (one stat if not)."""
+    if path is not None and os.path.lexists(path):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _write(path: str, text: str) -> None:

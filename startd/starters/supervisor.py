@@ -263,7 +263,9 @@ class StarterSupervisor:
         # next one (STARTER_JOBS_PER_PROCESS), unless the slot goes away with its claim.
         kept = (starter.between_jobs and slot.carve is None and self.host.shutdown_plan is None
                 and self.zygote.take_back(slot.slot_id, starter.proc))
-        starter.close()
+        if kept:  # it removes the job's sandbox now, while the slot fetches again
+            self.sandboxes.left_by(slot.slot_id, starter.sandbox)
+        starter.close(remove_sandbox=not kept)
         slot.starter = None
         if self.host.shutdown_plan is None:
             self.refill()  # in case the job never started

@@ -235,7 +235,8 @@ def test_each_job_gets_its_own_session_sandbox_environment_and_ids(slot: Slot,
         assert int(facts["SigIgn"], 16) & (1 << (signal.SIGPIPE - 1)) == 0  # as subprocess
         assert facts["ClusterId"] == str(index + 1)
         assert int(ad["JobPid"]) == int(facts["pid"])
-        assert not os.path.exists(sandbox)  # removed after its job
+        # Removed after its job (a kept starter removes it just after its `done`).
+        wait_until(lambda path=sandbox: not os.path.exists(path), 30, what=f"{sandbox} removed")
         expected_uid = str(os.getuid()) if os.geteuid() != 0 else facts["uid"]
         assert facts["uid"] == expected_uid and facts["uid"] != "0"
     # The same ids, limits and umask for every job, whichever way it was started.

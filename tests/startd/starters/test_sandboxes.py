@@ -102,3 +102,22 @@ def test_a_reloaded_execute_directory_takes_the_next_sandbox(tmp_path):
     assert os.path.dirname(path) == str(new)
     sandboxes.refill()
     assert len(_ahead(new)) == 1
+
+
+def test_a_sandbox_left_to_a_kept_starter_is_removed_with_the_slots_next_if_still_there(
+        tmp_path):
+    # A kept starter removes its job's sandbox after its `done`; one that died first
+    # leaves it to the startd: the slot's next sandbox, or the startd's exit.
+    sandboxes = Sandboxes(str(tmp_path))
+    removed, left, other = (sandboxes.make(slot, JOB, MACHINE) for slot in (1, 2, 3))
+    for slot, path in ((1, removed), (2, left), (3, other)):
+        sandboxes.left_by(slot, path)
+    shutil.rmtree(removed)  # its starter did its part
+    (Path(left) / "output").write_text("what the job wrote\n")
+    first = sandboxes.make(1, JOB, MACHINE)
+    assert not os.path.exists(removed) and os.path.isdir(left) and os.path.isdir(other)
+    second = sandboxes.make(2, JOB, MACHINE)
+    assert not os.path.exists(left) and os.path.isdir(other)  # another slot's stays
+    sandboxes.close()
+    assert not os.path.exists(other)
+    assert os.path.isdir(first) and os.path.isdir(second)  # jobs' sandboxes not left
