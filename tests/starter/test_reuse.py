@@ -97,13 +97,17 @@ def _env(base: Path, config_text: str) -> dict[str, str]:
 class Slot:
     """One slot's jobs through a zygote client: spawn, wait, take the starter back."""
 
-    def __init__(self, base: Path, jobs_per_process: int, config_text: str):
+    def __init__(self, base: Path, jobs_per_process: int, config_text: str,
+                 trace: Path | None = None):
+        """`trace`: the file the starters note their hops in (config/latencytrace.py)."""
         self.base = base
         hooks = base / "hooks"
         hooks.mkdir(exist_ok=True)
         self.record = _world_writable(base, "record")
         (hooks / "reusehooks.py").write_text(HOOKS.format(record=str(self.record)))
         env = _env(base, config_text)
+        if trace is not None:
+            env["FETCHWORK_LATENCY_TRACE"] = str(trace)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hooks), env.get("PYTHONPATH")]))
         self.client = ZygoteClient(env=env)
         self.client.jobs_per_process = jobs_per_process
@@ -487,3 +491,30 @@ def _cmdline(pid: int) -> str:
             return handle.read().replace(b"\0", b" ").decode().strip()
     except OSError:
         return ""
+
+
+def test_a_kept_starter_says_done_before_it_removes_its_jobs_sandbox(job_tmp: Path) -> None:
+    # The removal is off the slot's path: the startd hears `done` and fetches while the
+    # starter removes the sandbox; a starter's last job's sandbox goes before it exits.
+    trace = job_tmp / "trace"
+    slot = Slot(job_tmp, 2, "", trace=trace)
+    try:
+        sandboxes = []
+        for _ in range(2):
+            status, _events = slot.run({"Cmd": "/bin/true"})
+            assert status == 0
+            sandboxes.append(job_tmp / "execute" / f"job{slot.count}")
+        assert len(set(slot.starters)) == 1
+    finally:
+        slot.close()
+
+    def hops() -> list[str]:
+        return [line.split()[0] for line in trace.read_text().splitlines()]
+
+    wait_until(lambda: hops().count("starter.sandbox_removed") == 2, 30,
+               what="both sandboxes removed")
+    seen = [hop for hop in hops() if hop in ("starter.exited_sent", "starter.done_sent",
+                                             "starter.sandbox_removed")]
+    assert seen == ["starter.exited_sent", "starter.done_sent", "starter.sandbox_removed",
+                    "starter.exited_sent", "starter.sandbox_removed"], seen
+    assert not any(path.exists() for path in sandboxes)
