@@ -24,6 +24,7 @@ import shutil
 import psutil
 
 from fetchwork.config.protocol import JOB_AD_FILE, MACHINE_AD_FILE
+from fetchwork.starter.jobspec import remove_sandbox
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,9 @@ class Sandboxes:
     def make(self, slot_id: int, job_text: str, machine_text: str) -> str:
         """A new sandbox for a job of slot `slot_id`, holding its two ads; its path.
         OSError when it cannot be made (nothing of it is left then)."""
-        _remove_if_there(self._left.pop(slot_id, None))
+        left = self._left.pop(slot_id, None)
+        if left is not None and os.path.lexists(left):  # its kept starter died first
+            remove_sandbox(left)
         path = self._path(slot_id)
         ahead, self._ahead = self._ahead, None
         made = False
@@ -102,20 +105,13 @@ class Sandboxes:
         """Remove the sandbox made ahead, and those kept starters were to remove (the
         startd exits)."""
         ahead, self._ahead = self._ahead, None
-        _remove_if_there(ahead)
-        for path in self._left.values():
-            _remove_if_there(path)
+        for path in ([ahead] if ahead is not None else []) + list(self._left.values()):
+            remove_sandbox(path)
         self._left.clear()
 
     def _path(self, middle: int | str) -> str:
         return os.path.join(self.execute_dir,
                             sandbox_name(os.getpid(), middle, next(self._numbers)))
-
-
-def _remove_if_there(path: str | None) -> None:
-    """Remove the folder `path` and what is in it, if it is there (one stat if not)."""
-    if path is not None and os.path.lexists(path):
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _write(path: str, text: str) -> None:
