@@ -40,10 +40,11 @@ leader writes one string per batch (`batch_blob`: the root signature, the
 batch id and size, then every level of the tree, leaves first, 32 bytes a
 node), and each job's hash holds only which batch and which leaf it is. The
 claim that hands a job to an execute machine reads the job's sibling nodes
-from that string (lua/sigbatch.lua) and gives the job its whole
-FetchworkSignature (`v3` below, `v2` for a batch stored before), the text
-`proof_text` makes from the same bytes, so the check above is the same for a
-job signed either way.
+from that string (lua/sigbatch.lua) and hands them out raw with the root's
+signature; its caller writes them in base64 (`text_of_parts`), which gives the
+job its whole FetchworkSignature (`v3` below, `v2` for a batch stored before),
+the text `proof_text` makes from the same bytes, so the check above is the
+same for a job signed either way.
 
 A stored batch's tree is `v3` (`WIDE_ARITY` = 16 children a node, not 2): the
 leaves are 32 bytes a job whatever the tree, and a binary tree's inner nodes
@@ -520,9 +521,30 @@ def proof_text(blob: bytes, index: int) -> str | None:
             path.append(group[:cut] + group[cut + DIGEST_BYTES:])
         offset += size * DIGEST_BYTES
         pos, size = pos // arity, (size + arity - 1) // arity
-    signature = base64.b64encode(blob[:SIGNATURE_BYTES]).decode()
-    return (f"{version}:{batch_id}:{count}:{index}:{signature}:"
-            f"{base64.b64encode(b''.join(path)).decode()}")
+    return _proof_text(f"{version}:{batch_id}:{count}:{index}:", blob[:SIGNATURE_BYTES],
+                       b"".join(path))
+
+
+def text_of_parts(parts: bytes) -> str | None:
+    """The FetchworkSignature a claim hands out as its parts (lua/sigbatch.lua, the
+    end of `proof_text` done by the claim's caller): "<version>:<batch id>:<count>:
+    <index>:", the root's signature, the proof's nodes, all raw. None when they do
+    not read so: the job then goes out unsigned, and its starter refuses it, as
+    when the claim finds its batch unreadable."""
+    label_end = 0
+    for _ in range(4):  # the version, batch id, count and index hold no ':'
+        label_end = parts.find(b":", label_end) + 1
+        if label_end == 0:
+            return None
+    signature = parts[label_end:label_end + SIGNATURE_BYTES]
+    if len(signature) != SIGNATURE_BYTES or not parts[:label_end].isascii():
+        return None
+    return _proof_text(parts[:label_end].decode("ascii"), signature,
+                       parts[label_end + SIGNATURE_BYTES:])
+
+
+def _proof_text(label: str, signature: bytes, path: bytes) -> str:
+    return f"{label}{base64.b64encode(signature).decode()}:{base64.b64encode(path).decode()}"
 
 
 @dataclass(frozen=True)

@@ -134,10 +134,25 @@ class FieldPacker:
         return packed
 
 
+# The field of a claimed job's flat ad that carries the parts of its
+# FetchworkSignature, raw (lua/sigbatch.lua; config/signedjob.py text_of_parts).
+SIGNATURE_PARTS = b"#sig"
+
+
 def decode_flat(flat: Sequence[bytes]) -> dict[str, Any]:
-    """A flat [name, packed value, ...] list (raw bytes) as a to_dict-style mapping."""
-    return {name.decode(): unpack(value)
-            for name, value in zip(flat[0::2], flat[1::2], strict=True)}
+    """A flat [name, packed value, ...] list (raw bytes) as a to_dict-style mapping;
+    a claim's signature parts become its FetchworkSignature."""
+    decoded = {}
+    for name, value in zip(flat[0::2], flat[1::2], strict=True):
+        if name == SIGNATURE_PARTS:
+            from fetchwork.config import signedjob  # its cryptography: only where jobs run
+
+            text = signedjob.text_of_parts(value)
+            if text is not None:
+                decoded[signedjob.SIGNATURE_ATTR] = text
+        else:
+            decoded[name.decode()] = unpack(value)
+    return decoded
 
 
 def decode_packed_hashes(data: bytes) -> list[dict[str, Any]]:

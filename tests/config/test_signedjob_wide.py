@@ -133,3 +133,20 @@ def test_an_unknown_version_names_the_ones_checked(key) -> None:
     why = verdict(key, {**jobs_of(1)[0], ATTR: "v9:x"})
     assert why is not None and "v3, v2 and v1" in why
 
+
+
+def test_a_claims_signature_parts_read_as_the_text_the_batch_gives(key) -> None:
+    """The claim hands out a stored job's label, root signature and proof raw
+    (lua/sigbatch.lua); its caller's text is the one proof_text makes, and parts that
+    do not read so give no signature (the starter then refuses the job unsigned)."""
+    leaves = [signedjob.leaf_digest(str(n).encode()) for n in range(40)]
+    blob = signedjob.sign_batch_blob(key, POOL, "b1", leaves).blob
+    for index in (0, 17, 39):
+        text = signedjob.proof_text(blob, index)
+        assert text is not None
+        label, signature, proof = text.rsplit(":", 2)
+        parts = (label + ":").encode() + base64.b64decode(signature) + base64.b64decode(proof)
+        assert signedjob.text_of_parts(parts) == text
+        assert signedjob.text_of_parts(parts[:len(label) + 1 + 63]) is None
+    assert signedjob.text_of_parts(b"v3:b1:40" + bytes(64)) is None
+    assert signedjob.text_of_parts("v3:b\u00e9:40:1:".encode() + bytes(64)) is None

@@ -1,6 +1,6 @@
 -- sigbatch.lua: a signed job's FetchworkSignature, rebuilt from what its batch
 -- stores once (a library part: store/scripts.py puts it after lib.lua and before
--- jobstates.lua, whose start_claim hands the signature out with the job).
+-- jobstates.lua, whose start_claim hands the signature's parts out with the job).
 --
 -- The leader signs jobs a batch at a time (config/signedjob.py) and stores, per
 -- batch n, under the pool's prefix P = "fw:{pool}:":
@@ -22,46 +22,19 @@
 
 local SIG_REF = '#s'
 local SIG_HEADER, SIG_BYTES, SIG_NODE = 160, 64, 32
--- Base64 (the standard alphabet, '=' padded), as Python's base64.b64encode. A
--- claim encodes about a kilobyte of proof, so each 3 bytes cost one
--- string.byte and four lookups of a digit, and no table or call more: a digit
--- computed with math.floor and picked with string.sub made this step 40 % of
--- the claim's time in Redis. The digits are made on the first call (every
--- transition script carries this part; most never sign anything).
-local SIG_B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'
-local sig_b64_digits
+-- The flat ad's field that carries a rebuilt signature's parts (a '#' name is never
+-- an attribute): "<version>:<batch id>:<count>:<index>:", the root's 64 signature
+-- bytes, then the proof's nodes, all raw. The claim's reader (store/codec.py
+-- decode_flat) writes them as FetchworkSignature, its two binary parts in base64:
+-- that encoding took a third of a claim's time in Redis when done here in Lua, and
+-- is a few microseconds in the caller's C library.
+local SIG_PARTS = '#sig'
 
-local function sig_base64(data)
-  if not sig_b64_digits then
-    sig_b64_digits = {}
-    for v = 0, 63 do sig_b64_digits[v] = string.sub(SIG_B64, v + 1, v + 1) end
-  end
-  local out, n, digit = {}, 0, sig_b64_digits
-  local len = #data
-  local full = len - len % 3
-  for i = 1, full, 3 do
-    local a, b, c = string.byte(data, i, i + 2)
-    local d1, d2, d3 = a % 4, b % 16, c % 64
-    n = n + 1
-    out[n] = digit[(a - d1) / 4] .. digit[d1 * 16 + (b - d2) / 16] ..
-      digit[d2 * 4 + (c - d3) / 64] .. digit[d3]
-  end
-  local rest = len - full
-  if rest > 0 then
-    local a, b = string.byte(data, full + 1, full + 2)
-    b = b or 0
-    local d1, d2 = a % 4, b % 16
-    out[n + 1] = digit[(a - d1) / 4] .. digit[d1 * 16 + (b - d2) / 16] ..
-      (rest > 1 and digit[d2 * 4] or '=') .. '='
-  end
-  return table.concat(out)
-end
-
--- The FetchworkSignature of job hash `key` from its batch's string (the text
--- signedjob.proof_text makes: v3 for a 16-wide tree, v2 for a binary one), or nil
--- when the job names no stored batch. At each level the proof is the other nodes
--- of the job's group, read with one GETRANGE.
-local function batch_signature(key)
+-- The parts of job hash `key`'s FetchworkSignature (SIG_PARTS) from its batch's
+-- string (what signedjob.proof_text makes of it: v3 for a 16-wide tree, v2 for a
+-- binary one), or nil when the job names no stored batch. At each level the proof
+-- is the other nodes of the job's group, read with one GETRANGE.
+local function batch_signature_parts(key)
   local ref = redis.call('HGET', key, SIG_REF)
   if not ref then return nil end
   local number, index = string.match(ref, '^(%d+):(%d+)$')
@@ -95,20 +68,20 @@ local function batch_signature(key)
     pos, size = math.floor(pos / arity), math.floor((size + arity - 1) / arity)
   end
   return version .. ':' .. batch_id .. ':' .. count .. ':' .. index .. ':' ..
-    sig_base64(string.sub(head, 1, SIG_BYTES)) .. ':' .. sig_base64(table.concat(path))
+    string.sub(head, 1, SIG_BYTES) .. table.concat(path)
 end
 
--- A job's flat ad (ad_flat) as it is handed to an execute machine: with its
--- FetchworkSignature rebuilt from its batch, unless it stores one of its own (signed
--- alone, or queued before batches were stored apart).
+-- A job's flat ad (ad_flat) as it is handed to an execute machine: with the parts
+-- of its FetchworkSignature rebuilt from its batch (SIG_PARTS), unless it stores one
+-- of its own (signed alone, or queued before batches were stored apart).
 local function with_signature(key, flat)
   for i = 1, #flat, 2 do
     if flat[i] == 'FetchworkSignature' then return flat end
   end
-  local text = batch_signature(key)
-  if text then
-    flat[#flat + 1] = 'FetchworkSignature'
-    flat[#flat + 1] = cmsgpack.pack(text)
+  local parts = batch_signature_parts(key)
+  if parts then
+    flat[#flat + 1] = SIG_PARTS
+    flat[#flat + 1] = parts
   end
   return flat
 end

@@ -81,8 +81,10 @@ def test_the_claim_hands_out_the_signature_its_batch_gives(signing, count: int) 
         assert ad is not None
         job = f"{ad['ClusterId']}.{ad['ProcId']}"
         seen.add(job)
-        # The Lua text is byte for byte the one config/signedjob.py rebuilds.
+        # The claim's text (its parts from Lua, written by the claim's caller) is byte
+        # for byte the one config/signedjob.py rebuilds from the batch.
         assert ad[signedjob.SIGNATURE_ATTR] == handed_signature(broker, job)
+        assert not any(name.startswith("#") for name in ad)
         assert signedjob.check(key, ad, broker.pool) is None
         assert starter_verdict(public, ad, broker.pool).owner_trusted
     assert seen == set(jobs)
