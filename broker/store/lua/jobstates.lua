@@ -96,10 +96,13 @@ local function own_claim(key, token)
   return state
 end
 
-local function lease_ms(key, default_s)
-  local lease = getv(key, 'JobLeaseDuration')
+local function lease_ms_of(lease, default_s)
   if type(lease) ~= 'number' or lease <= 0 then lease = tonumber(default_s) end
   return lease * 1000
+end
+
+local function lease_ms(key, default_s)
+  return lease_ms_of(getv(key, 'JobLeaseDuration'), default_s)
 end
 
 -- The run that ends with a claim, counted as HTCondor's schedd counts it:
@@ -162,28 +165,48 @@ local function answer(reply, value, ttl_ms)
   redis.call('PEXPIRE', reply, ttl_ms)
 end
 
+-- What start_claim reads of the job, in one HMGET (and one of its cluster hash):
+-- nothing start_claim changes before it writes is among them. Its writes are one
+-- HSET: a claim's Redis time is mostly its calls.
+local START_READS = {'JobLeaseDuration', 'NumJobMatches', 'JobCurrentStartDate',
+                     'JobStartDate', 'JobRunCount', 'NumJobStarts'}
+
 -- (not running) -> RUNNING under claim `token` on `slot`: the lease starts,
 -- HoldUntil is cleared. Returns cmsgpack {job id, the job's ad flat (ad_flat)}, with
 -- its signature rebuilt from its signed batch (sigbatch.lua).
 local function start_claim(key, id, token, slot, default_lease_s)
-  local expiry = NOW + lease_ms(key, default_lease_s)
+  local got = hmget_raw(key, START_READS)
+  local v = {}
+  for i, name in ipairs(START_READS) do
+    if got[i] then v[name] = cmsgpack.unpack(got[i]) end
+  end
+  local expiry = NOW + lease_ms_of(v.JobLeaseDuration, default_lease_s)
   idle_remove(key, id)
   redis.call('ZADD', K_RUNNING, score(expiry), id)
   forget_activation(key, id)
   redis.call('ZREM', K_HOLDS, id)
   hdel(key, 'HoldUntil', 'FetchworkActivationReason', 'FetchworkActivationSlot')
-  setv(key, 'RemoteHost', slot)
-  setv(key, 'FetchworkClaim', token)
-  setv(key, 'FetchworkLeaseExpiry', expiry / 1000)
-  setv(key, 'NumJobMatches', (tonumber(getv(key, 'NumJobMatches')) or 0) + 1)
+  local set = {
+    'RemoteHost', cmsgpack.pack(slot),
+    'FetchworkClaim', cmsgpack.pack(token),
+    'FetchworkLeaseExpiry', cmsgpack.pack(expiry / 1000),
+    'NumJobMatches', cmsgpack.pack((tonumber(v.NumJobMatches) or 0) + 1),
+  }
+  local function put(name, value)
+    set[#set + 1] = name
+    set[#set + 1] = cmsgpack.pack(value)
+  end
   -- A run starts: JobStartDate is the first one's, JobCurrentStartDate this one's.
-  local previous = getv(key, 'JobCurrentStartDate')
-  if previous then setv(key, 'JobLastStartDate', previous) end
-  if not getv(key, 'JobStartDate') then setv(key, 'JobStartDate', NOW_S) end
-  setv(key, 'JobCurrentStartDate', NOW_S)
-  setv(key, 'JobRunCount', (tonumber(getv(key, 'JobRunCount')) or 0) + 1)
-  setv(key, 'NumJobStarts', (tonumber(getv(key, 'NumJobStarts')) or 0) + 1)
-  set_state(key, 'RUNNING', STATUS_RUNNING)
+  if v.JobCurrentStartDate then put('JobLastStartDate', v.JobCurrentStartDate) end
+  if not v.JobStartDate then put('JobStartDate', NOW_S) end
+  put('JobCurrentStartDate', NOW_S)
+  put('JobRunCount', (tonumber(v.JobRunCount) or 0) + 1)
+  put('NumJobStarts', (tonumber(v.NumJobStarts) or 0) + 1)
+  -- set_state's fields.
+  put('FetchworkState', 'RUNNING')
+  put('JobStatus', STATUS_RUNNING)
+  put('EnteredCurrentStatus', NOW_S)
+  redis.call('HSET', key, unpack(set))
   event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
   return cmsgpack.pack({id, with_signature(key, ad_flat(key))})
 end
