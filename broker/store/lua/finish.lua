@@ -16,9 +16,11 @@
 local key, id, how = KEYS[FIRST_JOB_KEY], ARGV[3], ARGV[5]
 if not own_claim(key, ARGV[4]) then return nil end
 if how == 'exit' then
-  for name in string.gmatch(ARGV[9], '%S+') do
-    local raw = hget_raw(key, name)
-    if raw and raw ~= cmsgpack.pack(string.lower(name) == 'onexitremove') then
+  local names = {}
+  for name in string.gmatch(ARGV[9], '%S+') do names[#names + 1] = name end
+  local raws = #names > 0 and hmget_raw(key, names) or {}
+  for i, name in ipairs(names) do
+    if raws[i] and raws[i] ~= cmsgpack.pack(string.lower(name) == 'onexitremove') then
       return 'policy'
     end
   end

@@ -90,9 +90,10 @@ end
 -- The claim named by `token` on a job, or nil when the job is gone or the
 -- claim is not (any longer) the caller's.
 local function own_claim(key, token)
-  local state = getv(key, 'FetchworkState')
+  local v = getvs(key, {'FetchworkState', 'FetchworkClaim'})
+  local state = v.FetchworkState
   if not state or not is_claimed(state) then return nil end
-  if getv(key, 'FetchworkClaim') ~= token then return nil end
+  if v.FetchworkClaim ~= token then return nil end
   return state
 end
 
@@ -109,13 +110,15 @@ end
 -- its wall time (claim to end, whole seconds) joins RemoteWallClockTime, and
 -- times RequestCpus (1 unless a number) CumulativeSlotTime.
 local function account_run(key)
-  local started = tonumber(getv(key, 'JobCurrentStartDate'))
+  local v = getvs(key, {'JobCurrentStartDate', 'RequestCpus', 'RemoteWallClockTime',
+                        'CumulativeSlotTime'})
+  local started = tonumber(v.JobCurrentStartDate)
   if not started then return end
   local wall = math.max(0, NOW_S - started)
-  local cpus = tonumber(getv(key, 'RequestCpus')) or 1
-  setv(key, 'LastRemoteWallClockTime', wall)
-  setv(key, 'RemoteWallClockTime', (tonumber(getv(key, 'RemoteWallClockTime')) or 0) + wall)
-  setv(key, 'CumulativeSlotTime', (tonumber(getv(key, 'CumulativeSlotTime')) or 0) + wall * cpus)
+  local cpus = tonumber(v.RequestCpus) or 1
+  setvs(key, {'LastRemoteWallClockTime', wall,
+              'RemoteWallClockTime', (tonumber(v.RemoteWallClockTime) or 0) + wall,
+              'CumulativeSlotTime', (tonumber(v.CumulativeSlotTime) or 0) + wall * cpus})
 end
 
 -- RUNNING|SUSPENDED -> (not claimed): forget the slot and the lease; the
@@ -123,11 +126,10 @@ end
 -- slot) goes.
 local function leave_claim(key, id)
   account_run(key)
-  hdel(key, 'JobState')
   redis.call('ZREM', K_RUNNING, id)
   local host = hget_raw(key, 'RemoteHost')
   if host then redis.call('HSET', key, 'LastRemoteHost', host) end
-  hdel(key, 'RemoteHost', 'FetchworkClaim', 'FetchworkLeaseExpiry')
+  hdel(key, 'JobState', 'RemoteHost', 'FetchworkClaim', 'FetchworkLeaseExpiry')
 end
 
 -- The priority group of an idle score (-JobPrio; see filters/gate.py group_of).
@@ -175,26 +177,19 @@ local START_READS = {'JobLeaseDuration', 'NumJobMatches', 'JobCurrentStartDate',
 -- HoldUntil is cleared. Returns cmsgpack {job id, the job's ad flat (ad_flat)}, with
 -- its signature rebuilt from its signed batch (sigbatch.lua).
 local function start_claim(key, id, token, slot, default_lease_s)
-  local got = hmget_raw(key, START_READS)
-  local v = {}
-  for i, name in ipairs(START_READS) do
-    if got[i] then v[name] = cmsgpack.unpack(got[i]) end
-  end
+  local v = getvs(key, START_READS)
   local expiry = NOW + lease_ms_of(v.JobLeaseDuration, default_lease_s)
   idle_remove(key, id)
   redis.call('ZADD', K_RUNNING, score(expiry), id)
   forget_activation(key, id)
   redis.call('ZREM', K_HOLDS, id)
   hdel(key, 'HoldUntil', 'FetchworkActivationReason', 'FetchworkActivationSlot')
-  local set = {
-    'RemoteHost', cmsgpack.pack(slot),
-    'FetchworkClaim', cmsgpack.pack(token),
-    'FetchworkLeaseExpiry', cmsgpack.pack(expiry / 1000),
-    'NumJobMatches', cmsgpack.pack((tonumber(v.NumJobMatches) or 0) + 1),
-  }
+  local set = {'RemoteHost', slot, 'FetchworkClaim', token,
+               'FetchworkLeaseExpiry', expiry / 1000,
+               'NumJobMatches', (tonumber(v.NumJobMatches) or 0) + 1}
   local function put(name, value)
     set[#set + 1] = name
-    set[#set + 1] = cmsgpack.pack(value)
+    set[#set + 1] = value
   end
   -- A run starts: JobStartDate is the first one's, JobCurrentStartDate this one's.
   if v.JobCurrentStartDate then put('JobLastStartDate', v.JobCurrentStartDate) end
@@ -206,7 +201,7 @@ local function start_claim(key, id, token, slot, default_lease_s)
   put('FetchworkState', 'RUNNING')
   put('JobStatus', STATUS_RUNNING)
   put('EnteredCurrentStatus', NOW_S)
-  redis.call('HSET', key, unpack(set))
+  setvs(key, set)
   event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
   return cmsgpack.pack({id, with_signature(key, ad_flat(key))})
 end
@@ -248,15 +243,17 @@ end
 local function to_history(key, id, kind, state, status)
   -- The job no longer needs its input files nor its checkpoint (transferrefs.lua).
   local this_job = 1
+  local v = getvs(key, {'FetchworkInputManifest', 'FetchworkCheckpointManifest',
+                        'FetchworkState'})
   for _, name in ipairs({'FetchworkInputManifest', 'FetchworkCheckpointManifest'}) do
-    local held = getv(key, name)
+    local held = v[name]
     if held then
       xfer_release(string.sub(K_QUEUE, 1, #K_QUEUE - #'queue'), held, this_job)
     end
   end
   -- A job leaving while it waits for admission takes its staged digest along (the
   -- leader drops those of the jobs it admits: filters/signing.py).
-  if getv(key, 'FetchworkState') == 'VALIDATING' then
+  if v.FetchworkState == 'VALIDATING' then
     local cluster, proc = string.match(id, '^(%d+)%.(%d+)$')
     if cluster then
       redis.call('HDEL', string.sub(K_QUEUE, 1, #K_QUEUE - #'queue') .. 'staged:' .. cluster,
@@ -281,11 +278,13 @@ end
 -- An exit: NumJobCompletions counts it and its run is committed
 -- (CommittedTime, CommittedSlotTime: runs that were not lost).
 local function count_exit(key)
-  setv(key, 'NumJobCompletions', (tonumber(getv(key, 'NumJobCompletions')) or 0) + 1)
-  local wall = tonumber(getv(key, 'LastRemoteWallClockTime')) or 0
-  local cpus = tonumber(getv(key, 'RequestCpus')) or 1
-  setv(key, 'CommittedTime', (tonumber(getv(key, 'CommittedTime')) or 0) + wall)
-  setv(key, 'CommittedSlotTime', (tonumber(getv(key, 'CommittedSlotTime')) or 0) + wall * cpus)
+  local v = getvs(key, {'NumJobCompletions', 'LastRemoteWallClockTime', 'RequestCpus',
+                        'CommittedTime', 'CommittedSlotTime'})
+  local wall = tonumber(v.LastRemoteWallClockTime) or 0
+  local cpus = tonumber(v.RequestCpus) or 1
+  setvs(key, {'NumJobCompletions', (tonumber(v.NumJobCompletions) or 0) + 1,
+              'CommittedTime', (tonumber(v.CommittedTime) or 0) + wall,
+              'CommittedSlotTime', (tonumber(v.CommittedSlotTime) or 0) + wall * cpus})
 end
 
 -- End a claim (the job is RUNNING or SUSPENDED): `how` is exit, evict, hold
@@ -297,9 +296,10 @@ end
 -- job policy's verdict on an exit (policy_exit.lua): hold, requeue or remove,
 -- with `reason`. Returns the new state.
 local function settle(key, id, kind, how, reason, code, subcode, outcome)
-  local status = getv(key, 'JobStatus')
-  local requeue = getv(key, 'FetchworkRequeue')
-  hdel(key, 'FetchworkRequeue')
+  local got = hmget_raw(key, {'JobStatus', 'FetchworkRequeue'})
+  local status = got[1] and cmsgpack.unpack(got[1])
+  local requeue = got[2] and cmsgpack.unpack(got[2])
+  if got[2] then hdel(key, 'FetchworkRequeue') end
   leave_claim(key, id)
   if how == 'exit' then
     count_exit(key)

@@ -74,3 +74,22 @@ end
 local function setv(key, name, value)
   redis.call('HSET', key, name, cmsgpack.pack(value))
 end
+
+-- The values of attributes `names` (a table) by name, absent ones nil: one HMGET,
+-- and one of the cluster hash for what the job does not hold itself.
+local function getvs(key, names)
+  local got, values = hmget_raw(key, names), {}
+  for i, name in ipairs(names) do
+    if got[i] then values[name] = cmsgpack.unpack(got[i]) end
+  end
+  return values
+end
+
+-- Set attributes {name, value, ...} in one HSET.
+local function setvs(key, pairs_)
+  local flat = {}
+  for i = 1, #pairs_, 2 do
+    flat[i], flat[i + 1] = pairs_[i], cmsgpack.pack(pairs_[i + 1])
+  end
+  redis.call('HSET', key, unpack(flat))
+end
