@@ -41,7 +41,7 @@ batch id and size, then every level of the tree, leaves first, 32 bytes a
 node), and each job's hash holds only which batch and which leaf it is. The
 claim that hands a job to an execute machine reads the job's sibling nodes
 from that string (lua/sigbatch.lua) and hands them out raw with the root's
-signature; its caller writes them in base64 (`text_of_parts`), which gives the
+signature; its caller writes them in base64 (config/signaturetext.py), which gives the
 job its whole FetchworkSignature (`v3` below, `v2` for a batch stored before),
 the text `proof_text` makes from the same bytes, so the check above is the
 same for a job signed either way.
@@ -80,9 +80,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from fetchwork.config.ads import attr_text, from_dict
+from fetchwork.config.signaturetext import SIGNATURE_ATTR, SIGNATURE_BYTES
+from fetchwork.config.signaturetext import proof_text as signature_proof_text
 
-# The job ad attribute that carries the signature.
-SIGNATURE_ATTR = "FetchworkSignature"
 VERSION = "v2"
 _V1 = "v1"
 # The stored batches' version: a hash tree of WIDE_ARITY children a node.
@@ -440,9 +440,9 @@ def sign_leaves(key: Ed25519PrivateKey, pool: str, batch_id: str,
             for index, path in enumerate(paths)]
 
 
-# The batch string: the root's Ed25519 signature, then "<batch id>:<count>" padded with
-# spaces to BLOB_HEADER_BYTES, then each level of the tree from the leaves up.
-SIGNATURE_BYTES = 64
+# The batch string: the root's Ed25519 signature (SIGNATURE_BYTES), then "<batch
+# id>:<count>" padded with spaces to BLOB_HEADER_BYTES, then each level of the tree
+# from the leaves up.
 BLOB_HEADER_BYTES = 160
 
 
@@ -521,30 +521,8 @@ def proof_text(blob: bytes, index: int) -> str | None:
             path.append(group[:cut] + group[cut + DIGEST_BYTES:])
         offset += size * DIGEST_BYTES
         pos, size = pos // arity, (size + arity - 1) // arity
-    return _proof_text(f"{version}:{batch_id}:{count}:{index}:", blob[:SIGNATURE_BYTES],
-                       b"".join(path))
-
-
-def text_of_parts(parts: bytes) -> str | None:
-    """The FetchworkSignature a claim hands out as its parts (lua/sigbatch.lua, the
-    end of `proof_text` done by the claim's caller): "<version>:<batch id>:<count>:
-    <index>:", the root's signature, the proof's nodes, all raw. None when they do
-    not read so: the job then goes out unsigned, and its starter refuses it, as
-    when the claim finds its batch unreadable."""
-    label_end = 0
-    for _ in range(4):  # the version, batch id, count and index hold no ':'
-        label_end = parts.find(b":", label_end) + 1
-        if label_end == 0:
-            return None
-    signature = parts[label_end:label_end + SIGNATURE_BYTES]
-    if len(signature) != SIGNATURE_BYTES or not parts[:label_end].isascii():
-        return None
-    return _proof_text(parts[:label_end].decode("ascii"), signature,
-                       parts[label_end + SIGNATURE_BYTES:])
-
-
-def _proof_text(label: str, signature: bytes, path: bytes) -> str:
-    return f"{label}{base64.b64encode(signature).decode()}:{base64.b64encode(path).decode()}"
+    return signature_proof_text(f"{version}:{batch_id}:{count}:{index}:",
+                                blob[:SIGNATURE_BYTES], b"".join(path))
 
 
 @dataclass(frozen=True)

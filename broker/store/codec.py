@@ -15,6 +15,7 @@ import classad2
 import msgpack
 
 from fetchwork.config.ads import EXPR_KEY, from_dict, parse_expr, to_dict
+from fetchwork.config.signaturetext import SIGNATURE_ATTR, text_of_parts
 from fetchwork.errors import AdError, BrokerError
 
 from .valuecheck import check_value
@@ -135,7 +136,7 @@ class FieldPacker:
 
 
 # The field of a claimed job's flat ad that carries the parts of its
-# FetchworkSignature, raw (lua/sigbatch.lua; config/signedjob.py text_of_parts).
+# FetchworkSignature, raw (lua/sigbatch.lua; config/signaturetext.py).
 SIGNATURE_PARTS = b"#sig"
 
 
@@ -145,11 +146,9 @@ def decode_flat(flat: Sequence[bytes]) -> dict[str, Any]:
     decoded = {}
     for name, value in zip(flat[0::2], flat[1::2], strict=True):
         if name == SIGNATURE_PARTS:
-            from fetchwork.config import signedjob  # its cryptography: only where jobs run
-
-            text = signedjob.text_of_parts(value)
+            text = text_of_parts(value)
             if text is not None:
-                decoded[signedjob.SIGNATURE_ATTR] = text
+                decoded[SIGNATURE_ATTR] = text
         else:
             decoded[name.decode()] = unpack(value)
     return decoded

@@ -10,7 +10,7 @@ import base64
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from fetchwork.config import signedjob
+from fetchwork.config import signaturetext, signedjob
 from fetchwork.config.ads import format_ad, from_dict, parse_ad
 
 POOL = "p"
@@ -146,7 +146,7 @@ def test_a_claims_signature_parts_read_as_the_text_the_batch_gives(key) -> None:
         assert text is not None
         label, signature, proof = text.rsplit(":", 2)
         parts = (label + ":").encode() + base64.b64decode(signature) + base64.b64decode(proof)
-        assert signedjob.text_of_parts(parts) == text
-        assert signedjob.text_of_parts(parts[:len(label) + 1 + 63]) is None
-    assert signedjob.text_of_parts(b"v3:b1:40" + bytes(64)) is None
-    assert signedjob.text_of_parts("v3:b\u00e9:40:1:".encode() + bytes(64)) is None
+        assert signaturetext.text_of_parts(parts) == text
+        assert signaturetext.text_of_parts(parts[:len(label) + 1 + 63]) is None
+    assert signaturetext.text_of_parts(b"v3:b1:40" + bytes(64)) is None
+    assert signaturetext.text_of_parts("v3:b\u00e9:40:1:".encode() + bytes(64)) is None
