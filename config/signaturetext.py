@@ -18,7 +18,7 @@ SIGNATURE_ATTR = "FetchworkSignature"
 SIGNATURE_BYTES = 64
 
 
-def proof_text(label: str, signature: bytes, path: bytes) -> str:
+def signature_text(label: str, signature: bytes, path: bytes) -> str:
     """"<label><signature>:<proof>", the two binary parts in base64; `label` is
     "<version>:<batch id>:<jobs in batch>:<index>:"."""
     return f"{label}{base64.b64encode(signature).decode()}:{base64.b64encode(path).decode()}"
@@ -37,5 +37,5 @@ def text_of_parts(parts: bytes) -> str | None:
     signature = parts[label_end:label_end + SIGNATURE_BYTES]
     if len(signature) != SIGNATURE_BYTES or not parts[:label_end].isascii():
         return None
-    return proof_text(parts[:label_end].decode("ascii"), signature,
-                      parts[label_end + SIGNATURE_BYTES:])
+    return signature_text(parts[:label_end].decode("ascii"), signature,
+                          parts[label_end + SIGNATURE_BYTES:])

@@ -80,8 +80,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from fetchwork.config.ads import attr_text, from_dict
-from fetchwork.config.signaturetext import SIGNATURE_ATTR, SIGNATURE_BYTES
-from fetchwork.config.signaturetext import proof_text as signature_proof_text
+from fetchwork.config.signaturetext import SIGNATURE_ATTR, SIGNATURE_BYTES, signature_text
 
 VERSION = "v2"
 _V1 = "v1"
@@ -521,8 +520,8 @@ def proof_text(blob: bytes, index: int) -> str | None:
             path.append(group[:cut] + group[cut + DIGEST_BYTES:])
         offset += size * DIGEST_BYTES
         pos, size = pos // arity, (size + arity - 1) // arity
-    return signature_proof_text(f"{version}:{batch_id}:{count}:{index}:",
-                                blob[:SIGNATURE_BYTES], b"".join(path))
+    return signature_text(f"{version}:{batch_id}:{count}:{index}:", blob[:SIGNATURE_BYTES],
+                          b"".join(path))
 
 
 @dataclass(frozen=True)

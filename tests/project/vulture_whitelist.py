@@ -107,10 +107,12 @@ _.__getattr__
 _.transfer_data_command
 
 # Signed batches stored once (lua/sigbatch.lua): the keys the Lua scripts build from
-# the pool's prefix, named here for the tests, benches and ACL tests.
+# the pool's prefix, named here for the tests, benches and ACL tests; and the Python
+# twin of the claim's rebuilt signature (config/signedjob.py proof_text).
 _.sig_counter
 _.sig_batch
 _.sig_jobs
+_.proof_text
 
 # The line a shared log formatter made, kept on the record (starter/logline.py).
 _._fetchwork_line

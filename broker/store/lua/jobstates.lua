@@ -69,10 +69,13 @@ local function batch_event(kind, ids, state, status)
              'jobs', table.concat(runs, ' '), 'state', state, 'status', tostring(status))
 end
 
+-- The fields a move to `state` (JobStatus `status`) sets, {name, value, ...}.
+local function state_fields(state, status)
+  return {'FetchworkState', state, 'JobStatus', status, 'EnteredCurrentStatus', NOW_S}
+end
+
 local function set_state(key, state, status)
-  setv(key, 'FetchworkState', state)
-  setv(key, 'JobStatus', status)
-  setv(key, 'EnteredCurrentStatus', NOW_S)
+  setvs(key, state_fields(state, status))
 end
 
 -- A claimed job keeps its state and claim while its JobStatus shows a
@@ -197,10 +200,8 @@ local function start_claim(key, id, token, slot, default_lease_s)
   put('JobCurrentStartDate', NOW_S)
   put('JobRunCount', (tonumber(v.JobRunCount) or 0) + 1)
   put('NumJobStarts', (tonumber(v.NumJobStarts) or 0) + 1)
-  -- set_state's fields.
-  put('FetchworkState', 'RUNNING')
-  put('JobStatus', STATUS_RUNNING)
-  put('EnteredCurrentStatus', NOW_S)
+  local moved = state_fields('RUNNING', STATUS_RUNNING)
+  for i = 1, #moved, 2 do put(moved[i], moved[i + 1]) end
   setvs(key, set)
   event('claim', id, 'RUNNING', STATUS_RUNNING, 'slot', slot)
   return cmsgpack.pack({id, with_signature(key, ad_flat(key))})
@@ -296,6 +297,7 @@ end
 -- job policy's verdict on an exit (policy_exit.lua): hold, requeue or remove,
 -- with `reason`. Returns the new state.
 local function settle(key, id, kind, how, reason, code, subcode, outcome)
+  -- Raw: a requeue mark is removed only where one is stored.
   local got = hmget_raw(key, {'JobStatus', 'FetchworkRequeue'})
   local status = got[1] and cmsgpack.unpack(got[1])
   local requeue = got[2] and cmsgpack.unpack(got[2])
