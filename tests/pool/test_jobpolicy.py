@@ -45,7 +45,9 @@ SUBMIT = {
         "on_exit_remove = false\n"
         "queue\n"),
     # Held by its periodic_hold after 3 s of its first run, released by its
-    # periodic_release 5 s later, removed by its periodic_remove 3 s into its second run.
+    # periodic_release 8 s later, removed by its periodic_remove 3 s into its second run.
+    # The hold lasts long enough for `fetchwork q`, a process of its own that a loaded
+    # machine may take seconds to start, to show it.
     "periodic": (
         "executable = /bin/sleep\n"
         "arguments = 600\n"
@@ -53,7 +55,7 @@ SUBMIT = {
         "CurrentTime - JobCurrentStartDate >= 3\n"
         "periodic_hold_reason = \"ran 3 s\"\n"
         "periodic_hold_subcode = 17\n"
-        "periodic_release = CurrentTime - EnteredCurrentStatus >= 5\n"
+        "periodic_release = CurrentTime - EnteredCurrentStatus >= 8\n"
         "periodic_remove = JobRunCount >= 2 && JobStatus == 2 && "
         "CurrentTime - JobCurrentStartDate >= 3\n"
         "queue\n"),
