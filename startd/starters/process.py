@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 from typing import Any
 
@@ -20,6 +19,7 @@ from fetchwork.config import latencytrace
 from fetchwork.config.protocol import CONTROL_WORDS, JOB_AD_FILE, MACHINE_AD_FILE
 from fetchwork.errors import StarterError
 from fetchwork.hooks.pipes import read_available
+from fetchwork.starter import jobspec
 
 from .sandboxes import Sandboxes
 from .zygoteclient import ForkedStarter, ZygoteClient
@@ -67,10 +67,10 @@ class StarterProcess:
         try:
             proc = zygote.spawn(args, slot_id)
         except OSError as exc:
-            shutil.rmtree(sandbox, ignore_errors=True)
+            jobspec.remove_sandbox(sandbox)
             raise StarterError(f"cannot start the starter: {exc.strerror or exc}") from exc
         except StarterError:
-            shutil.rmtree(sandbox, ignore_errors=True)
+            jobspec.remove_sandbox(sandbox)
             raise
         return cls(proc, sandbox, slot_id)
 
@@ -147,7 +147,7 @@ class StarterProcess:
         self.pidfd = None
         if remove_sandbox:
             # HTCondor's startd also cleans an execute directory its starter left.
-            shutil.rmtree(self.sandbox, ignore_errors=True)
+            jobspec.remove_sandbox(self.sandbox)
 
 
 def _parse_event(line: bytes, pid: int) -> dict[str, Any] | None:
