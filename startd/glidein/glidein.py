@@ -41,18 +41,28 @@ WHY = {pilot.DRAIN: "lifetime ends (drained)", pilot.NOCLAIM: "no claim"}
 
 @dataclass
 class Tally:
-    """Jobs seen running and the slot time they used."""
+    """Jobs seen and the slot time they used, read at each round of the loop. A job
+    is known by its slot, claim and start; one that started and ended between two
+    rounds (a short job, handed over on the fetch hook's thread) is still seen, its
+    claim kept until the slot's next fetch, which a round starts."""
 
     jobs_run: int = 0
     busy_s: float = 0.0
-    running: dict[tuple[int, str], float] = field(default_factory=dict)
+    running: dict[tuple[int, str, float], float] = field(default_factory=dict)
+    counted: set[tuple[int, str, float]] = field(default_factory=set)
 
-    def update(self, now: float, running_now: set[tuple[int, str]]) -> None:
-        for key in running_now - self.running.keys():
+    def update(self, now: float, running_now: set[tuple[int, str, float]],
+               ended_now: frozenset[tuple[int, str, float]] = frozenset()) -> None:
+        """`running_now`: the jobs running; `ended_now`: those whose exit was reported."""
+        for key in running_now - self.running.keys() - self.counted:
             self.running[key] = now
         for key in self.running.keys() - running_now:
-            self.jobs_run += 1
             self.busy_s += now - self.running.pop(key)
+        for key in (running_now | ended_now) - self.counted:
+            self.counted.add(key)
+            self.jobs_run += 1
+        if len(self.counted) > 4096:  # only the claims still on a slot matter
+            self.counted &= running_now | ended_now | self.running.keys()
 
 
 class GlideinStartd(Startd):
@@ -66,9 +76,17 @@ class GlideinStartd(Startd):
         self.stopped_why = "signal"
 
     def _tick(self, now: float) -> None:
-        running = {(slot.slot_id, slot.claim.claim_id) for slot in self.slots
-                   if slot.claim is not None and slot.starter is not None}
-        self.tally.update(now, running)
+        running, ended = set(), set()
+        for slot in self.slots:
+            claim = slot.claim
+            if claim is None or claim.job_started_at is None:
+                continue
+            key = (slot.slot_id, claim.claim_id, claim.job_started_at)
+            if slot.starter is not None and not claim.job_exited:
+                running.add(key)
+            else:
+                ended.add(key)
+        self.tally.update(now, running, frozenset(ended))
         if any(slot.claim or slot.starter or slot.pending for slot in self.slots):
             self.last_claim_at = now
         if self.shutdown_plan is None:
