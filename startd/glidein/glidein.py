@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from fetchwork.config.loader import DEFAULTS_FILE, POOL_FILE, Config
@@ -39,32 +39,6 @@ PATH_VARIABLES = ("FETCHWORK_BROKER_CA", "FETCHWORK_BROKER_CERT", "FETCHWORK_BRO
 WHY = {pilot.DRAIN: "lifetime ends (drained)", pilot.NOCLAIM: "no claim"}
 
 
-@dataclass
-class Tally:
-    """Jobs seen and the slot time they used, read at each round of the loop. A job
-    is known by its slot, claim and start; one that started and ended between two
-    rounds (a short job, handed over on the fetch hook's thread) is still seen, its
-    claim kept until the slot's next fetch, which a round starts."""
-
-    jobs_run: int = 0
-    busy_s: float = 0.0
-    running: dict[tuple[int, str, float], float] = field(default_factory=dict)
-    counted: set[tuple[int, str, float]] = field(default_factory=set)
-
-    def update(self, now: float, running_now: set[tuple[int, str, float]],
-               ended_now: frozenset[tuple[int, str, float]] = frozenset()) -> None:
-        """`running_now`: the jobs running; `ended_now`: those whose exit was reported."""
-        for key in running_now - self.running.keys() - self.counted:
-            self.running[key] = now
-        for key in self.running.keys() - running_now:
-            self.busy_s += now - self.running.pop(key)
-        for key in (running_now | ended_now) - self.counted:
-            self.counted.add(key)
-            self.jobs_run += 1
-        if len(self.counted) > 4096:  # only the claims still on a slot matter
-            self.counted &= running_now | ended_now | self.running.keys()
-
-
 class GlideinStartd(Startd):
     """A startd whose loop also follows a PilotPlan."""
 
@@ -72,21 +46,9 @@ class GlideinStartd(Startd):
         super().__init__(config, name=name)
         self.plan = plan
         self.last_claim_at = plan.started_at
-        self.tally = Tally()
         self.stopped_why = "signal"
 
     def _tick(self, now: float) -> None:
-        running, ended = set(), set()
-        for slot in self.slots:
-            claim = slot.claim
-            if claim is None or claim.job_started_at is None:
-                continue
-            key = (slot.slot_id, claim.claim_id, claim.job_started_at)
-            if slot.starter is not None and not claim.job_exited:
-                running.add(key)
-            else:
-                ended.add(key)
-        self.tally.update(now, running, frozenset(ended))
         if any(slot.claim or slot.starter or slot.pending for slot in self.slots):
             self.last_claim_at = now
         if self.shutdown_plan is None:
@@ -186,9 +148,10 @@ class Glidein:
                      "none" if plan.lifetime_s is None else f"{plan.lifetime_s:g}s",
                      "never" if plan.noclaim_s is None else f"{plan.noclaim_s:g}s")
             status = startd.run()
-            startd.tally.update(time.monotonic(), set())
-            return status, pilot.summary(startd.tally.jobs_run, startd.tally.busy_s,
-                                         time.monotonic() - started, len(startd.slots),
+            # Counted as the starters said their jobs started (starters/ledger.py).
+            ledger, now = startd.starters.ledger, time.monotonic()
+            return status, pilot.summary(ledger.jobs_run, ledger.busy_s(now),
+                                         now - started, len(startd.slots),
                                          startd.stopped_why)
         finally:
             self.clean()

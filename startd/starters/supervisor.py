@@ -30,6 +30,7 @@ from fetchwork.startd.states import Activity, State
 
 from . import eviction
 from .eviction import Effect
+from .ledger import RunLedger
 from .process import StarterProcess
 from .sandboxes import Sandboxes
 from .zygoteclient import ZygoteClient
@@ -71,6 +72,7 @@ class StarterSupervisor:
         self.zygote = ZygoteClient()
         self.zygote.jobs_per_process = host.settings.starter_jobs_per_process
         self.zygote.keep_ahead(host.settings.starter_standby)
+        self.ledger = RunLedger()  # jobs run and their slot time
 
     def refill(self) -> None:
         """Have starters forked ahead and a sandbox ready for the next job (off its path)."""
@@ -222,6 +224,7 @@ class StarterSupervisor:
             return
         if kind == "started":
             claim.job_started_at = time.time()
+            self.ledger.started(slot.slot_id, time.monotonic())
             log.info("%s: job %s started, pid %s", slot.label, claim.job_id, event.get("pid"))
             # Fork the next starter ahead now, not while this job was starting.
             if self.host.shutdown_plan is None:
@@ -253,6 +256,7 @@ class StarterSupervisor:
         latencytrace.mark("startd.reaped")
         if not starter.stdout_closed:
             self.read_events(slot)
+        self.ledger.ended(slot.slot_id, time.monotonic())
         unregister(self.selector, starter.fileno())
         if starter.pidfd is not None:
             unregister(self.selector, starter.pidfd)
@@ -332,6 +336,7 @@ class StarterSupervisor:
             starter.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             log.error("%s: starter %s survived SIGKILL", slot.label, starter.pid)
+        self.ledger.ended(slot.slot_id, time.monotonic())
         starter.close()
         slot.starter = None
 
