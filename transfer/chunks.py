@@ -183,9 +183,11 @@ class ChunkStore:
 
         def sending() -> None:
             window = SendWindow(self.store, self.pending_ms, release, stages)
+            ended = False  # the reader's end mark taken: nothing more comes
             try:
                 while (chunk := to_send.get()) is not None:
                     window.send(chunk)
+                ended = True
                 if aborted.is_set():
                     window.abandon()
                 else:
@@ -194,9 +196,11 @@ class ChunkStore:
                 self.resends += window.faults
             except BaseException as exc:  # noqa: BLE001 - raised by the reader
                 errors.append(exc)
-                window.abandon()
-                while (chunk := to_send.get()) is not None:
-                    release(chunk)
+                try:
+                    window.abandon()
+                finally:  # every buffer back to the reader, which may wait for one
+                    while not ended and (chunk := to_send.get()) is not None:
+                        release(chunk)
 
         helpers = [threading.Thread(target=hashing, name="upload-file-digest", daemon=True),
                    threading.Thread(target=sending, name="upload-send", daemon=True)]

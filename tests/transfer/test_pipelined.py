@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,6 +160,41 @@ def test_an_upload_whose_faults_pass_the_retries_fails_leaving_pending_chunks(
     assert killed["count"] == 1
     keys = list(redis_client.scan_iter(named_store.keys.xfer_chunk("*")))
     assert all(redis_client.pttl(key) > 0 for key in keys)  # they lapse unattached
+
+
+def test_an_upload_cut_as_it_reads_its_last_replies_fails_rather_than_hangs(
+        named_store: Store, redis_client: redis.Redis, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection cut after the reader's last chunk, as the sender reads the window's
+    last replies: the upload fails with the connection's error, as one cut mid-window
+    does (the sender had already taken the reader's end mark; it waited for another)."""
+    _write(tmp_path / "big.bin", 4 * CHUNK_BYTES, seed=4)
+    monkeypatch.setattr(sendwindow, "RETRIES", 0)
+    killed = {"count": 0}
+    read_one = sendwindow.SendWindow._read_one
+
+    def cut_then_read(window: sendwindow.SendWindow) -> object:
+        # Only `finish` reads with no chunk asked about and not yet decided.
+        if not killed["count"] and window._asked is None:
+            killed["count"] = _kill_uploader(redis_client)
+        return read_one(window)
+
+    monkeypatch.setattr(sendwindow.SendWindow, "_read_one", cut_then_read)
+    ended: dict[str, BaseException | None] = {}
+
+    def upload() -> None:
+        try:
+            _upload(ChunkStore(named_store, HOUR_MS), tmp_path / "big.bin")
+            ended["error"] = None
+        except BaseException as exc:  # noqa: BLE001 - looked at below
+            ended["error"] = exc
+
+    thread = threading.Thread(target=upload, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the upload still waits, 60 s after its connection was cut"
+    assert killed["count"] == 1
+    assert isinstance(ended["error"], redis.ConnectionError), ended
 
 
 # -- the download's GETs into buffers -----------------------------------------------------
