@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 import classad2
-import psutil
 
 from fetchwork.config import latencytrace
 from fetchwork.config.ads import AdText
@@ -46,6 +45,7 @@ class Outcome:
     ad_text: str
     user: tuple[int, int] | None
     writer_pid: int
+    # When the writer started, in seconds since the machine booted (`process_start_s`).
     writer_started_at: float
     written_at: float
     # Set when its writer gave up reporting it (the exit hook failed) and went on:
@@ -63,13 +63,33 @@ _made: set[str] = set()
 
 
 def _process_started_at(pid: int) -> float:
-    """When process `pid` started (psutil's create_time), remembered for this process."""
+    """When process `pid` started (`process_start_s`), remembered for this process."""
     if pid not in _started_at:
-        try:
-            _started_at[pid] = psutil.Process(pid).create_time()
-        except psutil.Error:
+        found = process_start_s(pid)
+        if found is None:
             return 0.0
+        _started_at[pid] = found[1]
     return _started_at[pid]
+
+
+def process_start_s(pid: int) -> tuple[str, float] | None:
+    """The state letter of process `pid` and when it started, in seconds since the
+    machine booted (/proc/PID/stat); None when there is no such process. Not psutil's
+    create_time: that adds the boot time, which the kernel derives from the wall clock
+    each time it is read, so it moves by a second when the clock is corrected (NTP),
+    and one process would no longer know another by it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # After the command name (in parentheses, which it may itself hold): the state,
+    # then the fields from the fourth on; the start time is the 22nd, in clock ticks.
+    rest = stat.rpartition(b")")[2].split()
+    try:
+        return rest[0].decode("ascii", "replace"), int(rest[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
+        return None
 
 
 def new_outcome(ad: classad2.ClassAd, how: str, keyword: str, slot: int,
@@ -182,12 +202,14 @@ def writer_alive(outcome: Outcome) -> bool:
         return False
     if outcome.writer_pid == os.getpid():
         return True
-    try:
-        process = psutil.Process(outcome.writer_pid)
-        same = abs(process.create_time() - outcome.writer_started_at) < 1.0
-        return same and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
+    found = process_start_s(outcome.writer_pid)
+    if found is None:
         return False
+    state, started_s = found
+    # The same start: not another process that got the pid since (a start a clock
+    # tick or more apart; an outcome of an older release kept a wall-clock time,
+    # which never matches: it is reported again, which the exit hook allows).
+    return abs(started_s - outcome.writer_started_at) < 0.005 and state != "Z"
 
 
 def report_exit(config: Config, spec: HookSpec, outcome: Outcome, env: Mapping[str, str],

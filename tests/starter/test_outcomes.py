@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import classad2
 
@@ -13,10 +14,12 @@ from fetchwork.starter.outcomes import (
     forget_outcome,
     new_outcome,
     pending_outcomes,
+    process_start_s,
     read_outcome,
     write_outcome,
     writer_alive,
 )
+from tests.support.waiting import wait_until
 
 
 def _ad() -> classad2.ClassAd:
@@ -55,6 +58,32 @@ def test_only_an_outcome_whose_starter_is_gone_is_reported_by_the_startd(tmp_pat
     reused = mine.__class__(**{**mine.__dict__, "writer_pid": os.getppid(),
                                "writer_started_at": 1.0})
     assert not writer_alive(reused)
+
+
+def test_a_writer_is_known_by_its_start_since_boot_not_by_the_wall_clock(tmp_path):
+    """The start kept is the kernel's, in seconds since boot: a correction of the wall
+    clock (which moves the boot time psutil adds) cannot make a live starter look gone,
+    and the startd report its outcome beside it."""
+    mine = new_outcome(_ad(), "exit", "FETCHWORK", 1, None)
+    assert 0 < mine.writer_started_at <= time.clock_gettime(time.CLOCK_BOOTTIME)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        found = process_start_s(sleeper.pid)
+        assert found is not None and found[0] in "RSD"
+        other = mine.__class__(**{**mine.__dict__, "writer_pid": sleeper.pid,
+                                  "writer_started_at": found[1]})
+        assert writer_alive(other)
+        assert not writer_alive(mine.__class__(**{**other.__dict__,
+                                                  "writer_started_at": found[1] + 1.0}))
+        sleeper.kill()
+        wait_until(lambda: process_start_s(sleeper.pid)[0] == "Z", 10,
+                   what="the killed sleeper a zombie")
+        assert not writer_alive(other)  # dead, not yet waited for
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not writer_alive(other)
+    assert process_start_s(sleeper.pid) is None
 
 
 def test_the_startd_backs_off_to_its_maximum():
