@@ -28,6 +28,7 @@ from fetchwork.config.ads import AdText
 from fetchwork.config.loader import Config
 from fetchwork.config.protocol import ad_job_id
 from fetchwork.hooks.runner import HookResult, HookSpec, run_hook
+from fetchwork.starter import proctree
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class Outcome:
     ad_text: str
     user: tuple[int, int] | None
     writer_pid: int
-    # When the writer started, in seconds since the machine booted (`process_start_s`).
+    # When the writer started, in seconds since the machine booted (proctree.py).
     writer_started_at: float
     written_at: float
     # Set when its writer gave up reporting it (the exit hook failed) and went on:
@@ -63,33 +64,13 @@ _made: set[str] = set()
 
 
 def _process_started_at(pid: int) -> float:
-    """When process `pid` started (`process_start_s`), remembered for this process."""
+    """When process `pid` started (`_state_and_start`), remembered for this process."""
     if pid not in _started_at:
-        found = process_start_s(pid)
+        found = _state_and_start(pid)
         if found is None:
             return 0.0
         _started_at[pid] = found[1]
     return _started_at[pid]
-
-
-def process_start_s(pid: int) -> tuple[str, float] | None:
-    """The state letter of process `pid` and when it started, in seconds since the
-    machine booted (/proc/PID/stat); None when there is no such process. Not psutil's
-    create_time: that adds the boot time, which the kernel derives from the wall clock
-    each time it is read, so it moves by a second when the clock is corrected (NTP),
-    and one process would no longer know another by it."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    # After the command name (in parentheses, which it may itself hold): the state,
-    # then the fields from the fourth on; the start time is the 22nd, in clock ticks.
-    rest = stat.rpartition(b")")[2].split()
-    try:
-        return rest[0].decode("ascii", "replace"), int(rest[19]) / os.sysconf("SC_CLK_TCK")
-    except (IndexError, ValueError):
-        return None
 
 
 def new_outcome(ad: classad2.ClassAd, how: str, keyword: str, slot: int,
@@ -202,7 +183,7 @@ def writer_alive(outcome: Outcome) -> bool:
         return False
     if outcome.writer_pid == os.getpid():
         return True
-    found = process_start_s(outcome.writer_pid)
+    found = _state_and_start(outcome.writer_pid)
     if found is None:
         return False
     state, started_s = found
@@ -210,6 +191,14 @@ def writer_alive(outcome: Outcome) -> bool:
     # tick or more apart; an outcome of an older release kept a wall-clock time,
     # which never matches: it is reported again, which the exit hook allows).
     return abs(started_s - outcome.writer_started_at) < 0.005 and state != "Z"
+
+
+def _state_and_start(pid: int) -> tuple[str, float] | None:
+    """`proctree.state_and_start`; None too when /proc cannot be read."""
+    try:
+        return proctree.state_and_start(pid)
+    except OSError:
+        return None
 
 
 def report_exit(config: Config, spec: HookSpec, outcome: Outcome, env: Mapping[str, str],

@@ -1,4 +1,5 @@
-"""A process's children from /proc/<pid>/task/<tid>/children (Linux), without a scan.
+"""A process's children from /proc/<pid>/task/<tid>/children (Linux), without a scan,
+and its state and start from /proc/<pid>/stat.
 
 psutil finds children by reading the status of every process on the
 machine; the kernel's per-thread `children` files list them directly, which
@@ -28,6 +29,25 @@ def _read(path: str) -> bytes:
             parts.append(part)
     finally:
         os.close(fd)
+
+
+def state_and_start(pid: int) -> tuple[str, float] | None:
+    """The state letter of process `pid` and when it started, in seconds since the
+    machine booted; None when there is no such process, OSError when /proc cannot be
+    read. Not psutil's create_time: that adds the boot time, which the kernel derives
+    from the wall clock each time it is read, so it moves by a second when the clock
+    is corrected (NTP), and one process would no longer know another by it."""
+    try:
+        stat = _read(os.path.join(_PROC, str(pid), "stat"))
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # After the command name (in parentheses, which it may itself hold): the state,
+    # then the fields from the fourth on; the start time is the 22nd, in clock ticks.
+    rest = stat.rpartition(b")")[2].split()
+    try:
+        return rest[0].decode("ascii", "replace"), int(rest[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
+        return None
 
 
 def _direct(pid: int) -> list[int] | None:

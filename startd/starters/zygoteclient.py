@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from fetchwork.config import latencytrace
 from fetchwork.errors import StarterError
+from fetchwork.starter import proctree
 from fetchwork.starter.zygote import receive, send
 
 log = logging.getLogger(__name__)
@@ -554,15 +555,9 @@ def _gone(pid: int, pidfd: int | None) -> bool:
     starter killed between two jobs must never be handed the next."""
     if pidfd is not None and select.select([pidfd], [], [], 0)[0]:
         return True
-    try:  # plain system calls: a file object costs six more, and this is asked per job
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            stat = os.read(fd, 4096)
-        finally:
-            os.close(fd)
-        return stat.rsplit(b")", 1)[-1].split()[0] == b"Z"
-    except FileNotFoundError:
-        return True
+    try:
+        found = proctree.state_and_start(pid)
+        return found is None or found[0] == "Z"
     except OSError:  # no /proc here: ask the kernel whether the pid is taken
         try:
             os.kill(pid, 0)

@@ -14,11 +14,11 @@ from fetchwork.starter.outcomes import (
     forget_outcome,
     new_outcome,
     pending_outcomes,
-    process_start_s,
     read_outcome,
     write_outcome,
     writer_alive,
 )
+from fetchwork.starter.proctree import state_and_start as process_start_s
 from tests.support.waiting import wait_until
 
 
